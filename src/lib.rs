@@ -1,0 +1,27 @@
+//! # fetchbench
+//!
+//! fetchbench measures what it costs to move Kafka log data from disk to consumers. It holds a
+//! segment log in Apache Kafka's own on-disk format and (in later modules) moves fetched bytes to
+//! sockets through swappable read paths, driven by a broker that speaks the Kafka wire protocol.
+//!
+//! ## The data flow of one fetch
+//!
+//! ```text
+//! log::PartitionLog::read(fetch_offset, max_bytes, min_one_batch)
+//!      -> OffsetIndex::lookup(offset)       -> (offset, position)   mmapped sparse index
+//!      -> Segment::find_batch(position)      -> first batch whose last offset >= fetch_offset
+//!      -> FileSlice { segment, position, len }   a view: NO record bytes are read here
+//! read path (a later module) moves the slice's bytes to a socket
+//! ```
+//!
+//! This mirrors Kafka's `LogSegment.read` -> `FileRecords.slice` -> `TransferableRecords.writeTo`:
+//! the index finds, the slice names, and only the read path moves bytes.
+//!
+//! ## Module map
+//!
+//! - [`log`]: the storage engine: RecordBatch v2 ([`log::batch`]), segments and their `.index` /
+//!   `.timeindex` files, [`log::PartitionLog`], recovery, retention and compaction, and the
+//!   `log dump` tool.
+#![forbid(unsafe_op_in_unsafe_fn)]
+
+pub mod log;

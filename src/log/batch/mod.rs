@@ -1,0 +1,506 @@
+//! RecordBatch v2 (magic 2), Kafka's `DefaultRecordBatch`, as a zero-copy view over bytes.
+//!
+//! ## Layout (all integers big-endian)
+//!
+//! ```text
+//! offset  size  field
+//!  0       8    base offset (i64)
+//!  8       4    batch length (i32): bytes after this field = total size - 12
+//! 12       4    partition leader epoch (i32)
+//! 16       1    magic (i8) = 2
+//! 17       4    CRC-32C (u32) over bytes 21..end (attributes to the end of the batch)
+//! 21       2    attributes (i16): bits 0-2 codec, 3 timestamp type (1 = LogAppendTime),
+//!               4 transactional, 5 control, 6 delete horizon set (KIP-534)
+//! 23       4    last offset delta (i32)
+//! 27       8    base timestamp (i64 ms); the delete horizon when bit 6 is set
+//! 35       8    max timestamp (i64 ms)
+//! 43       8    producer id (i64, -1 = none)
+//! 51       2    producer epoch (i16)
+//! 53       4    base sequence (i32)
+//! 57       4    record count (i32)
+//! 61       ..   records, compressed as a whole when the codec is not none
+//! ```
+//!
+//! The next offset after a batch is `base_offset + last_offset_delta + 1`, even when compaction
+//! removed records from it or it holds none.
+//!
+//! Legacy message sets (magic 0 and 1) are decoded, read-only, by [`legacy`].
+
+pub mod builder;
+pub mod compression;
+pub mod legacy;
+pub mod record;
+
+use std::borrow::Cow;
+
+pub use builder::BatchBuilder;
+pub use compression::Compression;
+pub use record::{Header, Record};
+
+/// Bytes before the batch length field's end: base offset (8) + batch length (4). Kafka's
+/// `Records.LOG_OVERHEAD`.
+pub const LOG_OVERHEAD: usize = 12;
+/// Size of the v2 batch header, Kafka's `DefaultRecordBatch.RECORD_BATCH_OVERHEAD`.
+pub const HEADER_SIZE: usize = 61;
+/// Offset of the magic byte within a batch (same in all magics).
+pub const MAGIC_OFFSET: usize = 16;
+/// Offset of the attributes field; the CRC covers from here to the end.
+pub const ATTRIBUTES_OFFSET: usize = 21;
+/// Offset of the CRC field.
+pub const CRC_OFFSET: usize = 17;
+/// The only magic fetchbench writes.
+pub const MAGIC_V2: i8 = 2;
+/// `producer_id` of a batch written by a non-idempotent producer.
+pub const NO_PRODUCER_ID: i64 = -1;
+/// `producer_epoch` of a batch written by a non-idempotent producer.
+pub const NO_PRODUCER_EPOCH: i16 = -1;
+/// `base_sequence` of a batch written by a non-idempotent producer.
+pub const NO_SEQUENCE: i32 = -1;
+/// Timestamp meaning "none" (Kafka's `RecordBatch.NO_TIMESTAMP`).
+pub const NO_TIMESTAMP: i64 = -1;
+
+const TIMESTAMP_TYPE_MASK: i16 = 0x08;
+const TRANSACTIONAL_FLAG_MASK: i16 = 0x10;
+const CONTROL_FLAG_MASK: i16 = 0x20;
+const DELETE_HORIZON_FLAG_MASK: i16 = 0x40;
+const COMPRESSION_CODEC_MASK: i16 = 0x07;
+
+/// Errors decoding a batch or a record. Positions are relative to the buffer given to the
+/// decoder; the segment layer adds the file and absolute position ([`super::LogError::Batch`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BatchError {
+    /// Fewer bytes than the header (or the batch length) says the batch has.
+    #[error("truncated batch: need {needed} bytes, have {available}")]
+    Truncated {
+        /// Bytes the header needs or the length field announces.
+        needed: usize,
+        /// Bytes available.
+        available: usize,
+    },
+    /// The batch length field is smaller than a header or larger than the limit.
+    #[error("invalid batch length {length} (base offset {base_offset}): must be in {min}..={max}")]
+    InvalidLength {
+        /// Base offset read from the header.
+        base_offset: i64,
+        /// The batch length field.
+        length: i32,
+        /// Smallest acceptable length.
+        min: i32,
+        /// Largest acceptable length.
+        max: i32,
+    },
+    /// The magic byte is not 2 (or, for the legacy decoder, not 0 or 1).
+    #[error("unsupported magic {magic} (base offset {base_offset})")]
+    UnsupportedMagic {
+        /// Base offset read from the header.
+        base_offset: i64,
+        /// The magic byte found.
+        magic: i8,
+    },
+    /// The stored CRC does not match the computed one.
+    #[error("CRC mismatch (base offset {base_offset}): stored {stored:#010x}, computed {computed:#010x}")]
+    CrcMismatch {
+        /// Base offset read from the header.
+        base_offset: i64,
+        /// CRC field of the batch.
+        stored: u32,
+        /// CRC computed over the bytes.
+        computed: u32,
+    },
+    /// The attributes name a codec that does not exist (5, 6, 7).
+    #[error("unknown compression codec id {id}")]
+    UnknownCodec {
+        /// Bits 0-2 of the attributes.
+        id: u8,
+    },
+    /// Decompressing or compressing the records failed.
+    #[error("{codec} codec failed: {source}")]
+    Compression {
+        /// The codec.
+        codec: Compression,
+        /// The codec's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A record inside the batch is malformed.
+    #[error("invalid record {index} (base offset {base_offset}): {reason}")]
+    InvalidRecord {
+        /// Base offset of the batch.
+        base_offset: i64,
+        /// Index of the record within the batch.
+        index: usize,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// Compression codec, timestamp type and flags of a v2 batch, Kafka's batch attributes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Attributes(pub i16);
+
+impl Attributes {
+    /// Bits 0-2: the codec id (0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd).
+    pub fn codec_id(self) -> u8 {
+        (self.0 & COMPRESSION_CODEC_MASK) as u8
+    }
+    /// The codec, or [`BatchError::UnknownCodec`].
+    pub fn compression(self) -> Result<Compression, BatchError> {
+        Compression::from_id(self.codec_id())
+    }
+    /// Bit 3: timestamps are LogAppendTime (set by the broker) rather than CreateTime.
+    pub fn is_log_append_time(self) -> bool {
+        self.0 & TIMESTAMP_TYPE_MASK != 0
+    }
+    /// Bit 4: the batch belongs to a transaction.
+    pub fn is_transactional(self) -> bool {
+        self.0 & TRANSACTIONAL_FLAG_MASK != 0
+    }
+    /// Bit 5: a control batch (transaction markers, KRaft control records); never delivered to
+    /// consumers' applications.
+    pub fn is_control(self) -> bool {
+        self.0 & CONTROL_FLAG_MASK != 0
+    }
+    /// Bit 6 (KIP-534): the base timestamp holds the delete horizon set by the cleaner.
+    pub fn has_delete_horizon(self) -> bool {
+        self.0 & DELETE_HORIZON_FLAG_MASK != 0
+    }
+    /// Returns the attributes with the codec bits replaced.
+    pub fn with_compression(self, c: Compression) -> Self {
+        Attributes((self.0 & !COMPRESSION_CODEC_MASK) | c.id() as i16)
+    }
+    /// Returns the attributes with bit 3 set or cleared.
+    pub fn with_log_append_time(self, on: bool) -> Self {
+        self.with_flag(TIMESTAMP_TYPE_MASK, on)
+    }
+    /// Returns the attributes with bit 4 set or cleared.
+    pub fn with_transactional(self, on: bool) -> Self {
+        self.with_flag(TRANSACTIONAL_FLAG_MASK, on)
+    }
+    /// Returns the attributes with bit 5 set or cleared.
+    pub fn with_control(self, on: bool) -> Self {
+        self.with_flag(CONTROL_FLAG_MASK, on)
+    }
+    /// Returns the attributes with bit 6 set or cleared.
+    pub fn with_delete_horizon(self, on: bool) -> Self {
+        self.with_flag(DELETE_HORIZON_FLAG_MASK, on)
+    }
+    fn with_flag(self, mask: i16, on: bool) -> Self {
+        Attributes(if on { self.0 | mask } else { self.0 & !mask })
+    }
+}
+
+/// The fixed 61-byte header of a v2 batch, decoded. See the module docs for the layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchHeader {
+    /// Offset of the first record (before compaction).
+    pub base_offset: i64,
+    /// Bytes after the length field: total batch size - [`LOG_OVERHEAD`].
+    pub batch_length: i32,
+    /// Leader epoch when the batch was appended (stamped by the broker).
+    pub partition_leader_epoch: i32,
+    /// Message format version; 2 here.
+    pub magic: i8,
+    /// CRC-32C of bytes 21..end.
+    pub crc: u32,
+    /// Codec, timestamp type, flags.
+    pub attributes: Attributes,
+    /// Last offset = base offset + this.
+    pub last_offset_delta: i32,
+    /// Timestamp of the first record, or the delete horizon (KIP-534).
+    pub base_timestamp: i64,
+    /// Largest record timestamp (or the LogAppendTime).
+    pub max_timestamp: i64,
+    /// Idempotent/transactional producer id, -1 for none.
+    pub producer_id: i64,
+    /// Producer epoch, -1 for none.
+    pub producer_epoch: i16,
+    /// Sequence number of the first record, -1 for none.
+    pub base_sequence: i32,
+    /// Number of records (after compaction, the records still present).
+    pub records_count: i32,
+}
+
+impl BatchHeader {
+    /// Reads the base offset and batch length (the first 12 bytes, common to all magics) and
+    /// the magic byte. Returns `(base_offset, batch_length, magic)`.
+    ///
+    /// Errors: [`BatchError::Truncated`] when `bytes` has fewer than 17 bytes.
+    pub fn peek(bytes: &[u8]) -> Result<(i64, i32, i8), BatchError> {
+        if bytes.len() < MAGIC_OFFSET + 1 {
+            return Err(BatchError::Truncated { needed: MAGIC_OFFSET + 1, available: bytes.len() });
+        }
+        Ok((be_i64(bytes, 0), be_i32(bytes, 8), bytes[MAGIC_OFFSET] as i8))
+    }
+
+    /// Decodes the 61-byte header at the start of `bytes`. Checks the magic and that the batch
+    /// length is at least a header; does not check the CRC or that the whole batch is present.
+    ///
+    /// Errors: [`BatchError::Truncated`], [`BatchError::UnsupportedMagic`],
+    /// [`BatchError::InvalidLength`].
+    pub fn parse(bytes: &[u8]) -> Result<Self, BatchError> {
+        let (base_offset, batch_length, magic) = Self::peek(bytes)?;
+        if magic != MAGIC_V2 {
+            return Err(BatchError::UnsupportedMagic { base_offset, magic });
+        }
+        if (batch_length as i64) < (HEADER_SIZE - LOG_OVERHEAD) as i64 {
+            return Err(BatchError::InvalidLength {
+                base_offset,
+                length: batch_length,
+                min: (HEADER_SIZE - LOG_OVERHEAD) as i32,
+                max: i32::MAX,
+            });
+        }
+        if bytes.len() < HEADER_SIZE {
+            return Err(BatchError::Truncated { needed: HEADER_SIZE, available: bytes.len() });
+        }
+        Ok(BatchHeader {
+            base_offset,
+            batch_length,
+            partition_leader_epoch: be_i32(bytes, 12),
+            magic,
+            crc: be_i32(bytes, CRC_OFFSET) as u32,
+            attributes: Attributes(be_i16(bytes, ATTRIBUTES_OFFSET)),
+            last_offset_delta: be_i32(bytes, 23),
+            base_timestamp: be_i64(bytes, 27),
+            max_timestamp: be_i64(bytes, 35),
+            producer_id: be_i64(bytes, 43),
+            producer_epoch: be_i16(bytes, 51),
+            base_sequence: be_i32(bytes, 53),
+            records_count: be_i32(bytes, 57),
+        })
+    }
+
+    /// Encodes the header into `out[..61]` (with the CRC field as stored in `self.crc`).
+    ///
+    /// # Panics
+    /// When `out` is shorter than [`HEADER_SIZE`] (a programming error, not an input error).
+    pub fn encode(&self, out: &mut [u8]) {
+        out[0..8].copy_from_slice(&self.base_offset.to_be_bytes());
+        out[8..12].copy_from_slice(&self.batch_length.to_be_bytes());
+        out[12..16].copy_from_slice(&self.partition_leader_epoch.to_be_bytes());
+        out[16] = self.magic as u8;
+        out[17..21].copy_from_slice(&self.crc.to_be_bytes());
+        out[21..23].copy_from_slice(&self.attributes.0.to_be_bytes());
+        out[23..27].copy_from_slice(&self.last_offset_delta.to_be_bytes());
+        out[27..35].copy_from_slice(&self.base_timestamp.to_be_bytes());
+        out[35..43].copy_from_slice(&self.max_timestamp.to_be_bytes());
+        out[43..51].copy_from_slice(&self.producer_id.to_be_bytes());
+        out[51..53].copy_from_slice(&self.producer_epoch.to_be_bytes());
+        out[53..57].copy_from_slice(&self.base_sequence.to_be_bytes());
+        out[57..61].copy_from_slice(&self.records_count.to_be_bytes());
+    }
+
+    /// Total size of the batch in bytes, including the 12-byte log overhead.
+    pub fn total_size(&self) -> usize {
+        self.batch_length as usize + LOG_OVERHEAD
+    }
+    /// Offset of the last record the producer wrote in this batch.
+    pub fn last_offset(&self) -> i64 {
+        self.base_offset + self.last_offset_delta as i64
+    }
+    /// The offset following this batch: `last_offset() + 1`.
+    pub fn next_offset(&self) -> i64 {
+        self.last_offset() + 1
+    }
+    /// Whether this batch carries idempotent-producer state (producer id >= 0).
+    pub fn has_producer_id(&self) -> bool {
+        self.producer_id >= 0
+    }
+    /// The delete horizon (ms) when bit 6 is set (KIP-534), else `None`.
+    pub fn delete_horizon_ms(&self) -> Option<i64> {
+        self.attributes.has_delete_horizon().then_some(self.base_timestamp)
+    }
+}
+
+/// A v2 record batch viewed in place: the header decoded, the bytes borrowed.
+#[derive(Clone, Copy, Debug)]
+pub struct RecordBatch<'a> {
+    header: BatchHeader,
+    bytes: &'a [u8],
+}
+
+impl<'a> RecordBatch<'a> {
+    /// Views the batch at the start of `bytes`; `bytes` may hold more after it. Checks the magic,
+    /// the length against `bytes.len()`; does not check the CRC (call [`Self::verify_crc`]).
+    ///
+    /// Errors: [`BatchError::Truncated`] when `bytes` is shorter than the batch length says,
+    /// [`BatchError::UnsupportedMagic`], [`BatchError::InvalidLength`].
+    pub fn parse(bytes: &'a [u8]) -> Result<Self, BatchError> {
+        let header = BatchHeader::parse(bytes)?;
+        let total = header.total_size();
+        if bytes.len() < total {
+            return Err(BatchError::Truncated { needed: total, available: bytes.len() });
+        }
+        Ok(RecordBatch { header, bytes: &bytes[..total] })
+    }
+
+    /// The decoded header.
+    pub fn header(&self) -> &BatchHeader {
+        &self.header
+    }
+    /// The whole batch, header included.
+    pub fn as_bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+    /// Base offset.
+    pub fn base_offset(&self) -> i64 {
+        self.header.base_offset
+    }
+    /// Last offset (`base_offset + last_offset_delta`).
+    pub fn last_offset(&self) -> i64 {
+        self.header.last_offset()
+    }
+    /// `last_offset() + 1`.
+    pub fn next_offset(&self) -> i64 {
+        self.header.next_offset()
+    }
+    /// The attributes.
+    pub fn attributes(&self) -> Attributes {
+        self.header.attributes
+    }
+    /// The CRC-32C (Castagnoli) of bytes 21..end, as it should be stored in the CRC field.
+    pub fn compute_crc(&self) -> u32 {
+        crc32c::crc32c(&self.bytes[ATTRIBUTES_OFFSET..])
+    }
+    /// Whether the stored CRC matches the bytes.
+    pub fn is_crc_valid(&self) -> bool {
+        self.compute_crc() == self.header.crc
+    }
+    /// Checks the CRC. Errors: [`BatchError::CrcMismatch`].
+    pub fn verify_crc(&self) -> Result<(), BatchError> {
+        let computed = self.compute_crc();
+        if computed != self.header.crc {
+            return Err(BatchError::CrcMismatch {
+                base_offset: self.header.base_offset,
+                stored: self.header.crc,
+                computed,
+            });
+        }
+        Ok(())
+    }
+    /// The records section as stored (compressed when the codec is not none).
+    pub fn records_section(&self) -> &'a [u8] {
+        &self.bytes[HEADER_SIZE..]
+    }
+
+    /// Decompresses (when needed) and returns the records, Kafka's `DefaultRecordBatch.iterator`.
+    /// Decompressed output is limited to `max_uncompressed` bytes to bound memory on hostile
+    /// input.
+    ///
+    /// Errors: [`BatchError::UnknownCodec`], [`BatchError::Compression`], and
+    /// [`BatchError::InvalidRecord`] from iterating.
+    pub fn records_with_limit(&self, max_uncompressed: usize) -> Result<Records<'a>, BatchError> {
+        let codec = self.header.attributes.compression()?;
+        let data: Cow<'a, [u8]> = match codec {
+            Compression::None => Cow::Borrowed(self.records_section()),
+            c => Cow::Owned(
+                c.decompress(self.records_section(), max_uncompressed)
+                    .map_err(|source| BatchError::Compression { codec: c, source })?,
+            ),
+        };
+        Ok(Records { header: self.header, data })
+    }
+
+    /// [`Self::records_with_limit`] with [`DEFAULT_MAX_UNCOMPRESSED`].
+    pub fn records(&self) -> Result<Records<'a>, BatchError> {
+        self.records_with_limit(DEFAULT_MAX_UNCOMPRESSED)
+    }
+}
+
+/// Default bound on a batch's decompressed records (256 MiB).
+pub const DEFAULT_MAX_UNCOMPRESSED: usize = 256 << 20;
+
+/// The (decompressed) records of one batch; iterate with [`Records::iter`].
+#[derive(Debug)]
+pub struct Records<'a> {
+    header: BatchHeader,
+    data: Cow<'a, [u8]>,
+}
+
+impl Records<'_> {
+    /// Iterates the records. Each item is a record or the error that stopped the iteration;
+    /// the iterator ends after `records_count` records or the first error.
+    pub fn iter(&self) -> record::RecordIter<'_> {
+        record::RecordIter::new(&self.header, &self.data)
+    }
+    /// Decodes every record; errors: [`BatchError::InvalidRecord`].
+    pub fn to_vec(&self) -> Result<Vec<Record<'_>>, BatchError> {
+        self.iter().collect()
+    }
+    /// The decompressed records bytes.
+    pub fn data(&self) -> &[u8] {
+        &self.data
+    }
+}
+
+/// Walks a buffer of concatenated batches (any magic), yielding each batch's
+/// `(position, base_offset, total_size, magic)` without decoding past the first 17 bytes. Stops
+/// at the end, or at a partial trailing batch (reported by [`BatchBoundaries::partial_tail`]).
+/// This is how Kafka's `FileRecords.batches()` walks a log: by the length field alone.
+#[derive(Debug)]
+pub struct BatchBoundaries<'a> {
+    bytes: &'a [u8],
+    position: usize,
+    partial: bool,
+}
+
+/// One entry of [`BatchBoundaries`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Boundary {
+    /// Byte position in the buffer.
+    pub position: usize,
+    /// Base offset (magic 2) or offset of the message (magic 0/1).
+    pub base_offset: i64,
+    /// Total size including the 12-byte log overhead.
+    pub size: usize,
+    /// Magic byte.
+    pub magic: i8,
+}
+
+impl<'a> BatchBoundaries<'a> {
+    /// Starts walking `bytes` at position 0.
+    pub fn new(bytes: &'a [u8]) -> Self {
+        BatchBoundaries { bytes, position: 0, partial: false }
+    }
+    /// Whether iteration stopped at a batch that extends past the end of the buffer (or a
+    /// length field too short to be a batch).
+    pub fn partial_tail(&self) -> bool {
+        self.partial
+    }
+}
+
+impl Iterator for BatchBoundaries<'_> {
+    type Item = Boundary;
+    fn next(&mut self) -> Option<Boundary> {
+        let rest = &self.bytes[self.position..];
+        if rest.is_empty() {
+            return None;
+        }
+        let Ok((base_offset, len, magic)) = BatchHeader::peek(rest) else {
+            self.partial = true;
+            return None;
+        };
+        // The smallest legacy message (magic 0, empty key and value) has size 14.
+        if len < 14 || rest.len() < len as usize + LOG_OVERHEAD {
+            self.partial = true;
+            return None;
+        }
+        let b = Boundary { position: self.position, base_offset, size: len as usize + LOG_OVERHEAD, magic };
+        self.position += b.size;
+        Some(b)
+    }
+}
+
+#[inline]
+pub(crate) fn be_i64(b: &[u8], at: usize) -> i64 {
+    i64::from_be_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+#[inline]
+pub(crate) fn be_i32(b: &[u8], at: usize) -> i32 {
+    i32::from_be_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+#[inline]
+pub(crate) fn be_i16(b: &[u8], at: usize) -> i16 {
+    i16::from_be_bytes(b[at..at + 2].try_into().expect("2 bytes"))
+}

@@ -1,0 +1,87 @@
+use std::io;
+use std::path::PathBuf;
+
+use super::batch::BatchError;
+
+/// Errors of the storage engine. Every variant names the file and, where known, the byte
+/// position and offset, as Kafka's storage exceptions do.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LogError {
+    /// An I/O operation on `path` failed.
+    #[error("{op} {path}: {source}")]
+    Io {
+        /// What was being done ("open", "read", "append to", ...).
+        op: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+    /// A record batch in a `.log` file failed to decode or validate.
+    #[error("{path}: invalid batch at position {position}: {source}")]
+    Batch {
+        /// The `.log` file.
+        path: PathBuf,
+        /// Byte position of the batch inside the file.
+        position: u64,
+        /// What is wrong with it (carries the base offset when the header could be read).
+        #[source]
+        source: BatchError,
+    },
+    /// An index file (`.index` / `.timeindex`) is malformed or inconsistent with its segment.
+    #[error("{path}: corrupt index: {reason}")]
+    CorruptIndex {
+        /// The index file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A fetch or lookup offset lies outside `[log start offset, log end offset]`
+    /// (Kafka's `OffsetOutOfRangeException`).
+    #[error("offset {offset} is out of range for {partition}: log start offset {log_start_offset}, log end offset {log_end_offset}")]
+    OffsetOutOfRange {
+        /// The partition directory name (`topic-partition`).
+        partition: String,
+        /// The requested offset.
+        offset: i64,
+        /// The first offset still in the log.
+        log_start_offset: i64,
+        /// The offset the next appended record will get.
+        log_end_offset: i64,
+    },
+    /// An append was refused (offsets not increasing, batch too large for a segment, ...).
+    #[error("{path}: append refused: {reason}")]
+    InvalidAppend {
+        /// The segment or partition the append went to.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// A configuration value could not be parsed or is out of range.
+    #[error("invalid config {key}={value}: {reason}")]
+    InvalidConfig {
+        /// The Kafka config name.
+        key: String,
+        /// The value given.
+        value: String,
+        /// Why it was refused.
+        reason: String,
+    },
+    /// A file or directory name does not follow Kafka's `log.dirs` layout.
+    #[error("{path}: {reason}")]
+    Layout {
+        /// The offending path.
+        path: PathBuf,
+        /// What was expected.
+        reason: String,
+    },
+}
+
+impl LogError {
+    /// Wraps an [`io::Error`] with the operation and path it came from.
+    pub fn io(op: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
+        LogError::Io { op, path: path.into(), source }
+    }
+}

@@ -1,0 +1,6 @@
+//! Integration tests, one binary to keep link time down. Each module owns one area.
+//!
+//! Tests that read the real corpus (`../shared/corpus`, or `FETCHBENCH_CORPUS`) fail loudly when
+//! it is missing in CI (`CI` set) and skip with a printed notice elsewhere.
+
+mod common;
