@@ -1,1 +1,233 @@
-//! placeholder
+//! A `log.dirs` directory: every partition log in it, Kafka's checkpoint files and the
+//! clean-shutdown marker. Kafka's `LogManager`.
+//!
+//! Layout (Kafka's own):
+//!
+//! ```text
+//! <log dir>/
+//!   .kafka_cleanshutdown                 present only after a clean shutdown
+//!   recovery-point-offset-checkpoint     per partition: offset up to which data was fsynced
+//!   log-start-offset-checkpoint          per partition: first readable offset
+//!   replication-offset-checkpoint        per partition: high watermark (read, kept)
+//!   meta.properties                      cluster and node id (read when present)
+//!   <topic>-<partition>/                 one PartitionLog each
+//!   <topic>-<partition>.<uuid>-delete/   a deleted partition: removed at start-up
+//!   __cluster_metadata-0/                KRaft's metadata log: not a client topic, skipped
+//! ```
+//!
+//! Start-up: the marker says whether the last shutdown was clean (it is removed at once, so a
+//! crash from now on is unclean); without it every partition is recovered from its recovery point.
+//! Shutdown: every log flushed and closed, both checkpoints written, then the marker.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use super::checkpoint::{
+    self, read_offset_checkpoint, write_offset_checkpoint, OffsetCheckpoint, CLEAN_SHUTDOWN_MARKER,
+    LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_OFFSET_CHECKPOINT,
+};
+use super::partition::{now_ms, parse_topic_partition, LoadReport, OpenOptions, PartitionLog};
+use super::{LogConfig, LogError};
+
+/// Name of KRaft's metadata log directory prefix (`__cluster_metadata-0`).
+pub const CLUSTER_METADATA_TOPIC: &str = "__cluster_metadata";
+
+/// What [`LogManager::open`] found.
+#[derive(Debug, Default)]
+pub struct ManagerReport {
+    /// Whether `.kafka_cleanshutdown` was present.
+    pub had_clean_shutdown: bool,
+    /// Each partition loaded, with its load report.
+    pub partitions: Vec<((String, i32), LoadReport)>,
+    /// `-delete` directories removed.
+    pub removed_dirs: Vec<PathBuf>,
+    /// Entries that are not client partitions (KRaft metadata, `-future`/`-stray` directories,
+    /// stray names), with the reason.
+    pub skipped: Vec<(PathBuf, String)>,
+}
+
+/// Every partition log of one log directory.
+#[derive(Debug)]
+pub struct LogManager {
+    dir: PathBuf,
+    config: LogConfig,
+    logs: BTreeMap<(String, i32), PartitionLog>,
+    read_only: bool,
+}
+
+impl LogManager {
+    /// Opens `dir` (creating it unless `read_only`) and loads every partition in it with
+    /// `config` (broker-level defaults) and per-topic overrides from `topic_config`.
+    ///
+    /// Errors: [`LogError::Io`] and the errors of [`PartitionLog::open`], naming the partition.
+    pub fn open(
+        dir: &Path,
+        config: LogConfig,
+        topic_config: impl Fn(&str) -> Option<LogConfig>,
+        read_only: bool,
+    ) -> Result<(Self, ManagerReport), LogError> {
+        if !read_only {
+            fs::create_dir_all(dir).map_err(|e| LogError::io("create", dir, e))?;
+        }
+        let mut report = ManagerReport::default();
+        let marker = dir.join(CLEAN_SHUTDOWN_MARKER);
+        report.had_clean_shutdown = marker.exists();
+        if report.had_clean_shutdown && !read_only {
+            fs::remove_file(&marker).map_err(|e| LogError::io("delete", &marker, e))?;
+        }
+        let recovery_points = read_checkpoint_or_empty(&dir.join(RECOVERY_POINT_OFFSET_CHECKPOINT))?;
+        let log_starts = read_checkpoint_or_empty(&dir.join(LOG_START_OFFSET_CHECKPOINT))?;
+        let mut entries: Vec<PathBuf> = fs::read_dir(dir)
+            .map_err(|e| LogError::io("list", dir, e))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.is_dir())
+            .collect();
+        entries.sort();
+        let mut logs = BTreeMap::new();
+        for path in entries {
+            let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            if name.ends_with("-delete") {
+                if !read_only {
+                    fs::remove_dir_all(&path).map_err(|e| LogError::io("delete", &path, e))?;
+                    report.removed_dirs.push(path);
+                }
+                continue;
+            }
+            if name.ends_with("-future") || name.ends_with("-stray") {
+                report.skipped.push((path, "replica being moved or stray (not served)".into()));
+                continue;
+            }
+            let Some((topic, partition)) = parse_topic_partition(&name) else {
+                report.skipped.push((path, "not a <topic>-<partition> directory".into()));
+                continue;
+            };
+            if topic == CLUSTER_METADATA_TOPIC {
+                report.skipped.push((path, "KRaft metadata log, not a client topic".into()));
+                continue;
+            }
+            let key = (topic.clone(), partition);
+            let cfg = topic_config(&topic).unwrap_or_else(|| config.clone());
+            let opts = OpenOptions {
+                had_clean_shutdown: report.had_clean_shutdown,
+                recovery_point: recovery_points.get(&key).copied(),
+                log_start_offset: log_starts.get(&key).copied(),
+                read_only,
+                now_ms: 0,
+            };
+            let (log, load) = PartitionLog::open(&path, cfg, opts)?;
+            report.partitions.push((key.clone(), load));
+            logs.insert(key, log);
+        }
+        let mgr = LogManager { dir: dir.to_path_buf(), config, logs, read_only };
+        if !read_only {
+            mgr.checkpoint()?;
+        }
+        Ok((mgr, report))
+    }
+
+    /// The log directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+    /// Broker-level log config (defaults for new partitions).
+    pub fn config(&self) -> &LogConfig {
+        &self.config
+    }
+    /// A partition's log.
+    pub fn log(&self, topic: &str, partition: i32) -> Option<&PartitionLog> {
+        self.logs.get(&(topic.to_string(), partition))
+    }
+    /// A partition's log, mutable.
+    pub fn log_mut(&mut self, topic: &str, partition: i32) -> Option<&mut PartitionLog> {
+        self.logs.get_mut(&(topic.to_string(), partition))
+    }
+    /// Every log, by (topic, partition).
+    pub fn logs(&self) -> impl Iterator<Item = (&(String, i32), &PartitionLog)> {
+        self.logs.iter()
+    }
+    /// Every log, mutable (retention and compaction passes).
+    pub fn logs_mut(&mut self) -> impl Iterator<Item = (&(String, i32), &mut PartitionLog)> {
+        self.logs.iter_mut()
+    }
+
+    /// Returns the log of `topic`-`partition`, creating its directory and first segment with
+    /// `config` (or the broker defaults) when it does not exist.
+    ///
+    /// Errors: [`LogError::Layout`] for an invalid topic name; [`LogError::Io`].
+    pub fn get_or_create(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        config: Option<LogConfig>,
+    ) -> Result<&mut PartitionLog, LogError> {
+        let key = (topic.to_string(), partition);
+        if !self.logs.contains_key(&key) {
+            validate_topic_name(topic).map_err(|reason| LogError::Layout { path: self.dir.join(topic), reason })?;
+            if partition < 0 {
+                return Err(LogError::Layout { path: self.dir.join(topic), reason: "negative partition".into() });
+            }
+            let path = self.dir.join(format!("{topic}-{partition}"));
+            let opts = OpenOptions { had_clean_shutdown: true, read_only: self.read_only, ..Default::default() };
+            let (log, _) = PartitionLog::open(&path, config.unwrap_or_else(|| self.config.clone()), opts)?;
+            self.logs.insert(key.clone(), log);
+        }
+        Ok(self.logs.get_mut(&key).expect("inserted"))
+    }
+
+    /// Writes `recovery-point-offset-checkpoint` and `log-start-offset-checkpoint` atomically.
+    pub fn checkpoint(&self) -> Result<(), LogError> {
+        if self.read_only {
+            return Ok(());
+        }
+        let mut rp = OffsetCheckpoint::new();
+        let mut ls = OffsetCheckpoint::new();
+        for (k, log) in &self.logs {
+            rp.insert(k.clone(), log.recovery_point());
+            ls.insert(k.clone(), log.log_start_offset());
+        }
+        write_offset_checkpoint(&self.dir.join(RECOVERY_POINT_OFFSET_CHECKPOINT), &rp)?;
+        write_offset_checkpoint(&self.dir.join(LOG_START_OFFSET_CHECKPOINT), &ls)?;
+        Ok(())
+    }
+
+    /// Clean shutdown: every log flushed and closed, checkpoints written, then the
+    /// `.kafka_cleanshutdown` marker, so the next start skips recovery.
+    pub fn shutdown(mut self) -> Result<(), LogError> {
+        if self.read_only {
+            return Ok(());
+        }
+        let now = now_ms();
+        for log in self.logs.values_mut() {
+            log.flush(now)?;
+        }
+        self.checkpoint()?;
+        for (_, log) in std::mem::take(&mut self.logs) {
+            log.close()?;
+        }
+        checkpoint::write_atomically(&self.dir.join(CLEAN_SHUTDOWN_MARKER), b"")?;
+        Ok(())
+    }
+}
+
+fn read_checkpoint_or_empty(path: &Path) -> Result<OffsetCheckpoint, LogError> {
+    if path.exists() {
+        read_offset_checkpoint(path)
+    } else {
+        Ok(OffsetCheckpoint::new())
+    }
+}
+
+/// Kafka's `Topic.validate`: 1..=249 characters of `[a-zA-Z0-9._-]`, not `.` or `..`.
+pub fn validate_topic_name(topic: &str) -> Result<(), String> {
+    if topic.is_empty() || topic == "." || topic == ".." {
+        return Err(format!("invalid topic name {topic:?}"));
+    }
+    if topic.len() > 249 {
+        return Err(format!("topic name is {} characters, the limit is 249", topic.len()));
+    }
+    if let Some(c) = topic.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))) {
+        return Err(format!("topic name {topic:?} contains {c:?}: only [a-zA-Z0-9._-] are legal"));
+    }
+    Ok(())
+}

@@ -30,7 +30,7 @@ pub mod segment;
 pub mod time_index;
 
 pub use batch::{BatchError, RecordBatch};
-// pub use config::LogConfig;
+pub use config::LogConfig;
 pub use error::LogError;
-// pub use partition::{FileSlice, PartitionLog};
-// pub use segment::Segment;
+pub use partition::{FileSlice, PartitionLog};
+pub use segment::Segment;

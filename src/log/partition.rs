@@ -1,1 +1,751 @@
-//! placeholder
+//! One partition's log: ordered segments, offsets, appends, reads. Kafka's `UnifiedLog` over
+//! `LocalLog` and `LogLoader`.
+//!
+//! Offsets, as Kafka names them:
+//! - **log start offset**: the first offset still readable; advanced by retention.
+//! - **log end offset** (LEO): the offset the next appended record gets.
+//! - **high watermark** (HW): the offset up to which consumers may read. This broker has one
+//!   replica (the leader is the whole ISR), so the HW moves to the LEO after every append, as Kafka's
+//!   does with `replication.factor=1`; [`PartitionLog::set_high_watermark`] exists for tests and
+//!   future replication.
+//! - **recovery point**: the offset up to which the log is known to be fsynced; after an unclean
+//!   shutdown, segments from the one holding it onwards are recovered (CRC-checked, indexes rebuilt).
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use super::batch::{builder::set_base_offset, BatchBoundaries, RecordBatch};
+use super::config::LogConfig;
+use super::segment::{self, Segment, SegmentConfig};
+use super::time_index::TimestampOffset;
+use super::LogError;
+
+pub use super::segment::{FileSlice, SegmentFile};
+
+/// ListOffsets target timestamp meaning "the earliest offset" (Kafka's `EARLIEST_TIMESTAMP`).
+pub const EARLIEST_TIMESTAMP: i64 = -2;
+/// ListOffsets target timestamp meaning "the latest offset" (Kafka's `LATEST_TIMESTAMP`).
+pub const LATEST_TIMESTAMP: i64 = -1;
+
+/// An offset with its physical location: Kafka's `LogOffsetMetadata`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogOffsetMetadata {
+    /// The logical offset.
+    pub offset: i64,
+    /// Base offset of the segment holding it.
+    pub segment_base_offset: i64,
+    /// Byte position of the first batch at or after `offset` in that segment (its size when at the end).
+    pub position: u32,
+}
+
+/// What an append did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AppendInfo {
+    /// Offset of the first record appended.
+    pub first_offset: i64,
+    /// Last offset appended.
+    pub last_offset: i64,
+    /// Largest batch max timestamp appended.
+    pub max_timestamp: i64,
+    /// Last offset of the batch holding `max_timestamp`.
+    pub offset_of_max_timestamp: i64,
+    /// Batches appended.
+    pub batches: u32,
+    /// Bytes appended.
+    pub bytes: u32,
+    /// Log start offset after the append.
+    pub log_start_offset: i64,
+}
+
+/// How [`PartitionLog::open`] should treat the directory.
+#[derive(Clone, Debug, Default)]
+pub struct OpenOptions {
+    /// Whether the previous shutdown was clean (Kafka's `.kafka_cleanshutdown` marker). After an
+    /// unclean one, every segment from the recovery point on is recovered.
+    pub had_clean_shutdown: bool,
+    /// Recovery point from `recovery-point-offset-checkpoint` (0 when unknown: recover everything
+    /// after an unclean shutdown).
+    pub recovery_point: Option<i64>,
+    /// Log start offset from `log-start-offset-checkpoint` (else the first segment's base offset).
+    pub log_start_offset: Option<i64>,
+    /// Open without writing anything (no recovery, no index rebuild on disk, no cleanup): for data
+    /// on read-only media and for tools. Indexes that fail their sanity check are ignored (reads scan
+    /// from the segment start instead).
+    pub read_only: bool,
+    /// Wall clock in ms (for segment creation times); 0 = now.
+    pub now_ms: i64,
+}
+
+/// What [`PartitionLog::open`] found and did.
+#[derive(Clone, Debug, Default)]
+pub struct LoadReport {
+    /// Segments loaded.
+    pub segments: usize,
+    /// Segments whose indexes were rebuilt (missing or failed the sanity check).
+    pub rebuilt_indexes: Vec<i64>,
+    /// Segments recovered (CRC-validated) because the shutdown was unclean.
+    pub recovered: Vec<i64>,
+    /// Bytes cut from torn or corrupt tails.
+    pub truncated_bytes: u64,
+    /// Segments deleted because they followed a corrupt one.
+    pub deleted_after_corruption: Vec<i64>,
+    /// Leftover files removed (`.deleted`, `.cleaned`, orphan indexes, stale snapshots).
+    pub removed_files: Vec<PathBuf>,
+    /// `.swap` segments completed.
+    pub swapped: Vec<i64>,
+}
+
+/// One partition's log. Not internally synchronised: wrap it in a lock; [`PartitionLog::read`]
+/// takes `&self`, appends `&mut self`.
+#[derive(Debug)]
+pub struct PartitionLog {
+    dir: PathBuf,
+    topic: String,
+    partition: i32,
+    config: LogConfig,
+    segments: BTreeMap<i64, Segment>,
+    log_start_offset: i64,
+    log_end_offset: LogOffsetMetadata,
+    high_watermark: LogOffsetMetadata,
+    recovery_point: i64,
+    unflushed_messages: u64,
+    last_flush_ms: i64,
+    read_only: bool,
+}
+
+/// Splits a partition directory name `topic-partition` at its last dash (topics may contain
+/// dashes). `None` when it does not end in `-<non-negative integer>`.
+pub fn parse_topic_partition(dir_name: &str) -> Option<(String, i32)> {
+    let (topic, part) = dir_name.rsplit_once('-')?;
+    let partition: i32 = part.parse().ok()?;
+    if topic.is_empty() || partition < 0 || part.starts_with('+') {
+        return None;
+    }
+    Some((topic.to_string(), partition))
+}
+
+impl PartitionLog {
+    /// Opens (creating when absent) the partition directory `dir` (named `topic-partition`) and
+    /// loads it as Kafka's `LogLoader` does: leftover `.deleted`/`.cleaned` files removed, `.swap`
+    /// segments completed, each segment opened with its indexes sanity-checked (rebuilt when missing
+    /// or inconsistent), segments from the recovery point recovered after an unclean shutdown (torn
+    /// or corrupt tails truncated, later segments deleted), producer snapshots past the log end
+    /// removed. An empty directory gets one empty segment at offset 0.
+    ///
+    /// Errors: [`LogError::Layout`] when the directory name is not `topic-partition`;
+    /// [`LogError::Io`]; [`LogError::Batch`] / [`LogError::CorruptIndex`] only in read-only mode
+    /// when a segment cannot even be walked.
+    pub fn open(dir: &Path, config: LogConfig, opts: OpenOptions) -> Result<(Self, LoadReport), LogError> {
+        let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let (topic, partition) = parse_topic_partition(&name).ok_or_else(|| LogError::Layout {
+            path: dir.to_path_buf(),
+            reason: "a partition directory is named <topic>-<partition>".into(),
+        })?;
+        let now_ms = if opts.now_ms == 0 { now_ms() } else { opts.now_ms };
+        if !opts.read_only {
+            fs::create_dir_all(dir).map_err(|e| LogError::io("create", dir, e))?;
+        }
+        let seg_cfg = segment_config(&config);
+        let mut report = LoadReport::default();
+        if !opts.read_only {
+            remove_leftovers(dir, seg_cfg, &mut report)?;
+        }
+        let mut bases: Vec<i64> = list_dir(dir)?
+            .iter()
+            .filter_map(|n| n.strip_suffix(segment::LOG_SUFFIX).and_then(|_| segment::parse_base_offset(n)))
+            .collect();
+        bases.sort_unstable();
+        let recovery_point = opts.recovery_point.unwrap_or(0);
+        let mut segments = BTreeMap::new();
+        for base in bases {
+            let mut seg = Segment::open(dir, base, seg_cfg, opts.read_only)?;
+            if let Err(e) = seg.sanity_check() {
+                if opts.read_only {
+                    tracing::info!(
+                        "{}: ignoring index ({e}); reads will scan from the segment start",
+                        seg.log_path().display()
+                    );
+                    seg = Segment::open_without_indexes(dir, base, seg_cfg)?;
+                } else {
+                    tracing::warn!("{}: rebuilding indexes: {e}", seg.log_path().display());
+                    let outcome = seg.recover()?;
+                    report.rebuilt_indexes.push(base);
+                    report.truncated_bytes += outcome.truncated_bytes as u64;
+                }
+            }
+            segments.insert(base, seg);
+        }
+        // Unclean shutdown: recover every segment from the one holding the recovery point.
+        if !opts.had_clean_shutdown && !opts.read_only {
+            let first = segments.range(..=recovery_point).next_back().map(|(b, _)| *b).unwrap_or(i64::MIN);
+            let to_check: Vec<i64> = segments.range(first..).map(|(b, _)| *b).collect();
+            for (i, base) in to_check.iter().enumerate() {
+                let seg = segments.get_mut(base).expect("listed");
+                let outcome = seg.recover()?;
+                if !report.rebuilt_indexes.contains(base) {
+                    report.recovered.push(*base);
+                }
+                if outcome.truncated_bytes > 0 {
+                    report.truncated_bytes += outcome.truncated_bytes as u64;
+                    tracing::warn!(
+                        "{}: corruption found, truncated {} bytes at offset {}; deleting {} later segment(s)",
+                        seg.log_path().display(),
+                        outcome.truncated_bytes,
+                        outcome.next_offset,
+                        to_check.len() - i - 1
+                    );
+                    for later in &to_check[i + 1..] {
+                        segments.remove(later);
+                        Segment::delete_files(dir, *later, "")?;
+                        report.deleted_after_corruption.push(*later);
+                    }
+                    break;
+                }
+            }
+        }
+        if segments.is_empty() {
+            let base = opts.log_start_offset.unwrap_or(0).max(0);
+            if opts.read_only {
+                return Err(LogError::Layout { path: dir.to_path_buf(), reason: "no segments".into() });
+            }
+            segments.insert(base, Segment::create(dir, base, seg_cfg, now_ms)?);
+        }
+        report.segments = segments.len();
+        let first_base = *segments.keys().next().expect("one segment");
+        let (&active_base, active) = segments.iter().next_back().expect("one segment");
+        let leo = active.read_next_offset()?;
+        let end = LogOffsetMetadata { offset: leo, segment_base_offset: active_base, position: active.size() };
+        let log_start_offset = opts.log_start_offset.unwrap_or(first_base).max(first_base).min(leo);
+        if !opts.read_only {
+            // Inactive segments keep trimmed indexes; the active one gets room to grow.
+            let n = segments.len();
+            for (i, seg) in segments.values_mut().enumerate() {
+                if i + 1 < n {
+                    seg.on_become_inactive()?;
+                } else {
+                    seg.resize_indexes(seg_cfg.max_index_size)?;
+                }
+            }
+            remove_stale_snapshots(dir, leo, &mut report)?;
+        }
+        let log = PartitionLog {
+            dir: dir.to_path_buf(),
+            topic,
+            partition,
+            config,
+            segments,
+            log_start_offset,
+            log_end_offset: end,
+            high_watermark: end,
+            recovery_point: if opts.had_clean_shutdown { leo } else { recovery_point.min(leo) },
+            unflushed_messages: 0,
+            last_flush_ms: now_ms,
+            read_only: opts.read_only,
+        };
+        Ok((log, report))
+    }
+
+    /// The partition directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+    /// Topic name.
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+    /// Partition number.
+    pub fn partition(&self) -> i32 {
+        self.partition
+    }
+    /// The effective config.
+    pub fn config(&self) -> &LogConfig {
+        &self.config
+    }
+    /// Replaces the config (takes effect for later appends, rolls and cleaning).
+    pub fn set_config(&mut self, config: LogConfig) {
+        self.config = config;
+    }
+    /// First readable offset.
+    pub fn log_start_offset(&self) -> i64 {
+        self.log_start_offset
+    }
+    /// The offset the next record will get.
+    pub fn log_end_offset(&self) -> i64 {
+        self.log_end_offset.offset
+    }
+    /// Offset up to which consumers may read (= LEO on this single-replica broker).
+    pub fn high_watermark(&self) -> i64 {
+        self.high_watermark.offset
+    }
+    /// Offset up to which the log has been fsynced.
+    pub fn recovery_point(&self) -> i64 {
+        self.recovery_point
+    }
+    /// The segments, by base offset.
+    pub fn segments(&self) -> impl DoubleEndedIterator<Item = &Segment> + ExactSizeIterator {
+        self.segments.values()
+    }
+    /// The active (last) segment.
+    pub fn active_segment(&self) -> &Segment {
+        self.segments.values().next_back().expect("a log always has an active segment")
+    }
+    /// Total bytes of all segments.
+    pub fn size_in_bytes(&self) -> u64 {
+        self.segments.values().map(|s| s.size() as u64).sum()
+    }
+    /// Whether the log was opened read-only.
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// Appends v2 batches as a leader does: validates each (length, magic, CRC), assigns offsets
+    /// from the log end offset by rewriting each base offset (outside the CRC), rolls first when
+    /// the append would not fit the active segment, and moves the high watermark to the new LEO.
+    /// `records` holds one or more whole batches (a produce request's record set).
+    ///
+    /// Errors: [`LogError::Batch`] for an invalid batch (nothing is appended then);
+    /// [`LogError::InvalidAppend`] for an empty or oversized append or a read-only log; [`LogError::Io`].
+    pub fn append(&mut self, records: &[u8], now_ms: i64) -> Result<AppendInfo, LogError> {
+        let mut owned = records.to_vec();
+        let mut next = self.log_end_offset.offset;
+        let mut positions = Vec::new();
+        for b in BatchBoundaries::new(records) {
+            positions.push((b.position, b.size));
+        }
+        let walked: usize = positions.iter().map(|p| p.1).sum();
+        if walked != records.len() || positions.is_empty() {
+            return Err(self.invalid_batch_at(records, walked));
+        }
+        for &(pos, size) in &positions {
+            let batch = &mut owned[pos..pos + size];
+            let parsed = RecordBatch::parse(batch).map_err(|e| self.batch_error(pos, e))?;
+            parsed.verify_crc().map_err(|e| self.batch_error(pos, e))?;
+            let delta = parsed.header().last_offset_delta as i64;
+            set_base_offset(batch, next);
+            next += delta + 1;
+        }
+        self.append_assigned(&owned, now_ms)
+    }
+
+    /// Appends v2 batches keeping the offsets they carry (replication, the cleaner's tests, copying
+    /// data between logs). Offsets must start at or above the log end offset and increase.
+    ///
+    /// Errors: as [`PartitionLog::append`], plus [`LogError::InvalidAppend`] when offsets go
+    /// backwards.
+    pub fn append_with_offsets(&mut self, records: &[u8], now_ms: i64) -> Result<AppendInfo, LogError> {
+        let mut expected_min = self.log_end_offset.offset;
+        let mut walked = 0;
+        for b in BatchBoundaries::new(records) {
+            let parsed = RecordBatch::parse(&records[b.position..b.position + b.size])
+                .map_err(|e| self.batch_error(b.position, e))?;
+            parsed.verify_crc().map_err(|e| self.batch_error(b.position, e))?;
+            if parsed.base_offset() < expected_min {
+                return Err(LogError::InvalidAppend {
+                    path: self.dir.clone(),
+                    reason: format!("batch base offset {} is below {expected_min}", parsed.base_offset()),
+                });
+            }
+            expected_min = parsed.next_offset();
+            walked += b.size;
+        }
+        if walked != records.len() || walked == 0 {
+            return Err(self.invalid_batch_at(records, walked));
+        }
+        self.append_assigned(records, now_ms)
+    }
+
+    fn batch_error(&self, position: usize, source: super::BatchError) -> LogError {
+        LogError::Batch { path: self.dir.clone(), position: position as u64, source }
+    }
+
+    fn invalid_batch_at(&self, records: &[u8], position: usize) -> LogError {
+        if records.is_empty() {
+            return LogError::InvalidAppend { path: self.dir.clone(), reason: "empty append".into() };
+        }
+        let source = match RecordBatch::parse(&records[position..]) {
+            Err(e) => e,
+            Ok(_) => super::BatchError::Truncated { needed: records.len() + 1, available: records.len() },
+        };
+        self.batch_error(position, source)
+    }
+
+    /// Appends batches whose offsets are already final (validated by the caller).
+    fn append_assigned(&mut self, records: &[u8], now_ms: i64) -> Result<AppendInfo, LogError> {
+        if self.read_only {
+            return Err(LogError::InvalidAppend { path: self.dir.clone(), reason: "log is open read-only".into() });
+        }
+        let max_segment = self.config.segment_bytes.max(1) as u64;
+        if records.len() as u64 > max_segment {
+            return Err(LogError::InvalidAppend {
+                path: self.dir.clone(),
+                reason: format!("{} bytes do not fit a segment of segment.bytes={}", records.len(), max_segment),
+            });
+        }
+        let mut info = AppendInfo {
+            first_offset: -1,
+            last_offset: -1,
+            max_timestamp: -1,
+            offset_of_max_timestamp: -1,
+            batches: 0,
+            bytes: records.len() as u32,
+            log_start_offset: self.log_start_offset,
+        };
+        let mut messages = 0u64;
+        for b in BatchBoundaries::new(records) {
+            let h = RecordBatch::parse(&records[b.position..b.position + b.size])
+                .map_err(|e| self.batch_error(b.position, e))?
+                .header()
+                .to_owned();
+            if info.first_offset < 0 {
+                info.first_offset = h.base_offset;
+            }
+            info.last_offset = h.last_offset();
+            if h.max_timestamp > info.max_timestamp {
+                info.max_timestamp = h.max_timestamp;
+                info.offset_of_max_timestamp = h.last_offset();
+            }
+            info.batches += 1;
+            messages += h.last_offset_delta as u64 + 1;
+        }
+        let roll_ms = self.config.segment_ms;
+        let needs_roll = {
+            let active = self.segments.values_mut().next_back().expect("active segment");
+            active.should_roll(
+                max_segment.min(i32::MAX as u64) as u32,
+                roll_ms,
+                records.len() as u32,
+                info.max_timestamp,
+                info.last_offset,
+                now_ms,
+            )?
+        };
+        if needs_roll {
+            self.roll_at(info.first_offset, now_ms)?;
+        }
+        let (&base, active) = self.segments.iter_mut().next_back().expect("active segment");
+        active.append(info.last_offset, info.max_timestamp, info.offset_of_max_timestamp, records)?;
+        self.log_end_offset =
+            LogOffsetMetadata { offset: info.last_offset + 1, segment_base_offset: base, position: active.size() };
+        self.high_watermark = self.log_end_offset;
+        self.unflushed_messages += messages;
+        let flush_ms = self.config.flush_ms;
+        if self.unflushed_messages >= self.config.flush_messages.max(1) as u64
+            || now_ms.saturating_sub(self.last_flush_ms) >= flush_ms
+        {
+            self.flush(now_ms)?;
+        }
+        Ok(info)
+    }
+
+    /// Rolls a new active segment at the log end offset (Kafka's `roll`): the old one gets its
+    /// final time-index entry and trimmed indexes. Rolling an empty active segment is a no-op.
+    pub fn roll(&mut self, now_ms: i64) -> Result<(), LogError> {
+        self.roll_at(self.log_end_offset.offset, now_ms)
+    }
+
+    fn roll_at(&mut self, new_base: i64, now_ms: i64) -> Result<(), LogError> {
+        let active = self.segments.values_mut().next_back().expect("active segment");
+        if active.size() == 0 && active.base_offset() == new_base {
+            return Ok(());
+        }
+        if active.size() == 0 {
+            // An empty active segment at a lower base (e.g. after retention): replace it.
+            let base = active.base_offset();
+            self.segments.remove(&base);
+            Segment::delete_files(&self.dir, base, "")?;
+        } else {
+            active.on_become_inactive()?;
+        }
+        let seg = Segment::create(&self.dir, new_base, segment_config(&self.config), now_ms)?;
+        self.segments.insert(new_base, seg);
+        self.log_end_offset = LogOffsetMetadata { offset: new_base, segment_base_offset: new_base, position: 0 };
+        if self.high_watermark.offset >= new_base {
+            self.high_watermark = self.log_end_offset;
+        }
+        Ok(())
+    }
+
+    /// fsyncs every segment holding offsets at or above the recovery point, then moves the recovery
+    /// point to the log end offset. Kafka's default is never to fsync on append (`flush.messages` and
+    /// `flush.ms` at Long.MAX): durability then comes from the page cache surviving a process crash
+    /// and from replication, and a power loss can lose the unflushed tail.
+    pub fn flush(&mut self, now_ms: i64) -> Result<(), LogError> {
+        if self.read_only {
+            return Ok(());
+        }
+        let from = self.segments.range(..=self.recovery_point).next_back().map(|(b, _)| *b).unwrap_or(i64::MIN);
+        for seg in self.segments.range(from..).map(|(_, s)| s) {
+            seg.flush()?;
+        }
+        sync_dir(&self.dir)?;
+        self.recovery_point = self.log_end_offset.offset;
+        self.unflushed_messages = 0;
+        self.last_flush_ms = now_ms;
+        Ok(())
+    }
+
+    /// Moves the high watermark to `offset` (clamped to `[log start offset, log end offset]`).
+    pub fn set_high_watermark(&mut self, offset: i64) -> Result<(), LogError> {
+        let offset = offset.clamp(self.log_start_offset, self.log_end_offset.offset);
+        self.high_watermark = self.offset_metadata(offset)?;
+        Ok(())
+    }
+
+    fn offset_metadata(&self, offset: i64) -> Result<LogOffsetMetadata, LogError> {
+        if offset == self.log_end_offset.offset {
+            return Ok(self.log_end_offset);
+        }
+        for (&base, seg) in
+            self.segments.range(..=offset).next_back().into_iter().chain(self.segments.range(offset + 1..))
+        {
+            if let Some(info) = seg.translate_offset(offset, 0)? {
+                return Ok(LogOffsetMetadata { offset, segment_base_offset: base, position: info.position });
+            }
+        }
+        Ok(self.log_end_offset)
+    }
+
+    /// Kafka's `LogSegment.read` through `LocalLog.read`: a [`FileSlice`] starting at the batch that
+    /// contains `fetch_offset` (or, inside a compaction gap, the next batch), cut by bytes at
+    /// `max_bytes` (so it may end inside a batch), never past the high watermark's position; with
+    /// `min_one_batch` (KIP-74) the first batch is whole even when larger than `max_bytes`. At the
+    /// high watermark (or with nothing to return) the slice is empty (`len == 0`). Reads index
+    /// entries and batch headers only, never record bytes.
+    ///
+    /// Errors: [`LogError::OffsetOutOfRange`] when `fetch_offset` is below the log start offset or
+    /// above the log end offset; [`LogError::Io`] / [`LogError::Batch`] when a header cannot be read.
+    pub fn read(&self, fetch_offset: i64, max_bytes: u32, min_one_batch: bool) -> Result<FileSlice, LogError> {
+        if fetch_offset < self.log_start_offset || fetch_offset > self.log_end_offset.offset {
+            return Err(LogError::OffsetOutOfRange {
+                partition: format!("{}-{}", self.topic, self.partition),
+                offset: fetch_offset,
+                log_start_offset: self.log_start_offset,
+                log_end_offset: self.log_end_offset.offset,
+            });
+        }
+        let hw = self.high_watermark;
+        let empty = || {
+            let seg = self.segments.get(&hw.segment_base_offset).unwrap_or_else(|| self.active_segment());
+            FileSlice { segment: seg.file().clone(), position: hw.position.min(seg.size()), len: 0 }
+        };
+        if fetch_offset >= hw.offset {
+            return Ok(empty());
+        }
+        let start_base = self.segments.range(..=fetch_offset).next_back().map(|(b, _)| *b).unwrap_or(i64::MIN);
+        for (&base, seg) in self.segments.range(start_base..) {
+            if base > hw.segment_base_offset {
+                break;
+            }
+            let max_position = if base == hw.segment_base_offset { hw.position } else { seg.size() };
+            if let Some(slice) = seg.read(fetch_offset, max_bytes, max_position, min_one_batch)? {
+                return Ok(slice);
+            }
+        }
+        Ok(empty())
+    }
+
+    /// Kafka's `UnifiedLog.fetchOffsetByTimestamp` (KIP-79): for [`EARLIEST_TIMESTAMP`] the log
+    /// start offset, for [`LATEST_TIMESTAMP`] the log end offset (both with timestamp -1); otherwise
+    /// the earliest offset whose record timestamp is >= `target_ms`, looking inside batches. `None`
+    /// when no record is that recent (the broker answers offset -1, timestamp -1).
+    pub fn fetch_offset_by_timestamp(&self, target_ms: i64) -> Result<Option<TimestampOffset>, LogError> {
+        match target_ms {
+            EARLIEST_TIMESTAMP => return Ok(Some(TimestampOffset { timestamp: -1, offset: self.log_start_offset })),
+            LATEST_TIMESTAMP => return Ok(Some(TimestampOffset { timestamp: -1, offset: self.log_end_offset.offset })),
+            _ => {}
+        }
+        for seg in self.segments.values() {
+            if seg.size() == 0 || seg.largest_timestamp() < target_ms {
+                continue;
+            }
+            if let Some(found) = seg.find_offset_by_timestamp(target_ms, self.log_start_offset)? {
+                return Ok(Some(found));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Deletes the oldest segments for which `should_delete(segment, next_segment)` holds, in order,
+    /// stopping at the first that does not, never deleting the active segment unless it is empty
+    /// and a new one replaces it (Kafka's `deleteOldSegments`); the log start offset moves to the
+    /// first remaining offset. Files are renamed `.deleted` and unlinked: readers holding a
+    /// [`FileSlice`] keep reading the data until they drop it. Returns the deleted base offsets.
+    pub fn delete_oldest_segments(
+        &mut self,
+        mut should_delete: impl FnMut(&Segment, Option<&Segment>) -> bool,
+    ) -> Result<Vec<i64>, LogError> {
+        let mut doomed = Vec::new();
+        let bases: Vec<i64> = self.segments.keys().copied().collect();
+        for (i, base) in bases.iter().enumerate() {
+            let seg = &self.segments[base];
+            let next = bases.get(i + 1).map(|b| &self.segments[b]);
+            if next.is_none() || !should_delete(seg, next) {
+                break;
+            }
+            if self.high_watermark.offset < bases[i + 1] {
+                break; // never delete past the high watermark
+            }
+            doomed.push(*base);
+        }
+        for base in &doomed {
+            let mut seg = self.segments.remove(base).expect("listed");
+            seg.add_suffix(segment::DELETED_SUFFIX)?;
+            drop(seg);
+            Segment::delete_files(&self.dir, *base, segment::DELETED_SUFFIX)?;
+        }
+        if let Some(&first) = self.segments.keys().next() {
+            if first > self.log_start_offset {
+                self.log_start_offset = first;
+            }
+        }
+        Ok(doomed)
+    }
+
+    /// Replaces segments with cleaned ones (the cleaner's swap, Kafka's `replaceSegments`): `new`
+    /// segments were written with the `.cleaned` suffix; they are renamed to `.swap`, the `old` base
+    /// offsets deleted, then the swap files renamed to their final names. A crash in between is
+    /// completed by [`PartitionLog::open`] as Kafka does.
+    pub(crate) fn replace_segments(&mut self, new: Vec<Segment>, old: &[i64]) -> Result<(), LogError> {
+        let mut new = new;
+        for seg in &mut new {
+            rename_suffix(&self.dir, seg.base_offset(), segment::CLEANED_SUFFIX, segment::SWAP_SUFFIX)?;
+        }
+        for base in old {
+            if let Some(mut seg) = self.segments.remove(base) {
+                seg.add_suffix(segment::DELETED_SUFFIX)?;
+                drop(seg);
+                Segment::delete_files(&self.dir, *base, segment::DELETED_SUFFIX)?;
+            }
+        }
+        for seg in new {
+            let base = seg.base_offset();
+            drop(seg);
+            rename_suffix(&self.dir, base, segment::SWAP_SUFFIX, "")?;
+            let reopened = Segment::open(&self.dir, base, segment_config(&self.config), false)?;
+            let mut reopened = reopened;
+            reopened.on_become_inactive()?;
+            self.segments.insert(base, reopened);
+        }
+        Ok(())
+    }
+
+    /// Segments by base offset, mutable (the cleaner).
+    pub(crate) fn segments_map(&self) -> &BTreeMap<i64, Segment> {
+        &self.segments
+    }
+
+    /// Closes every segment (final time-index entries, trimmed indexes) after an fsync.
+    pub fn close(mut self) -> Result<(), LogError> {
+        if self.read_only {
+            return Ok(());
+        }
+        self.flush(now_ms())?;
+        for (_, seg) in std::mem::take(&mut self.segments) {
+            seg.close()?;
+        }
+        Ok(())
+    }
+}
+
+fn segment_config(config: &LogConfig) -> SegmentConfig {
+    SegmentConfig {
+        index_interval_bytes: config.index_interval_bytes.max(0) as u32,
+        max_index_size: config.segment_index_bytes.max(12) as usize,
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+fn list_dir(dir: &Path) -> Result<Vec<String>, LogError> {
+    let mut names = Vec::new();
+    for e in fs::read_dir(dir).map_err(|e| LogError::io("list", dir, e))? {
+        let e = e.map_err(|e| LogError::io("list", dir, e))?;
+        names.push(e.file_name().to_string_lossy().into_owned());
+    }
+    names.sort();
+    Ok(names)
+}
+
+fn sync_dir(dir: &Path) -> Result<(), LogError> {
+    fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| LogError::io("fsync", dir, e))
+}
+
+fn rename_suffix(dir: &Path, base: i64, from: &str, to: &str) -> Result<(), LogError> {
+    for s in [segment::LOG_SUFFIX, segment::INDEX_SUFFIX, segment::TIME_INDEX_SUFFIX, segment::TXN_INDEX_SUFFIX] {
+        let a = dir.join(format!("{}{from}", segment::file_name(base, s)));
+        let b = dir.join(format!("{}{to}", segment::file_name(base, s)));
+        match fs::rename(&a, &b) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && s != segment::LOG_SUFFIX => {}
+            Err(e) => return Err(LogError::io("rename", a, e)),
+        }
+    }
+    Ok(())
+}
+
+/// Kafka's `LogLoader.removeTempFilesAndCollectSwapFiles` + swap completion: `.deleted` and
+/// `.cleaned` files are removed, orphan indexes (no `.log`) removed, and each `.swap` segment
+/// replaces the segments whose offsets it covers, then loses its suffix.
+fn remove_leftovers(dir: &Path, cfg: SegmentConfig, report: &mut LoadReport) -> Result<(), LogError> {
+    let names = list_dir(dir)?;
+    let mut swaps = Vec::new();
+    for n in &names {
+        let p = dir.join(n);
+        if n.ends_with(segment::DELETED_SUFFIX) || n.ends_with(segment::CLEANED_SUFFIX) {
+            fs::remove_file(&p).map_err(|e| LogError::io("delete", &p, e))?;
+            report.removed_files.push(p);
+        } else if let Some(stem) = n.strip_suffix(segment::SWAP_SUFFIX) {
+            if let Some(base) = stem.strip_suffix(segment::LOG_SUFFIX).and_then(segment::parse_base_offset) {
+                swaps.push(base);
+            }
+        }
+    }
+    for base in swaps {
+        let mut swap = Segment::open_with_suffix(dir, base, cfg, false, segment::SWAP_SUFFIX)?;
+        swap.recover()?;
+        let end = swap.read_next_offset()?;
+        drop(swap);
+        for n in list_dir(dir)? {
+            if let Some(b) = n.strip_suffix(segment::LOG_SUFFIX).and_then(segment::parse_base_offset) {
+                if b >= base && b < end.max(base + 1) {
+                    Segment::delete_files(dir, b, "")?;
+                }
+            }
+        }
+        rename_suffix(dir, base, segment::SWAP_SUFFIX, "")?;
+        report.swapped.push(base);
+    }
+    // Orphan indexes (an index whose .log is gone).
+    let names = list_dir(dir)?;
+    for n in &names {
+        for s in [segment::INDEX_SUFFIX, segment::TIME_INDEX_SUFFIX, segment::TXN_INDEX_SUFFIX] {
+            if let Some(base) = n.strip_suffix(s).and_then(segment::parse_base_offset) {
+                if !names.contains(&segment::file_name(base, segment::LOG_SUFFIX)) {
+                    let p = dir.join(n);
+                    fs::remove_file(&p).map_err(|e| LogError::io("delete", &p, e))?;
+                    report.removed_files.push(p);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Producer-state snapshots (`<offset>.snapshot`) past the log end offset describe data that no
+/// longer exists; Kafka's `ProducerStateManager.truncateAndReload` removes them.
+fn remove_stale_snapshots(dir: &Path, log_end_offset: i64, report: &mut LoadReport) -> Result<(), LogError> {
+    for n in list_dir(dir)? {
+        if let Some(off) = n.ends_with(".snapshot").then(|| segment::parse_base_offset(&n)).flatten() {
+            if off > log_end_offset {
+                let p = dir.join(&n);
+                fs::remove_file(&p).map_err(|e| LogError::io("delete", &p, e))?;
+                report.removed_files.push(p);
+            }
+        }
+    }
+    Ok(())
+}

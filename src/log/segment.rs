@@ -1,1 +1,906 @@
-//! placeholder
+//! One log segment: a `.log` file of record batches with its `.index` and `.timeindex`, Kafka's
+//! `LogSegment` over `FileRecords`.
+//!
+//! Files are named by the segment's base offset, zero-padded to 20 digits
+//! (`00000000000000000042.log`, Kafka's `LogFileUtils.filenamePrefixFromOffset`). Positions inside a
+//! segment are `u32` as in Kafka: a segment stays below 2 GiB (`segment.bytes` is an `i32`).
+//!
+//! Appends follow Kafka's rule exactly: before an append, when more than `index.interval.bytes`
+//! bytes were appended since the last index entry, one `.index` entry (largest offset of this
+//! append, its start position) is added, and a `.timeindex` entry (max timestamp so far, offset of
+//! that batch's last record) when the max timestamp grew. Recovery rebuilds both the same way, batch
+//! by batch, so an index rebuilt here equals the one Kafka wrote.
+
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::batch::{BatchHeader, RecordBatch, HEADER_SIZE, LOG_OVERHEAD, MAGIC_V2, NO_TIMESTAMP};
+use super::offset_index::OffsetIndex;
+use super::time_index::{TimeIndex, TimestampOffset};
+use super::LogError;
+
+/// Suffix of a segment's record file.
+pub const LOG_SUFFIX: &str = ".log";
+/// Suffix of the offset index.
+pub const INDEX_SUFFIX: &str = ".index";
+/// Suffix of the time index.
+pub const TIME_INDEX_SUFFIX: &str = ".timeindex";
+/// Suffix of the transaction index (aborted transactions; fetchbench never writes one).
+pub const TXN_INDEX_SUFFIX: &str = ".txnindex";
+/// Suffix added to files scheduled for deletion (Kafka's `LogFileUtils.DELETED_FILE_SUFFIX`).
+pub const DELETED_SUFFIX: &str = ".deleted";
+/// Suffix of the cleaner's output before the swap (Kafka's `CLEANED_FILE_SUFFIX`).
+pub const CLEANED_SUFFIX: &str = ".cleaned";
+/// Suffix of cleaned segments being swapped in (Kafka's `SWAP_FILE_SUFFIX`).
+pub const SWAP_SUFFIX: &str = ".swap";
+/// Smallest possible entry: a magic-0 message with empty key and value (Kafka's
+/// `Records.LOG_OVERHEAD + LegacyRecord.RECORD_OVERHEAD_V0`).
+pub const MIN_ENTRY_SIZE: usize = LOG_OVERHEAD + 14;
+
+/// `<20-digit base offset><suffix>`, Kafka's file naming.
+pub fn file_name(base_offset: i64, suffix: &str) -> String {
+    format!("{base_offset:020}{suffix}")
+}
+
+/// Parses the base offset from a segment file name such as `00000000000000000042.log` (any
+/// suffix). Returns `None` when the name does not start with 20 digits followed by a dot.
+pub fn parse_base_offset(name: &str) -> Option<i64> {
+    let (digits, rest) = name.split_at_checked(20)?;
+    if !rest.starts_with('.') || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// An open `.log` file shared by the segment and by every [`FileSlice`] that names part of it.
+/// Retention unlinks the file; readers holding an `Arc` keep reading it until the last one drops
+/// (the file is never truncated under them).
+#[derive(Debug)]
+pub struct SegmentFile {
+    file: File,
+    path: PathBuf,
+    base_offset: i64,
+}
+
+impl SegmentFile {
+    /// The open file (for `pread`, `sendfile`, `mmap` by read paths).
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+    /// The path the file had when it was opened (it may since have been renamed or unlinked).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+    /// The segment's base offset.
+    pub fn base_offset(&self) -> i64 {
+        self.base_offset
+    }
+}
+
+/// A byte range of one segment file: what a fetch returns. Building it reads no record bytes; a
+/// read path moves `len` bytes from `position` to a socket. `len` may end inside a batch (a fetch
+/// is cut by bytes, as Kafka's `FileRecords.slice`); consumers drop the partial tail.
+#[derive(Clone, Debug)]
+pub struct FileSlice {
+    /// The segment file.
+    pub segment: Arc<SegmentFile>,
+    /// Start position in bytes.
+    pub position: u32,
+    /// Length in bytes.
+    pub len: u32,
+}
+
+impl FileSlice {
+    /// Reads the slice's bytes into memory with `pread` (tests and tools; read paths move bytes
+    /// without this). Errors: the underlying I/O error, e.g. `UnexpectedEof` if the file shrank.
+    pub fn read_to_vec(&self) -> io::Result<Vec<u8>> {
+        let mut buf = vec![0u8; self.len as usize];
+        self.segment.file.read_exact_at(&mut buf, self.position as u64)?;
+        Ok(buf)
+    }
+}
+
+/// Header-level facts about one entry (v2 batch or legacy message) of a `.log`, read without
+/// touching record bytes (Kafka's `FileChannelRecordBatch`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchInfo {
+    /// Position in the file.
+    pub position: u32,
+    /// Total size including the 12-byte log overhead.
+    pub size: u32,
+    /// Magic byte.
+    pub magic: i8,
+    /// Base offset (for legacy entries: the entry's offset, which for a compressed wrapper is the
+    /// last inner offset).
+    pub base_offset: i64,
+    /// Last offset.
+    pub last_offset: i64,
+    /// Max timestamp (v2), the message timestamp (magic 1), or -1 (magic 0).
+    pub max_timestamp: i64,
+    /// The v2 header, when magic is 2.
+    pub header: Option<BatchHeader>,
+}
+
+impl BatchInfo {
+    /// `last_offset + 1`.
+    pub fn next_offset(&self) -> i64 {
+        self.last_offset + 1
+    }
+    /// Position just after this entry.
+    pub fn end(&self) -> u32 {
+        self.position + self.size
+    }
+}
+
+/// Tunables a segment needs (from [`super::LogConfig`]).
+#[derive(Clone, Copy, Debug)]
+pub struct SegmentConfig {
+    /// `index.interval.bytes`: bytes between offset-index entries (Kafka default 4096).
+    pub index_interval_bytes: u32,
+    /// `segment.index.bytes`: preallocated size of each index file (Kafka default 10 MiB).
+    pub max_index_size: usize,
+}
+
+impl Default for SegmentConfig {
+    fn default() -> Self {
+        SegmentConfig { index_interval_bytes: 4096, max_index_size: 10 * 1024 * 1024 }
+    }
+}
+
+/// One segment. Not internally synchronised: the partition serialises writers; readers use
+/// `&self` (index lookups and `pread` of headers).
+#[derive(Debug)]
+pub struct Segment {
+    base_offset: i64,
+    dir: PathBuf,
+    log: Arc<SegmentFile>,
+    offset_index: OffsetIndex,
+    time_index: TimeIndex,
+    size: u32,
+    config: SegmentConfig,
+    read_only: bool,
+    bytes_since_last_index_entry: u32,
+    max_timestamp_so_far: TimestampOffset,
+    rolling_based_timestamp: Option<i64>,
+    created_ms: i64,
+}
+
+impl Segment {
+    /// Creates a new empty segment in `dir` (files must not exist yet), with both indexes
+    /// preallocated to `config.max_index_size`.
+    ///
+    /// Errors: [`LogError::Io`] when a file exists or cannot be created.
+    pub fn create(dir: &Path, base_offset: i64, config: SegmentConfig, now_ms: i64) -> Result<Self, LogError> {
+        Self::create_with_suffix(dir, base_offset, config, now_ms, "")
+    }
+
+    /// [`Segment::create`] with an extra suffix on every file (the cleaner writes `.cleaned`).
+    pub fn create_with_suffix(
+        dir: &Path,
+        base_offset: i64,
+        config: SegmentConfig,
+        now_ms: i64,
+        suffix: &str,
+    ) -> Result<Self, LogError> {
+        let path = dir.join(format!("{}{suffix}", file_name(base_offset, LOG_SUFFIX)));
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(|e| LogError::io("create", &path, e))?;
+        let offset_index = OffsetIndex::open(
+            &dir.join(format!("{}{suffix}", file_name(base_offset, INDEX_SUFFIX))),
+            base_offset,
+            config.max_index_size,
+        )?;
+        let time_index = TimeIndex::open(
+            &dir.join(format!("{}{suffix}", file_name(base_offset, TIME_INDEX_SUFFIX))),
+            base_offset,
+            config.max_index_size,
+        )?;
+        Ok(Segment {
+            base_offset,
+            dir: dir.to_path_buf(),
+            log: Arc::new(SegmentFile { file, path, base_offset }),
+            offset_index,
+            time_index,
+            size: 0,
+            config,
+            read_only: false,
+            bytes_since_last_index_entry: 0,
+            max_timestamp_so_far: TimestampOffset { timestamp: NO_TIMESTAMP, offset: base_offset },
+            rolling_based_timestamp: None,
+            created_ms: now_ms,
+        })
+    }
+
+    /// Opens an existing segment. Missing index files are created empty (writable mode); call
+    /// [`Segment::sanity_check`] and, when it fails or the shutdown was unclean, [`Segment::recover`].
+    /// With `read_only`, nothing is created, resized or written: a missing index reads as empty
+    /// (and [`Segment::sanity_check`] reports it), for data on read-only media and `log dump`.
+    ///
+    /// Errors: [`LogError::Io`], [`LogError::InvalidAppend`] when the file exceeds 2 GiB.
+    pub fn open(dir: &Path, base_offset: i64, config: SegmentConfig, read_only: bool) -> Result<Self, LogError> {
+        Self::open_with_suffix(dir, base_offset, config, read_only, "")
+    }
+
+    /// Opens an existing segment read-only, ignoring its index files (lookups then scan from the
+    /// segment start): for read-only data whose indexes failed [`Segment::sanity_check`].
+    pub fn open_without_indexes(dir: &Path, base_offset: i64, config: SegmentConfig) -> Result<Self, LogError> {
+        let mut seg = Self::open(dir, base_offset, config, true)?;
+        seg.offset_index = OffsetIndex::empty_read_only(seg.offset_index.path(), base_offset);
+        seg.time_index = TimeIndex::empty_read_only(seg.time_index.path(), base_offset);
+        seg.max_timestamp_so_far = seg.read_largest_timestamp()?;
+        Ok(seg)
+    }
+
+    /// [`Segment::open`] for files carrying an extra suffix (`.swap`, `.cleaned`), as Kafka's
+    /// `LogSegment.open(.., fileSuffix)`.
+    pub fn open_with_suffix(
+        dir: &Path,
+        base_offset: i64,
+        config: SegmentConfig,
+        read_only: bool,
+        suffix: &str,
+    ) -> Result<Self, LogError> {
+        let path = dir.join(format!("{}{suffix}", file_name(base_offset, LOG_SUFFIX)));
+        let file =
+            OpenOptions::new().read(true).write(!read_only).open(&path).map_err(|e| LogError::io("open", &path, e))?;
+        let len = file.metadata().map_err(|e| LogError::io("stat", &path, e))?.len();
+        if len > i32::MAX as u64 {
+            return Err(LogError::InvalidAppend { path, reason: format!("segment of {len} bytes exceeds 2 GiB") });
+        }
+        let index_path = dir.join(format!("{}{suffix}", file_name(base_offset, INDEX_SUFFIX)));
+        let time_path = dir.join(format!("{}{suffix}", file_name(base_offset, TIME_INDEX_SUFFIX)));
+        let (offset_index, time_index) = if read_only {
+            (
+                if index_path.exists() {
+                    OffsetIndex::open_read_only(&index_path, base_offset)?
+                } else {
+                    OffsetIndex::empty_read_only(&index_path, base_offset)
+                },
+                if time_path.exists() {
+                    TimeIndex::open_read_only(&time_path, base_offset)?
+                } else {
+                    TimeIndex::empty_read_only(&time_path, base_offset)
+                },
+            )
+        } else {
+            (
+                OffsetIndex::open(&index_path, base_offset, config.max_index_size)?,
+                TimeIndex::open(&time_path, base_offset, config.max_index_size)?,
+            )
+        };
+        let created_ms = file_mtime_ms(&file);
+        let mut seg = Segment {
+            base_offset,
+            dir: dir.to_path_buf(),
+            log: Arc::new(SegmentFile { file, path, base_offset }),
+            offset_index,
+            time_index,
+            size: len as u32,
+            config,
+            read_only,
+            bytes_since_last_index_entry: 0,
+            max_timestamp_so_far: TimestampOffset { timestamp: NO_TIMESTAMP, offset: base_offset },
+            rolling_based_timestamp: None,
+            created_ms,
+        };
+        seg.max_timestamp_so_far = seg.time_index.last_entry();
+        Ok(seg)
+    }
+
+    /// Base offset: every offset in the segment is >= it; file names carry it.
+    pub fn base_offset(&self) -> i64 {
+        self.base_offset
+    }
+    /// Size of the `.log` in bytes.
+    pub fn size(&self) -> u32 {
+        self.size
+    }
+    /// Path of the `.log` file.
+    pub fn log_path(&self) -> &Path {
+        &self.log.path
+    }
+    /// The shared file handle.
+    pub fn file(&self) -> &Arc<SegmentFile> {
+        &self.log
+    }
+    /// The offset index.
+    pub fn offset_index(&self) -> &OffsetIndex {
+        &self.offset_index
+    }
+    /// The time index.
+    pub fn time_index(&self) -> &TimeIndex {
+        &self.time_index
+    }
+    /// Largest batch max timestamp appended or recovered, and the last offset of that batch;
+    /// timestamp -1 when unknown.
+    pub fn max_timestamp_so_far(&self) -> TimestampOffset {
+        self.max_timestamp_so_far
+    }
+    /// Largest record timestamp in the segment, or the file's modification time when none is known
+    /// (Kafka's `LogSegment.largestTimestamp`, used by `retention.ms`).
+    pub fn largest_timestamp(&self) -> i64 {
+        if self.max_timestamp_so_far.timestamp >= 0 {
+            self.max_timestamp_so_far.timestamp
+        } else {
+            file_mtime_ms(&self.log.file)
+        }
+    }
+
+    /// Reads header-level facts of the entry at `position`, reading at most 61 bytes. Returns
+    /// `Ok(None)` at the end of the data (`position >= end`) or when the entry is partial (extends
+    /// past `end`); `Err` when the length field is impossible.
+    pub fn batch_at(&self, position: u32, end: u32) -> Result<Option<BatchInfo>, LogError> {
+        read_batch_info(&self.log, position, end)
+    }
+
+    /// Iterates header-level facts of every entry from `position` to the end of the file (Kafka's
+    /// `FileRecords.batchesFrom`). Stops at a partial tail; yields an error for an impossible
+    /// length and then stops.
+    pub fn batches_from(&self, position: u32) -> BatchInfoIter<'_> {
+        BatchInfoIter { file: &self.log, position, end: self.size, done: false }
+    }
+
+    /// Reads `len` bytes at `position` (the cleaner, `log dump`, recovery's CRC checks).
+    pub fn read_bytes(&self, position: u32, len: u32) -> Result<Vec<u8>, LogError> {
+        let mut buf = vec![0u8; len as usize];
+        self.log.file.read_exact_at(&mut buf, position as u64).map_err(|e| LogError::io("read", &self.log.path, e))?;
+        Ok(buf)
+    }
+
+    /// Position and size of the first batch whose last offset is >= `offset`, searching from the
+    /// offset index's lower bound (Kafka's `translateOffset`). `None` when every batch is below
+    /// `offset`. Reads batch headers only.
+    pub fn translate_offset(&self, offset: i64, min_position: u32) -> Result<Option<BatchInfo>, LogError> {
+        let start = self.offset_index.lookup(offset).position.max(min_position);
+        for info in self.batches_from(start) {
+            let info = info?;
+            if info.last_offset >= offset {
+                return Ok(Some(info));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Kafka's `LogSegment.read`: a slice from the first batch whose last offset is >=
+    /// `start_offset`, at most `max_size` bytes (the first batch whole when `min_one_batch`, KIP-74),
+    /// never past `max_position`. `None` when no batch in this segment reaches `start_offset`.
+    pub fn read(
+        &self,
+        start_offset: i64,
+        max_size: u32,
+        max_position: u32,
+        min_one_batch: bool,
+    ) -> Result<Option<FileSlice>, LogError> {
+        let Some(first) = self.translate_offset(start_offset, 0)? else {
+            return Ok(None);
+        };
+        if first.position >= max_position {
+            return Ok(Some(FileSlice { segment: self.log.clone(), position: first.position, len: 0 }));
+        }
+        let adjusted = if min_one_batch { max_size.max(first.size) } else { max_size };
+        let len = adjusted.min(max_position - first.position);
+        Ok(Some(FileSlice { segment: self.log.clone(), position: first.position, len }))
+    }
+
+    /// The offset the next appended batch would get: last batch's last offset + 1, or the base
+    /// offset when empty (Kafka's `readNextOffset`; reads headers from the last index entry on).
+    pub fn read_next_offset(&self) -> Result<i64, LogError> {
+        let start = self.offset_index.lookup(i64::MAX).position;
+        let mut next = self.base_offset;
+        for info in self.batches_from(start) {
+            next = info?.next_offset();
+        }
+        Ok(next)
+    }
+
+    /// Whether `offset` fits this segment's 32-bit relative offsets.
+    pub fn can_convert_to_relative_offset(&self, offset: i64) -> bool {
+        let rel = offset - self.base_offset;
+        (0..=i32::MAX as i64).contains(&rel)
+    }
+
+    /// Appends already validated, offset-assigned batches (Kafka's `LogSegment.append`):
+    /// `largest_offset` is the last offset of the append, `largest_timestamp` its max timestamp and
+    /// `offset_of_max_timestamp` the last offset of the batch holding it.
+    ///
+    /// Errors: [`LogError::InvalidAppend`] when the segment is read-only, an offset does not fit
+    /// 32 bits relative to the base, or the file would pass 2 GiB; [`LogError::Io`].
+    pub fn append(
+        &mut self,
+        largest_offset: i64,
+        largest_timestamp: i64,
+        offset_of_max_timestamp: i64,
+        records: &[u8],
+    ) -> Result<(), LogError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        if self.read_only {
+            return Err(self.refuse("segment is open read-only"));
+        }
+        if !self.can_convert_to_relative_offset(largest_offset) {
+            return Err(self.refuse(format!("offset {largest_offset} overflows the relative offsets of this segment")));
+        }
+        if self.size as u64 + records.len() as u64 > i32::MAX as u64 {
+            return Err(self.refuse("segment would exceed 2 GiB"));
+        }
+        let position = self.size;
+        if position == 0 {
+            self.rolling_based_timestamp = Some(largest_timestamp);
+        }
+        self.log
+            .file
+            .write_all_at(records, position as u64)
+            .map_err(|e| LogError::io("append to", &self.log.path, e))?;
+        self.size += records.len() as u32;
+        if largest_timestamp > self.max_timestamp_so_far.timestamp {
+            self.max_timestamp_so_far =
+                TimestampOffset { timestamp: largest_timestamp, offset: offset_of_max_timestamp };
+        }
+        if self.bytes_since_last_index_entry > self.config.index_interval_bytes {
+            self.offset_index.append(largest_offset, position)?;
+            self.time_index.maybe_append(
+                self.max_timestamp_so_far.timestamp,
+                self.max_timestamp_so_far.offset,
+                false,
+            )?;
+            self.bytes_since_last_index_entry = 0;
+        }
+        self.bytes_since_last_index_entry += records.len() as u32;
+        Ok(())
+    }
+
+    fn refuse(&self, reason: impl Into<String>) -> LogError {
+        LogError::InvalidAppend { path: self.log.path.clone(), reason: reason.into() }
+    }
+
+    /// Kafka's `LogSegment.shouldRoll`: whether an append of `append_size` bytes with
+    /// `max_timestamp` and `max_offset` must go to a new segment.
+    pub fn should_roll(
+        &mut self,
+        segment_bytes: u32,
+        roll_ms: i64,
+        append_size: u32,
+        max_timestamp: i64,
+        max_offset: i64,
+        now_ms: i64,
+    ) -> Result<bool, LogError> {
+        let waited = self.time_waited_for_roll(now_ms, max_timestamp)?;
+        Ok(self.size as u64 > (segment_bytes as u64).saturating_sub(append_size as u64)
+            || (self.size > 0 && waited > roll_ms)
+            || self.offset_index.is_full()
+            || self.time_index.is_full()
+            || !self.can_convert_to_relative_offset(max_offset))
+    }
+
+    fn time_waited_for_roll(&mut self, now_ms: i64, message_timestamp: i64) -> Result<i64, LogError> {
+        if self.rolling_based_timestamp.is_none() {
+            if let Some(first) = self.batches_from(0).next() {
+                self.rolling_based_timestamp = Some(first?.max_timestamp);
+            }
+        }
+        Ok(match self.rolling_based_timestamp {
+            Some(ts) if ts >= 0 => message_timestamp.saturating_sub(ts),
+            _ => now_ms.saturating_sub(self.created_ms),
+        })
+    }
+
+    /// Checks the indexes without trusting them (Kafka's `LogSegment.sanityCheck`, made stricter):
+    /// both index files exist, have whole entries, increase, and the last offset entry points at a
+    /// batch boundary whose last offset equals the entry's offset.
+    ///
+    /// Errors: [`LogError::CorruptIndex`] naming the index file.
+    pub fn sanity_check(&self) -> Result<(), LogError> {
+        let idx_path = self.offset_index.path().to_path_buf();
+        if !idx_path.exists() {
+            return Err(LogError::CorruptIndex { path: idx_path, reason: "missing".into() });
+        }
+        if !self.time_index.path().exists() {
+            return Err(LogError::CorruptIndex {
+                path: self.time_index.path().to_path_buf(),
+                reason: "missing".into(),
+            });
+        }
+        self.offset_index.sanity_check()?;
+        self.time_index.sanity_check()?;
+        if self.offset_index.entries() > 0 {
+            let last = self.offset_index.entry(self.offset_index.entries() - 1);
+            let corrupt = |reason: String| LogError::CorruptIndex { path: idx_path.clone(), reason };
+            match self.batch_at(last.position, self.size) {
+                Ok(Some(info)) if info.last_offset == last.offset => {}
+                Ok(Some(info)) => {
+                    return Err(corrupt(format!(
+                        "last entry ({}, {}) points at a batch with last offset {}",
+                        last.offset, last.position, info.last_offset
+                    )))
+                }
+                _ => {
+                    return Err(corrupt(format!(
+                        "last entry ({}, {}) does not point at a batch (log size {})",
+                        last.offset, last.position, self.size
+                    )))
+                }
+            }
+        }
+        let last_time = self.time_index.last_entry();
+        if self.time_index.entries() > 0 && last_time.offset < self.base_offset {
+            return Err(LogError::CorruptIndex {
+                path: self.time_index.path().to_path_buf(),
+                reason: format!("last entry offset {} below base offset {}", last_time.offset, self.base_offset),
+            });
+        }
+        Ok(())
+    }
+
+    /// Kafka's `LogSegment.recover`: validates every batch (length, magic, CRC, offsets in range),
+    /// rebuilds both indexes batch by batch, truncates the file at the first invalid byte, and
+    /// returns what it found. A corrupt batch mid-file truncates there, with a warning naming the
+    /// file, position and offset.
+    ///
+    /// Errors: [`LogError::Io`]; [`LogError::InvalidAppend`] when read-only.
+    pub fn recover(&mut self) -> Result<RecoveryOutcome, LogError> {
+        if self.read_only {
+            return Err(self.refuse("cannot recover a read-only segment"));
+        }
+        self.offset_index.reset()?;
+        self.time_index.reset()?;
+        let mut valid: u32 = 0;
+        let mut last_index_entry: u32 = 0;
+        let mut batches = 0u64;
+        let mut max_ts = TimestampOffset { timestamp: NO_TIMESTAMP, offset: self.base_offset };
+        let mut next_offset = self.base_offset;
+        let mut first_error = None;
+        let mut epochs = Vec::new();
+        let mut producer_batches = Vec::new();
+        while valid < self.size {
+            match self.validate_entry(valid).and_then(|info| {
+                // Offsets never go backwards in a log (the base offset is outside the CRC).
+                let first = if info.magic == MAGIC_V2 { info.base_offset } else { info.last_offset };
+                if first < next_offset {
+                    return Err(self.refuse(format!(
+                        "batch at position {valid} starts at offset {first}, below the previous batch's next offset {next_offset}"
+                    )));
+                }
+                Ok(info)
+            }) {
+                Ok(info) => {
+                    if info.max_timestamp > max_ts.timestamp {
+                        max_ts = TimestampOffset { timestamp: info.max_timestamp, offset: info.last_offset };
+                    }
+                    if valid - last_index_entry > self.config.index_interval_bytes {
+                        self.offset_index.append(info.last_offset, valid)?;
+                        self.time_index.maybe_append(max_ts.timestamp, max_ts.offset, false)?;
+                        last_index_entry = valid;
+                    }
+                    if let Some(h) = info.header {
+                        if h.partition_leader_epoch >= 0 {
+                            epochs.push((h.partition_leader_epoch, h.base_offset));
+                        }
+                        if h.has_producer_id() {
+                            producer_batches.push(h);
+                        }
+                    }
+                    valid += info.size;
+                    next_offset = info.next_offset();
+                    batches += 1;
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        file = %self.log.path.display(),
+                        position = valid,
+                        offset = next_offset,
+                        "found invalid data in log segment, truncating: {e}"
+                    );
+                    first_error = Some(e.to_string());
+                    break;
+                }
+            }
+        }
+        let truncated = self.size - valid;
+        if truncated > 0 {
+            self.log.file.set_len(valid as u64).map_err(|e| LogError::io("truncate", &self.log.path, e))?;
+            self.size = valid;
+        }
+        self.offset_index.trim_to_valid_size()?;
+        self.max_timestamp_so_far = max_ts;
+        self.time_index.maybe_append(max_ts.timestamp, max_ts.offset, true)?;
+        self.time_index.trim_to_valid_size()?;
+        self.bytes_since_last_index_entry = valid - last_index_entry;
+        if self.size == 0 {
+            self.bytes_since_last_index_entry = 0;
+        }
+        Ok(RecoveryOutcome {
+            truncated_bytes: truncated,
+            batches,
+            next_offset,
+            error: first_error,
+            epochs,
+            producer_batches,
+        })
+    }
+
+    /// Validates the entry at `position` fully: header, length within the file, CRC (CRC-32C for
+    /// v2, CRC-32 for legacy), offsets in range for this segment.
+    fn validate_entry(&self, position: u32) -> Result<BatchInfo, LogError> {
+        let info = self.batch_at(position, self.size)?.ok_or_else(|| LogError::Batch {
+            path: self.log.path.clone(),
+            position: position as u64,
+            source: super::BatchError::Truncated { needed: MIN_ENTRY_SIZE, available: (self.size - position) as usize },
+        })?;
+        let bytes = self.read_bytes(position, info.size)?;
+        let wrap = |source| LogError::Batch { path: self.log.path.clone(), position: position as u64, source };
+        if info.magic == MAGIC_V2 {
+            let batch = RecordBatch::parse(&bytes).map_err(wrap)?;
+            batch.verify_crc().map_err(wrap)?;
+        } else {
+            super::batch::legacy::verify_legacy_crc(&bytes).map_err(wrap)?;
+        }
+        if !self.can_convert_to_relative_offset(info.last_offset) || info.base_offset < self.base_offset {
+            return Err(self.refuse(format!(
+                "batch at position {position} has offsets {}..={} outside this segment (base offset {})",
+                info.base_offset, info.last_offset, self.base_offset
+            )));
+        }
+        Ok(info)
+    }
+
+    /// Removes every batch with offsets >= `offset` and the index entries pointing at them
+    /// (Kafka's `LogSegment.truncateTo`). Returns the bytes removed.
+    pub fn truncate_to(&mut self, offset: i64) -> Result<u32, LogError> {
+        let mapping = self.translate_offset(offset, 0)?;
+        self.offset_index.truncate_to(offset)?;
+        self.time_index.truncate_to(offset)?;
+        let removed = match mapping {
+            None => 0,
+            Some(info) => {
+                self.log.file.set_len(info.position as u64).map_err(|e| LogError::io("truncate", &self.log.path, e))?;
+                let removed = self.size - info.position;
+                self.size = info.position;
+                removed
+            }
+        };
+        if self.size == 0 {
+            self.rolling_based_timestamp = None;
+        }
+        self.bytes_since_last_index_entry = 0;
+        self.max_timestamp_so_far = self.read_largest_timestamp()?;
+        Ok(removed)
+    }
+
+    fn read_largest_timestamp(&self) -> Result<TimestampOffset, LogError> {
+        let last = self.time_index.last_entry();
+        let start = self.offset_index.lookup(last.offset).position;
+        let mut best = last;
+        for info in self.batches_from(start) {
+            let info = info?;
+            if info.max_timestamp > best.timestamp {
+                best = TimestampOffset { timestamp: info.max_timestamp, offset: info.last_offset };
+            }
+        }
+        Ok(best)
+    }
+
+    /// Kafka's `LogSegment.findOffsetByTimestamp`: the first record with timestamp >=
+    /// `timestamp_ms` and offset >= `starting_offset`, looking inside batches (CreateTime need not
+    /// be monotonic). `None` when there is none in this segment.
+    pub fn find_offset_by_timestamp(
+        &self,
+        timestamp_ms: i64,
+        starting_offset: i64,
+    ) -> Result<Option<TimestampOffset>, LogError> {
+        let entry = self.time_index.lookup(timestamp_ms);
+        let position = self.offset_index.lookup(entry.offset.max(starting_offset)).position;
+        for info in self.batches_from(position) {
+            let info = info?;
+            if info.max_timestamp < timestamp_ms || info.last_offset < starting_offset {
+                continue;
+            }
+            let bytes = self.read_bytes(info.position, info.size)?;
+            let wrap = |source| LogError::Batch { path: self.log.path.clone(), position: info.position as u64, source };
+            for rec in super::batch::legacy::records_of_entry(&bytes).map_err(wrap)? {
+                if rec.timestamp >= timestamp_ms && rec.offset >= starting_offset {
+                    return Ok(Some(TimestampOffset { timestamp: rec.timestamp, offset: rec.offset }));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Called when the segment stops being the active one (Kafka's `onBecomeInactiveSegment`):
+    /// a final `.timeindex` entry for the max timestamp, both indexes trimmed to their entries.
+    pub fn on_become_inactive(&mut self) -> Result<(), LogError> {
+        if self.read_only {
+            return Ok(());
+        }
+        self.time_index.maybe_append(self.max_timestamp_so_far.timestamp, self.max_timestamp_so_far.offset, true)?;
+        self.offset_index.trim_to_valid_size()?;
+        self.time_index.trim_to_valid_size()?;
+        Ok(())
+    }
+
+    /// Makes an inactive segment's indexes writable at full size again (when it becomes active
+    /// after truncation).
+    pub fn resize_indexes(&mut self, max_index_size: usize) -> Result<(), LogError> {
+        self.offset_index.resize(max_index_size)?;
+        self.time_index.resize(max_index_size)?;
+        Ok(())
+    }
+
+    /// fsyncs the `.log` and both indexes.
+    pub fn flush(&self) -> Result<(), LogError> {
+        if self.read_only {
+            return Ok(());
+        }
+        self.log.file.sync_data().map_err(|e| LogError::io("fsync", &self.log.path, e))?;
+        self.offset_index.flush()?;
+        self.time_index.flush()?;
+        Ok(())
+    }
+
+    /// Closes the segment as Kafka does: a final time-index entry, indexes trimmed.
+    pub fn close(mut self) -> Result<(), LogError> {
+        self.on_become_inactive()
+    }
+
+    /// Renames all the segment's files by appending `suffix` (e.g. `.deleted`), Kafka's
+    /// `changeFileSuffixes`. Open handles (readers' slices, mmaps) stay valid.
+    pub fn add_suffix(&mut self, suffix: &str) -> Result<(), LogError> {
+        let with = |s: &str| self.dir.join(format!("{}{suffix}", file_name(self.base_offset, s)));
+        let (log_to, idx_to, time_to, txn_to) =
+            (with(LOG_SUFFIX), with(INDEX_SUFFIX), with(TIME_INDEX_SUFFIX), with(TXN_INDEX_SUFFIX));
+        fs::rename(&self.log.path, &log_to).map_err(|e| LogError::io("rename", &self.log.path, e))?;
+        self.offset_index.rename_to(&idx_to)?;
+        self.time_index.rename_to(&time_to)?;
+        let txn = self.dir.join(file_name(self.base_offset, TXN_INDEX_SUFFIX));
+        match fs::rename(&txn, &txn_to) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(LogError::io("rename", txn, e)),
+        }
+    }
+
+    /// Unlinks every file of the segment (with `suffix`, e.g. `.deleted`). The data stays readable
+    /// through handles that are still open (slices in flight, mmaps) until the last one closes:
+    /// the file is never truncated under a reader.
+    pub fn delete_files(dir: &Path, base_offset: i64, suffix: &str) -> Result<(), LogError> {
+        for s in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX] {
+            let p = dir.join(format!("{}{suffix}", file_name(base_offset, s)));
+            match fs::remove_file(&p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(LogError::io("delete", p, e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// The directory holding the segment.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+    /// Whether the segment was opened read-only.
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+}
+
+/// What [`Segment::recover`] found.
+#[derive(Debug, Clone, Default)]
+pub struct RecoveryOutcome {
+    /// Bytes cut from the end of the `.log` (0 when everything was valid).
+    pub truncated_bytes: u32,
+    /// Valid batches kept.
+    pub batches: u64,
+    /// Offset after the last valid batch.
+    pub next_offset: i64,
+    /// Why the scan stopped early, when it did.
+    pub error: Option<String>,
+    /// `(partition leader epoch, base offset)` of every valid v2 batch with an epoch >= 0, in order
+    /// (to rebuild `leader-epoch-checkpoint`).
+    pub epochs: Vec<(i32, i64)>,
+    /// Headers of valid batches with a producer id (to rebuild producer state).
+    pub producer_batches: Vec<BatchHeader>,
+}
+
+/// Iterator of [`Segment::batches_from`].
+#[derive(Debug)]
+pub struct BatchInfoIter<'a> {
+    file: &'a SegmentFile,
+    position: u32,
+    end: u32,
+    done: bool,
+}
+
+impl Iterator for BatchInfoIter<'_> {
+    type Item = Result<BatchInfo, LogError>;
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        match read_batch_info(self.file, self.position, self.end) {
+            Ok(Some(info)) => {
+                self.position = info.end();
+                Some(Ok(info))
+            }
+            Ok(None) => {
+                self.done = true;
+                None
+            }
+            Err(e) => {
+                self.done = true;
+                Some(Err(e))
+            }
+        }
+    }
+}
+
+fn read_batch_info(file: &SegmentFile, position: u32, end: u32) -> Result<Option<BatchInfo>, LogError> {
+    if position as u64 + LOG_OVERHEAD as u64 > end as u64 {
+        return Ok(None);
+    }
+    let want = (HEADER_SIZE as u32).min(end - position) as usize;
+    let mut buf = [0u8; HEADER_SIZE];
+    file.file.read_exact_at(&mut buf[..want], position as u64).map_err(|e| LogError::io("read", &file.path, e))?;
+    let buf = &buf[..want];
+    let base_offset = super::batch::be_i64(buf, 0);
+    let length = super::batch::be_i32(buf, 8);
+    let corrupt = |source| LogError::Batch { path: file.path.clone(), position: position as u64, source };
+    if length < (MIN_ENTRY_SIZE - LOG_OVERHEAD) as i32 {
+        return Err(corrupt(super::BatchError::InvalidLength {
+            base_offset,
+            length,
+            min: (MIN_ENTRY_SIZE - LOG_OVERHEAD) as i32,
+            max: i32::MAX,
+        }));
+    }
+    let size = length as u64 + LOG_OVERHEAD as u64;
+    if position as u64 + size > end as u64 {
+        return Ok(None);
+    }
+    let magic = buf[super::batch::MAGIC_OFFSET] as i8;
+    let info = match magic {
+        MAGIC_V2 => {
+            let h = BatchHeader::parse(buf).map_err(corrupt)?;
+            BatchInfo {
+                position,
+                size: size as u32,
+                magic,
+                base_offset,
+                last_offset: h.last_offset(),
+                max_timestamp: h.max_timestamp,
+                header: Some(h),
+            }
+        }
+        0 | 1 => {
+            // Legacy entry: offset field = (last inner) offset; magic 1 timestamp at 18..26.
+            let max_timestamp =
+                if magic == 1 && buf.len() >= 26 { super::batch::be_i64(buf, 18) } else { NO_TIMESTAMP };
+            BatchInfo {
+                position,
+                size: size as u32,
+                magic,
+                base_offset,
+                last_offset: base_offset,
+                max_timestamp,
+                header: None,
+            }
+        }
+        m => return Err(corrupt(super::BatchError::UnsupportedMagic { base_offset, magic: m })),
+    };
+    Ok(Some(info))
+}
+
+fn file_mtime_ms(file: &File) -> i64 {
+    file.metadata()
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_millis() as i64)
+}

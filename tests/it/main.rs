@@ -3,4 +3,9 @@
 //! Tests that read the real corpus (`../shared/corpus`, or `FETCHBENCH_CORPUS`) fail loudly when
 //! it is missing in CI (`CI` set) and skip with a printed notice elsewhere.
 
+mod batch_corpus;
 mod common;
+mod consumer_offsets_corpus;
+mod dump_cli;
+mod index_corpus;
+mod log_engine;

@@ -24,6 +24,7 @@ pub struct BatchBuilder {
     base_timestamp: Option<i64>,
     max_timestamp: i64,
     last_offset_delta: i32,
+    last_offset_override: Option<i32>,
     next_delta: i32,
     count: i32,
     records: Vec<u8>,
@@ -43,6 +44,7 @@ impl BatchBuilder {
             base_timestamp: None,
             max_timestamp: NO_TIMESTAMP,
             last_offset_delta: -1,
+            last_offset_override: None,
             next_delta: 0,
             count: 0,
             records: Vec::new(),
@@ -80,9 +82,9 @@ impl BatchBuilder {
     }
     /// Forces the last offset delta (at least the largest appended delta): a compacted batch keeps
     /// its original last offset so that the next fetch offset does not move backwards.
+    /// May be called before appending; records must still stay within the delta.
     pub fn last_offset_delta(mut self, delta: i32) -> Self {
-        self.last_offset_delta = self.last_offset_delta.max(delta);
-        self.next_delta = self.next_delta.max(delta.saturating_add(1));
+        self.last_offset_override = Some(delta);
         self
     }
 
@@ -146,7 +148,7 @@ impl BatchBuilder {
             magic: MAGIC_V2,
             crc: 0,
             attributes: self.attributes,
-            last_offset_delta: self.last_offset_delta.max(0),
+            last_offset_delta: self.last_offset_delta.max(self.last_offset_override.unwrap_or(0)).max(0),
             base_timestamp,
             max_timestamp: if self.count == 0 { base_timestamp } else { self.max_timestamp },
             producer_id: self.producer_id,

@@ -29,6 +29,7 @@
 pub mod builder;
 pub mod compression;
 pub mod legacy;
+pub mod mixed;
 pub mod record;
 
 use std::borrow::Cow;

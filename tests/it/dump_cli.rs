@@ -1,0 +1,108 @@
+//! `fetchbench log dump` end to end: the real corpus verifies with the counts its README lists,
+//! and a copy with one flipped byte fails naming the file and position.
+
+use std::path::Path;
+use std::process::Command;
+
+use fetchbench::log::dump::{dump_paths, DumpOptions};
+
+use crate::common;
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_fetchbench"))
+}
+
+/// The corpus README's table: relative path -> (bytes, batches, records, first offset, last offset).
+fn readme_table(corpus: &Path) -> Vec<(String, u64, u64, u64, i64, i64)> {
+    let text = std::fs::read_to_string(corpus.join("README.md")).unwrap();
+    let mut rows = Vec::new();
+    for line in text.lines() {
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        if cells.len() < 8 || !cells[1].ends_with(".log`") {
+            continue;
+        }
+        let path = cells[1].trim_matches('`').to_string();
+        let (first, last) = cells[5].split_once("..").unwrap();
+        rows.push((
+            path,
+            cells[2].parse().unwrap(),
+            cells[3].parse().unwrap(),
+            cells[4].parse().unwrap(),
+            first.parse().unwrap(),
+            last.parse().unwrap(),
+        ));
+    }
+    rows
+}
+
+#[test]
+fn dump_verify_over_the_corpus_matches_its_readme() {
+    let Some(corpus) = common::corpus() else { return };
+    let segs = corpus.join("kafka-segments");
+    let mut out = Vec::new();
+    let summary =
+        dump_paths(std::slice::from_ref(&segs), &DumpOptions { verify: true, print_records: false }, &mut out).unwrap();
+    assert!(summary.problems.is_empty(), "{:?}", summary.problems);
+    let table = readme_table(&corpus);
+    assert_eq!(table.len(), 18, "the README lists 18 segments");
+    assert_eq!(summary.per_log.len(), table.len(), "every .log in the corpus is in the README table");
+    for (rel, bytes, batches, records, first, last) in table {
+        let path = segs.join(&rel);
+        let (_, got) = summary.per_log.iter().find(|(p, _)| p == &path).unwrap_or_else(|| panic!("{rel} not dumped"));
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), bytes, "{rel}");
+        assert_eq!(
+            (got.batches, got.records, got.first_offset, got.last_offset),
+            (batches, records, first, last),
+            "{rel}"
+        );
+    }
+    // The CLI agrees and exits 0.
+    let st = bin().args(["log", "dump", "--verify"]).arg(&segs).output().unwrap();
+    assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
+    assert!(String::from_utf8_lossy(&st.stdout).contains("0 problems"));
+}
+
+#[test]
+fn dump_names_the_position_of_a_flipped_byte() {
+    let Some(corpus) = common::corpus() else { return };
+    let src = corpus.join("kafka-segments/William0423-kafka/kafka-logs/debug_topic-0");
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("debug_topic-0");
+    std::fs::create_dir_all(&dir).unwrap();
+    for f in ["00000000000000000000.log", "00000000000000000000.timeindex"] {
+        std::fs::copy(src.join(f), dir.join(f)).unwrap();
+    }
+    let log = dir.join("00000000000000000000.log");
+    let mut bytes = std::fs::read(&log).unwrap();
+    // Walk to the second batch and flip a byte inside its records.
+    let first_len = i32::from_be_bytes(bytes[8..12].try_into().unwrap()) as usize + 12;
+    bytes[first_len + 70] ^= 0x01;
+    std::fs::write(&log, &bytes).unwrap();
+    let st = bin().args(["log", "dump", "--verify"]).arg(&dir).output().unwrap();
+    assert_eq!(st.status.code(), Some(1), "a flipped byte must fail the dump");
+    let err = String::from_utf8_lossy(&st.stderr);
+    assert!(err.contains(&format!("at position {first_len}")), "names the batch position: {err}");
+    assert!(err.contains("CRC mismatch"), "{err}");
+    assert!(err.contains("00000000000000000000.log"), "{err}");
+    // An index entry pointing past the end of the log is named too.
+    let mut ts = std::fs::read(dir.join("00000000000000000000.timeindex")).unwrap();
+    ts[8..12].copy_from_slice(&1000u32.to_be_bytes());
+    std::fs::write(dir.join("00000000000000000000.timeindex"), &ts).unwrap();
+    let st = bin().args(["log", "dump", "--verify"]).arg(dir.join("00000000000000000000.timeindex")).output().unwrap();
+    assert_eq!(st.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&st.stderr).contains("timeindex at position 0"),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+}
+
+#[test]
+fn dump_decodes_consumer_offsets_records() {
+    let Some(corpus) = common::corpus() else { return };
+    let f = corpus.join("kafka-segments/KAIPASUBHASH-kafka-logs/__consumer_offsets-26/00000000000000000000.log");
+    let st = bin().args(["log", "dump", "--print-records"]).arg(&f).output().unwrap();
+    assert!(st.status.success());
+    let out = String::from_utf8_lossy(&st.stdout);
+    assert!(out.contains("offset_commit::") || out.contains("group_metadata::"), "{out}");
+}
