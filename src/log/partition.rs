@@ -16,6 +16,10 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use super::batch::{builder::set_base_offset, BatchBoundaries, RecordBatch};
+use super::checkpoint::{
+    read_leader_epoch_checkpoint, read_partition_metadata, write_leader_epoch_checkpoint, write_partition_metadata,
+    EpochEntry, TopicId, LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA,
+};
 use super::config::LogConfig;
 use super::segment::{self, Segment, SegmentConfig};
 use super::time_index::TimestampOffset;
@@ -112,6 +116,8 @@ pub struct PartitionLog {
     unflushed_messages: u64,
     last_flush_ms: i64,
     read_only: bool,
+    topic_id: Option<TopicId>,
+    leader_epochs: Vec<EpochEntry>,
 }
 
 /// Splits a partition directory name `topic-partition` at its last dash (topics may contain
@@ -158,6 +164,7 @@ impl PartitionLog {
         bases.sort_unstable();
         let recovery_point = opts.recovery_point.unwrap_or(0);
         let mut segments = BTreeMap::new();
+        let mut recovered_epochs: Vec<(i32, i64)> = Vec::new();
         for base in bases {
             let mut seg = Segment::open(dir, base, seg_cfg, opts.read_only)?;
             if let Err(e) = seg.sanity_check() {
@@ -172,6 +179,7 @@ impl PartitionLog {
                     let outcome = seg.recover()?;
                     report.rebuilt_indexes.push(base);
                     report.truncated_bytes += outcome.truncated_bytes as u64;
+                    recovered_epochs.extend(&outcome.epochs);
                 }
             }
             segments.insert(base, seg);
@@ -183,6 +191,7 @@ impl PartitionLog {
             for (i, base) in to_check.iter().enumerate() {
                 let seg = segments.get_mut(base).expect("listed");
                 let outcome = seg.recover()?;
+                recovered_epochs.extend(&outcome.epochs);
                 if !report.rebuilt_indexes.contains(base) {
                     report.recovered.push(*base);
                 }
@@ -229,6 +238,18 @@ impl PartitionLog {
             }
             remove_stale_snapshots(dir, leo, &mut report)?;
         }
+        let topic_id = read_partition_metadata(&dir.join(PARTITION_METADATA))?;
+        let epoch_path = dir.join(LEADER_EPOCH_CHECKPOINT);
+        let stored_epochs = read_leader_epoch_checkpoint(&epoch_path)?;
+        let mut leader_epochs = stored_epochs.clone();
+        recovered_epochs.sort_by_key(|e| e.1);
+        for (epoch, start_offset) in recovered_epochs {
+            assign_epoch(&mut leader_epochs, epoch, start_offset);
+        }
+        truncate_epochs(&mut leader_epochs, log_start_offset, leo);
+        if leader_epochs != stored_epochs && !opts.read_only {
+            write_leader_epoch_checkpoint(&epoch_path, &leader_epochs)?;
+        }
         let log = PartitionLog {
             dir: dir.to_path_buf(),
             topic,
@@ -242,6 +263,8 @@ impl PartitionLog {
             unflushed_messages: 0,
             last_flush_ms: now_ms,
             read_only: opts.read_only,
+            topic_id,
+            leader_epochs,
         };
         Ok((log, report))
     }
@@ -297,6 +320,27 @@ impl PartitionLog {
     /// Whether the log was opened read-only.
     pub fn is_read_only(&self) -> bool {
         self.read_only
+    }
+    /// The topic id from `partition.metadata` (KIP-516), when the directory has one.
+    pub fn topic_id(&self) -> Option<TopicId> {
+        self.topic_id
+    }
+    /// Records the topic id in `partition.metadata` (Kafka's `PartitionMetadataFile`).
+    ///
+    /// Errors: [`LogError::Io`]; [`LogError::InvalidAppend`] when read-only.
+    pub fn set_topic_id(&mut self, topic_id: TopicId) -> Result<(), LogError> {
+        if self.read_only {
+            return Err(LogError::InvalidAppend { path: self.dir.clone(), reason: "log is open read-only".into() });
+        }
+        write_partition_metadata(&self.dir.join(PARTITION_METADATA), topic_id)?;
+        self.topic_id = Some(topic_id);
+        Ok(())
+    }
+    /// The leader epoch cache (`leader-epoch-checkpoint`): each epoch with the first offset
+    /// appended under it, ascending (Kafka's `LeaderEpochFileCache`). Rebuilt from batches on
+    /// recovery, truncated to the log's offsets, extended by appends of batches with a newer epoch.
+    pub fn leader_epochs(&self) -> &[EpochEntry] {
+        &self.leader_epochs
     }
 
     /// Appends v2 batches as a leader does: validates each (length, magic, CRC), assigns offsets
@@ -392,6 +436,7 @@ impl PartitionLog {
             log_start_offset: self.log_start_offset,
         };
         let mut messages = 0u64;
+        let epochs_before = self.leader_epochs.len();
         for b in BatchBoundaries::new(records) {
             let h = RecordBatch::parse(&records[b.position..b.position + b.size])
                 .map_err(|e| self.batch_error(b.position, e))?
@@ -407,6 +452,9 @@ impl PartitionLog {
             }
             info.batches += 1;
             messages += h.last_offset_delta as u64 + 1;
+            if h.partition_leader_epoch >= 0 {
+                assign_epoch(&mut self.leader_epochs, h.partition_leader_epoch, h.base_offset);
+            }
         }
         let roll_ms = self.config.segment_ms;
         let needs_roll = {
@@ -428,6 +476,9 @@ impl PartitionLog {
         self.log_end_offset =
             LogOffsetMetadata { offset: info.last_offset + 1, segment_base_offset: base, position: active.size() };
         self.high_watermark = self.log_end_offset;
+        if self.leader_epochs.len() != epochs_before {
+            write_leader_epoch_checkpoint(&self.dir.join(LEADER_EPOCH_CHECKPOINT), &self.leader_epochs)?;
+        }
         self.unflushed_messages += messages;
         let flush_ms = self.config.flush_ms;
         if self.unflushed_messages >= self.config.flush_messages.max(1) as u64
@@ -645,6 +696,25 @@ impl PartitionLog {
             seg.close()?;
         }
         Ok(())
+    }
+}
+
+/// Kafka's `LeaderEpochFileCache.assign`: a new entry only for an epoch above the latest one.
+fn assign_epoch(epochs: &mut Vec<EpochEntry>, epoch: i32, start_offset: i64) {
+    if epochs.last().is_none_or(|l| epoch > l.epoch) {
+        epochs.push(EpochEntry { epoch, start_offset });
+    }
+}
+
+/// Kafka's `truncateFromEnd(log end offset)` (entries starting at or past it go) and
+/// `truncateFromStart(log start offset)` (the last entry at or below it is kept, moved up to it).
+fn truncate_epochs(epochs: &mut Vec<EpochEntry>, log_start_offset: i64, log_end_offset: i64) {
+    epochs.retain(|e| e.start_offset < log_end_offset);
+    if let Some(keep) = epochs.iter().rposition(|e| e.start_offset <= log_start_offset) {
+        epochs.drain(..keep);
+        if let Some(first) = epochs.first_mut() {
+            first.start_offset = first.start_offset.max(log_start_offset);
+        }
     }
 }
 

@@ -585,7 +585,7 @@ mod tests {
         let write = |entries: &[(i64, i32)], extra: usize| {
             let mut bytes: Vec<u8> =
                 entries.iter().flat_map(|(t, o)| t.to_be_bytes().into_iter().chain(o.to_be_bytes())).collect();
-            bytes.extend(std::iter::repeat(0).take(extra));
+            bytes.extend(std::iter::repeat_n(0, extra));
             fs::write(&path, bytes).unwrap();
         };
         let check = || TimeIndex::open_read_only(&path, 100).unwrap().sanity_check();

@@ -216,7 +216,7 @@ fn offset_index_entries_point_at_batches() {
             let found = idx.lookup(b.last_offset);
             assert!(found.position <= b.position && found.offset <= b.last_offset, "{file}: {b:?} -> {found:?}");
             let next_entry = idx.iter().find(|e| e.offset > b.last_offset);
-            assert!(next_entry.map_or(true, |n| n.position > b.position), "{file}: {b:?} skipped");
+            assert!(next_entry.is_none_or(|n| n.position > b.position), "{file}: {b:?} skipped");
         }
     }
 }

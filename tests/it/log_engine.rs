@@ -489,3 +489,122 @@ fn every_real_partition_directory_opens_and_reads() {
     }
     assert!(opened >= 17, "every corpus partition directory opened ({opened})");
 }
+
+#[test]
+fn rolls_on_segment_ms_and_on_a_full_index() {
+    let tmp = tempfile::tempdir().unwrap();
+    // segment.ms: a batch whose timestamp is more than segment.ms after the segment's first batch.
+    let mut log = open(&tmp.path().join("t-0"), config(&[("segment.ms", "1000")]), true);
+    log.append(&batch(1, 10, 10_000, Compression::None), 0).unwrap();
+    log.append(&batch(1, 10, 10_900, Compression::None), 0).unwrap();
+    assert_eq!(log.segments().count(), 1);
+    log.append(&batch(1, 10, 11_001, Compression::None), 0).unwrap();
+    assert_eq!(log.segments().count(), 2, "segment.ms=1000 rolled");
+    assert_eq!(log.active_segment().base_offset(), 2);
+
+    // A full offset index: 3 entries of room (segment.index.bytes=24), an entry per batch.
+    let mut log =
+        open(&tmp.path().join("u-0"), config(&[("segment.index.bytes", "24"), ("index.interval.bytes", "1")]), true);
+    for i in 0..12 {
+        log.append(&batch(1, 10, i, Compression::None), 0).unwrap();
+    }
+    assert!(log.segments().count() >= 3, "full indexes rolled: {} segments", log.segments().count());
+    for seg in log.segments() {
+        assert!(seg.offset_index().entries() <= 3);
+    }
+}
+
+#[test]
+fn flush_messages_moves_the_recovery_point() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut log = open(&part_dir(&tmp), config(&[("flush.messages", "2")]), true);
+    log.append(&batch(1, 10, 1, Compression::None), 0).unwrap();
+    assert_eq!(log.recovery_point(), 0, "one unflushed message");
+    log.append(&batch(1, 10, 2, Compression::None), 0).unwrap();
+    assert_eq!(log.recovery_point(), 2, "flush.messages=2 fsynced");
+    // The default (Kafka's Long.MAX) never fsyncs on append.
+    let mut log = open(&tmp.path().join("d-0"), config(&[]), true);
+    for i in 0..100 {
+        log.append(&batch(1, 10, i, Compression::None), 0).unwrap();
+    }
+    assert_eq!(log.recovery_point(), 0);
+}
+
+#[test]
+fn leader_epochs_are_kept_and_rebuilt() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = part_dir(&tmp);
+    let mut log = open(&dir, config(&[]), true);
+    for (epoch, n) in [(0, 2), (0, 1), (3, 2), (5, 1)] {
+        let mut b = BatchBuilder::new(0, Compression::None).partition_leader_epoch(epoch);
+        for i in 0..n {
+            b.append(i, None, Some(b"v"), &[]);
+        }
+        log.append(&b.build().unwrap(), 0).unwrap();
+    }
+    let want: Vec<(i32, i64)> = vec![(0, 0), (3, 3), (5, 5)];
+    let got = |log: &PartitionLog| log.leader_epochs().iter().map(|e| (e.epoch, e.start_offset)).collect::<Vec<_>>();
+    assert_eq!(got(&log), want);
+    assert_eq!(fs::read_to_string(dir.join("leader-epoch-checkpoint")).unwrap(), "0\n3\n0 0\n3 3\n5 5\n");
+    drop(log);
+    // Lost checkpoint + unclean shutdown: rebuilt from the batches.
+    fs::remove_file(dir.join("leader-epoch-checkpoint")).unwrap();
+    let log = open(&dir, config(&[]), false);
+    assert_eq!(got(&log), want);
+}
+
+#[test]
+fn log_manager_handles_kafka_layout_markers_and_checkpoints() {
+    use fetchbench::log::manager::LogManager;
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    {
+        let (mut mgr, report) = LogManager::open(root, LogConfig::default(), |_| None, false).unwrap();
+        assert!(!report.had_clean_shutdown);
+        let log = mgr.get_or_create("orders", 3, None).unwrap();
+        log.append(&batch(4, 10, 1, Compression::None), 0).unwrap();
+        assert!(mgr.get_or_create("bad/name", 0, None).is_err());
+        mgr.shutdown().unwrap();
+    }
+    assert!(root.join(".kafka_cleanshutdown").exists());
+    let rp = fs::read_to_string(root.join("recovery-point-offset-checkpoint")).unwrap();
+    assert_eq!(rp, "0\n1\norders 3 4\n");
+    // Leftovers Kafka would clean: a deleted partition dir, KRaft's metadata log.
+    fs::create_dir_all(root.join("gone-0.0123456789abcdef0123456789abcdef-delete")).unwrap();
+    fs::create_dir_all(root.join("__cluster_metadata-0")).unwrap();
+    let (mgr, report) = LogManager::open(root, LogConfig::default(), |_| None, false).unwrap();
+    assert!(report.had_clean_shutdown);
+    assert!(!root.join(".kafka_cleanshutdown").exists(), "the marker is consumed at start-up");
+    assert_eq!(report.removed_dirs.len(), 1);
+    assert!(report.skipped.iter().any(|(p, _)| p.ends_with("__cluster_metadata-0")));
+    assert!(report.partitions[0].1.recovered.is_empty(), "clean shutdown: nothing to recover");
+    assert_eq!(mgr.log("orders", 3).unwrap().log_end_offset(), 4);
+    drop(mgr);
+    // No marker now (crash): the partition is recovered from its recovery point.
+    let (_, report) = LogManager::open(root, LogConfig::default(), |_| None, false).unwrap();
+    assert!(!report.had_clean_shutdown);
+    let r = &report.partitions[0].1;
+    // The active segment's index was left preallocated (untrimmed) by the crash: it is rebuilt,
+    // which recovers the segment too.
+    assert!(r.recovered.contains(&0) || r.rebuilt_indexes.contains(&0), "{r:?}");
+}
+
+#[test]
+fn a_real_kafka_log_dir_opens_with_the_log_manager() {
+    let Some(corpus) = common::corpus() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("kafka-logs");
+    copy_dir(&corpus.join("kafka-segments/NikhilDighe9975-kafka_setup/kafka-logs"), &root);
+    let (mgr, report) =
+        fetchbench::log::manager::LogManager::open(&root, LogConfig::default(), |_| None, false).unwrap();
+    assert_eq!(mgr.logs().count(), 2);
+    let offsets = mgr.log("__consumer_offsets", 12).unwrap();
+    assert_eq!((offsets.log_start_offset(), offsets.log_end_offset()), (0, 869));
+    let demo = mgr.log("nikhilDemo", 0).unwrap();
+    assert_eq!(demo.log_end_offset(), 3);
+    assert!(report.partitions.iter().all(|(_, r)| r.truncated_bytes == 0));
+    // Snapshots at or below the log end survive; Kafka's own files are untouched.
+    assert!(root.join("nikhilDemo-0/00000000000000000003.snapshot").exists());
+    mgr.shutdown().unwrap();
+    assert!(root.join(".kafka_cleanshutdown").exists());
+}
