@@ -23,12 +23,9 @@ step "format and lints"
 cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings
 
-step "tests (unit, integration incl. real corpus, doc tests)"
+step "tests: unit, integration (real corpus), property, benches once in test mode, doc tests"
 cargo test --locked --all-targets
 cargo test --locked --doc
-
-step "benches compile and run once in test mode"
-cargo test --locked --benches -q
 
 step "log dump --verify over every real Kafka log directory"
 corpus="${FETCHBENCH_CORPUS:-../shared/corpus}"
