@@ -8,15 +8,37 @@ cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
 step() { printf '\n== %s ==\n' "$*"; }
 
-step "toolchain"
+apt_install() { # Debian packages, when missing and we may install them
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    [ -n "${apt_updated:-}" ] || { apt-get update -qq; apt_updated=1; }
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+  else
+    echo "missing: $* (install them, or run as root on Debian/Ubuntu)" >&2
+    exit 1
+  fi
+}
+
+step "toolchain and system packages"
 if ! command -v cargo >/dev/null; then
-  echo "cargo not found: install Rust (rustup) first" >&2
+  echo "cargo not found: install a Rust toolchain (rustup) first; nothing else can fetch one" >&2
   exit 1
 fi
 cargo --version
+# zstd-sys builds libzstd from C source.
+command -v cc >/dev/null || apt_install gcc libc6-dev
+cc --version | head -n 1
 # rustfmt and clippy ship with the default rustup profile; add them if this toolchain lacks them.
 if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then
   rustup component add rustfmt clippy
+fi
+
+corpus="${FETCHBENCH_CORPUS:-../shared/corpus}"
+if [ -f "$corpus/README.md" ]; then
+  echo "real-Kafka corpus: $corpus (the corpus tests run)"
+elif [ "${CI:-}" = "true" ]; then
+  echo "real-Kafka corpus NOT FOUND at $corpus: CI fails the corpus tests" >&2
+else
+  echo "NOTICE: real-Kafka corpus not found at $corpus: the corpus tests will SKIP (set FETCHBENCH_CORPUS)"
 fi
 
 step "format and lints"
@@ -28,10 +50,8 @@ cargo test --locked --all-targets
 cargo test --locked --doc
 
 step "log dump --verify over every real Kafka log directory"
-corpus="${FETCHBENCH_CORPUS:-../shared/corpus}"
 if [ -d "$corpus/kafka-segments" ]; then
-  cargo run --locked -q -- log dump --verify "$corpus/kafka-segments" >/tmp/fetchbench-dump.txt
-  tail -n 3 /tmp/fetchbench-dump.txt
+  cargo run --locked -q -- log dump --verify "$corpus/kafka-segments" | tail -n 4
 elif [ "${CI:-}" = "true" ]; then
   echo "corpus missing at $corpus: CI must verify it" >&2
   exit 1

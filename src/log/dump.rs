@@ -91,27 +91,42 @@ pub struct LogFileSummary {
 /// Errors: [`LogError::Io`] when a path cannot be read at all (writing to `out` failing included);
 /// everything wrong inside a file is a [`Problem`] instead.
 pub fn dump_paths(paths: &[PathBuf], opts: &DumpOptions, out: &mut dyn Write) -> Result<DumpSummary, LogError> {
+    let mut summary = DumpSummary::default();
     let mut files = Vec::new();
     for p in paths {
-        collect(p, &mut files)?;
+        let before = files.len();
+        collect(p, &mut files, &mut summary)?;
+        if files.len() == before && summary.problems.last().is_none_or(|pr| pr.path != *p) {
+            summary.problems.push(Problem {
+                path: p.clone(),
+                position: 0,
+                message: "no .log, .index or .timeindex files here: nothing was checked".into(),
+            });
+        }
     }
-    let mut summary = DumpSummary::default();
     let mut headers_cache: HashMap<PathBuf, Vec<Entry>> = HashMap::new();
+    let w = |e| LogError::io("write", "<output>", e);
     for f in &files {
         let name = f.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let io = |e| LogError::io("write dump of", f, e);
         summary.files += 1;
-        if name.ends_with(LOG_SUFFIX) {
-            dump_log(f, opts, out, &mut summary).map_err(io)?;
+        let res = if name.ends_with(LOG_SUFFIX) {
+            dump_log(f, opts, out, &mut summary)
         } else if name.ends_with(INDEX_SUFFIX) {
-            dump_offset_index(f, opts, out, &mut summary, &mut headers_cache).map_err(io)?;
-        } else if name.ends_with(TIME_INDEX_SUFFIX) {
-            dump_time_index(f, opts, out, &mut summary, &mut headers_cache).map_err(io)?;
+            dump_offset_index(f, opts, out, &mut summary, &mut headers_cache)
+        } else {
+            dump_time_index(f, opts, out, &mut summary, &mut headers_cache)
+        };
+        match res {
+            Ok(()) => {}
+            Err(Failure::Output(e)) => return Err(w(e)),
+            Err(Failure::Input(e)) => {
+                summary.problems.push(Problem { path: f.clone(), position: 0, message: format!("cannot read: {e}") })
+            }
         }
     }
     writeln!(
         out,
-        "Summary: {} files, {} batches ({} control), {} records, {} index entries, {} problems",
+        "Summary: files={} batches={} control_batches={} records={} index_entries={} problems={}",
         summary.files,
         summary.batches,
         summary.control_batches,
@@ -119,12 +134,28 @@ pub fn dump_paths(paths: &[PathBuf], opts: &DumpOptions, out: &mut dyn Write) ->
         summary.index_entries,
         summary.problems.len()
     )
-    .map_err(|e| LogError::io("write", "<output>", e))?;
+    .map_err(w)?;
     Ok(summary)
 }
 
-fn collect(p: &Path, files: &mut Vec<PathBuf>) -> Result<(), LogError> {
+/// Why dumping one file stopped: reading the input (a problem of that file) or writing the output
+/// (fatal: a closed pipe, a full disk).
+enum Failure {
+    Input(io::Error),
+    Output(io::Error),
+}
+
+impl From<io::Error> for Failure {
+    /// Writes to the output are the only `?` on `io::Error` in the dump functions.
+    fn from(e: io::Error) -> Self {
+        Failure::Output(e)
+    }
+}
+
+fn collect(p: &Path, files: &mut Vec<PathBuf>, summary: &mut DumpSummary) -> Result<(), LogError> {
     let meta = std::fs::metadata(p).map_err(|e| LogError::io("stat", p, e))?;
+    let is_kafka_file =
+        |n: &str| n.ends_with(LOG_SUFFIX) || n.ends_with(INDEX_SUFFIX) || n.ends_with(TIME_INDEX_SUFFIX);
     if meta.is_dir() {
         let mut children: Vec<PathBuf> = std::fs::read_dir(p)
             .map_err(|e| LogError::io("list", p, e))?
@@ -133,16 +164,19 @@ fn collect(p: &Path, files: &mut Vec<PathBuf>) -> Result<(), LogError> {
         children.sort();
         for c in children {
             if c.is_dir() {
-                collect(&c, files)?;
-            } else {
-                let n = c.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-                if n.ends_with(LOG_SUFFIX) || n.ends_with(INDEX_SUFFIX) || n.ends_with(TIME_INDEX_SUFFIX) {
-                    files.push(c);
-                }
+                collect(&c, files, summary)?;
+            } else if is_kafka_file(&c.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()) {
+                files.push(c);
             }
         }
-    } else {
+    } else if is_kafka_file(&p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()) {
         files.push(p.to_path_buf());
+    } else {
+        summary.problems.push(Problem {
+            path: p.to_path_buf(),
+            position: 0,
+            message: "not a Kafka segment file (expected .log, .index or .timeindex)".into(),
+        });
     }
     Ok(())
 }
@@ -172,6 +206,12 @@ fn walk(file: &File, path: &Path) -> io::Result<(Vec<Entry>, Option<Problem>)> {
             return Ok((entries, problem(format!("{} trailing bytes, too few for a batch header", len - pos))));
         }
         let Ok((offset, length, magic)) = BatchHeader::peek(&head[..want]) else { unreachable!("checked length") };
+        if !(0..=2).contains(&magic) {
+            return Ok((
+                entries,
+                problem(format!("not a Kafka record batch: magic byte {magic} (offset field {offset})")),
+            ));
+        }
         if length < 14 {
             return Ok((entries, problem(format!("impossible batch length {length} (offset {offset})"))));
         }
@@ -186,10 +226,10 @@ fn walk(file: &File, path: &Path) -> io::Result<(Vec<Entry>, Option<Problem>)> {
             ));
         }
         let (last_offset, max_timestamp) = match magic {
-            MAGIC_V2 if want >= HEADER_SIZE => {
-                let h = BatchHeader::parse(&head).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-                (h.last_offset(), h.max_timestamp)
-            }
+            MAGIC_V2 => match BatchHeader::parse(&head[..want]) {
+                Ok(h) => (h.last_offset(), h.max_timestamp),
+                Err(e) => return Ok((entries, problem(format!("invalid batch header: {e}")))),
+            },
             1 if want >= 26 => (offset, i64::from_be_bytes(head[18..26].try_into().expect("8 bytes"))),
             _ => (offset, -1),
         };
@@ -199,22 +239,36 @@ fn walk(file: &File, path: &Path) -> io::Result<(Vec<Entry>, Option<Problem>)> {
     Ok((entries, None))
 }
 
-fn dump_log(path: &Path, opts: &DumpOptions, out: &mut dyn Write, summary: &mut DumpSummary) -> io::Result<()> {
-    let file = File::open(path)?;
-    let is_offsets_topic = path
-        .parent()
-        .and_then(|d| d.file_name())
-        .is_some_and(|n| n.to_string_lossy().starts_with("__consumer_offsets-"));
-    writeln!(out, "Dumping {}", path.display())?;
+fn dump_log(path: &Path, opts: &DumpOptions, out: &mut dyn Write, summary: &mut DumpSummary) -> Result<(), Failure> {
+    let file = File::open(path).map_err(Failure::Input)?;
+    let dir_name = path.parent().and_then(|d| d.file_name()).map(|n| n.to_string_lossy().into_owned());
+    let is_offsets_topic = dir_name.as_deref().is_some_and(|n| n.starts_with("__consumer_offsets-"));
+    let is_metadata_topic = dir_name.as_deref().is_some_and(|n| n.starts_with("__cluster_metadata-"));
     let base = path.file_name().and_then(|n| parse_base_offset(&n.to_string_lossy()));
-    if let Some(b) = base {
-        writeln!(out, "Log starting offset: {b}")?;
+    if !opts.verify {
+        writeln!(out, "Dumping {}", path.display())?;
+        if let Some(b) = base {
+            writeln!(out, "Log starting offset: {b}")?;
+        }
     }
-    let (entries, tail) = walk(&file, path)?;
+    let (entries, tail) = walk(&file, path).map_err(Failure::Input)?;
+    // Offsets never go backwards, and none is below the base offset in the file name.
+    let mut expected_min = base.unwrap_or(i64::MIN);
+    for e in &entries {
+        let first = if e.last_offset == e.base_offset { e.last_offset } else { e.base_offset };
+        if first < expected_min {
+            summary.problems.push(Problem {
+                path: path.to_path_buf(),
+                position: e.position,
+                message: format!("batch starts at offset {first}, below {expected_min} (the file's base offset or the previous batch's end)"),
+            });
+        }
+        expected_min = expected_min.max(e.last_offset + 1);
+    }
     let mut fs = LogFileSummary { first_offset: -1, last_offset: -1, ..Default::default() };
     for e in &entries {
         let mut bytes = vec![0u8; e.size as usize];
-        file.read_exact_at(&mut bytes, e.position)?;
+        file.read_exact_at(&mut bytes, e.position).map_err(Failure::Input)?;
         summary.batches += 1;
         fs.batches += 1;
         let magic = bytes[MAGIC_OFFSET] as i8;
@@ -311,7 +365,16 @@ fn dump_log(path: &Path, opts: &DumpOptions, out: &mut dyn Write, summary: &mut 
                         hk.join(",")
                     )?;
                     if opts.print_records {
-                        write_contents(out, is_offsets_topic && !h.attributes.is_control(), r.key, r.value)?;
+                        let kind = if h.attributes.is_control() {
+                            Contents::Control
+                        } else if is_offsets_topic {
+                            Contents::ConsumerOffsets
+                        } else if is_metadata_topic {
+                            Contents::KraftMetadata
+                        } else {
+                            Contents::Plain
+                        };
+                        write_contents(out, kind, r.key, r.value)?;
                     }
                     writeln!(out)?;
                 } else if is_offsets_topic && !h.attributes.is_control() {
@@ -348,7 +411,7 @@ fn dump_log(path: &Path, opts: &DumpOptions, out: &mut dyn Write, summary: &mut 
                                 m.value.as_ref().map_or(-1, |v| v.len() as i64)
                             )?;
                             if opts.print_records {
-                                write_contents(out, false, m.key.as_deref(), m.value.as_deref())?;
+                                write_contents(out, Contents::Plain, m.key.as_deref(), m.value.as_deref())?;
                             }
                             writeln!(out)?;
                         }
@@ -363,33 +426,96 @@ fn dump_log(path: &Path, opts: &DumpOptions, out: &mut dyn Write, summary: &mut 
     if let Some(p) = tail {
         summary.problems.push(p);
     }
-    writeln!(
-        out,
-        "batches: {} records: {} offsets: {}..{} bytes: {}",
-        fs.batches,
-        fs.records,
-        fs.first_offset,
-        fs.last_offset,
-        file.metadata()?.len()
-    )?;
+    let offsets = if fs.batches == 0 { "none".to_string() } else { format!("{}..{}", fs.first_offset, fs.last_offset) };
+    let bytes = file.metadata().map_err(Failure::Input)?.len();
+    if opts.verify {
+        write!(out, "{}: ", path.display())?;
+    }
+    writeln!(out, "batches: {} records: {} offsets: {offsets} bytes: {bytes}", fs.batches, fs.records)?;
     summary.per_log.push((path.to_path_buf(), fs));
     Ok(())
 }
 
-fn write_contents(
-    out: &mut dyn Write,
-    offsets_topic: bool,
-    key: Option<&[u8]>,
-    value: Option<&[u8]>,
-) -> io::Result<()> {
-    if offsets_topic {
-        match consumer_offsets::decode_record(key, value) {
-            Ok(rec) => return write!(out, " {rec}"),
-            Err(e) => return write!(out, " undecodable: {e}"),
+/// How to print a record's key and value.
+#[derive(Clone, Copy)]
+enum Contents {
+    /// As (lossy) UTF-8 text.
+    Plain,
+    /// `__consumer_offsets` keys and values decoded (`--offsets-decoder`).
+    ConsumerOffsets,
+    /// A control record: its type (Kafka's `ControlRecordType`) and, for transaction markers, the
+    /// coordinator epoch.
+    Control,
+    /// A KRaft `__cluster_metadata` record: frame version, api key and version of the record.
+    KraftMetadata,
+}
+
+fn write_contents(out: &mut dyn Write, kind: Contents, key: Option<&[u8]>, value: Option<&[u8]>) -> io::Result<()> {
+    match kind {
+        Contents::Plain => {}
+        Contents::ConsumerOffsets => {
+            return match consumer_offsets::decode_record(key, value) {
+                Ok(rec) => write!(out, " {rec}"),
+                Err(e) => write!(out, " undecodable: {e}"),
+            }
+        }
+        Contents::Control => {
+            let Some(k) = key.filter(|k| k.len() >= 4) else {
+                return write!(out, " controlType: invalid key");
+            };
+            let ty = i16::from_be_bytes([k[2], k[3]]);
+            let name = match ty {
+                0 => "ABORT",
+                1 => "COMMIT",
+                2 => "LEADER_CHANGE",
+                3 => "SNAPSHOT_HEADER",
+                4 => "SNAPSHOT_FOOTER",
+                5 => "KRAFT_VERSION",
+                6 => "KRAFT_VOTERS",
+                _ => "UNKNOWN",
+            };
+            write!(out, " controlType: {name}({ty})")?;
+            if let (0 | 1, Some(v)) = (ty, value.filter(|v| v.len() >= 6)) {
+                write!(out, " coordinatorEpoch: {}", i32::from_be_bytes([v[2], v[3], v[4], v[5]]))?;
+            }
+            return Ok(());
+        }
+        Contents::KraftMetadata => {
+            let mut rest = value.unwrap_or_default();
+            let mut fields = [0u64; 3];
+            for f in &mut fields {
+                match read_unsigned_varint(rest) {
+                    Some((v, n)) => {
+                        *f = v;
+                        rest = &rest[n..];
+                    }
+                    None => return write!(out, " metadataRecord: undecodable frame"),
+                }
+            }
+            return write!(
+                out,
+                " metadataRecord: frameVersion: {} apiKey: {} version: {} size: {}",
+                fields[0],
+                fields[1],
+                fields[2],
+                value.map_or(0, <[u8]>::len)
+            );
         }
     }
     let show = |b: Option<&[u8]>| b.map_or("null".to_string(), |b| String::from_utf8_lossy(b).into_owned());
     write!(out, " key: {} payload: {}", show(key), show(value))
+}
+
+/// An unsigned (not zig-zag) varint, as KRaft's record frames use.
+fn read_unsigned_varint(b: &[u8]) -> Option<(u64, usize)> {
+    let mut v = 0u64;
+    for (i, byte) in b.iter().take(10).enumerate() {
+        v |= ((byte & 0x7f) as u64) << (7 * i);
+        if byte & 0x80 == 0 {
+            return Some((v, i + 1));
+        }
+    }
+    None
 }
 
 fn companion_log(path: &Path) -> Option<(PathBuf, i64)> {
@@ -413,8 +539,11 @@ fn dump_offset_index(
     out: &mut dyn Write,
     summary: &mut DumpSummary,
     cache: &mut HashMap<PathBuf, Vec<Entry>>,
-) -> io::Result<()> {
-    writeln!(out, "Dumping {}", path.display())?;
+) -> Result<(), Failure> {
+    if !opts.verify {
+        writeln!(out, "Dumping {}", path.display())?;
+    }
+    let problems_before = summary.problems.len();
     let mut problem = |position: u64, message: String| {
         summary.problems.push(Problem { path: path.to_path_buf(), position, message });
     };
@@ -429,7 +558,11 @@ fn dump_offset_index(
             return Ok(());
         }
     };
-    let entries = log_entries(cache, &log)?;
+    let entries = log_entries(cache, &log).map_err(Failure::Input)?;
+    if entries.is_none() {
+        problem(0, format!("no {} beside this index: its {} entries were not checked", log.display(), idx.entries()));
+    }
+    let mut checked = 0;
     let mut prev = None;
     for (i, entry) in idx.iter().enumerate() {
         // (base offset, 0) is never written (the first batch gets no entry): preallocated zeros.
@@ -451,11 +584,9 @@ fn dump_offset_index(
             }
         }
         prev = Some((entry.offset, entry.position));
+        checked += 1;
         match entries {
-            None => problem(
-                at,
-                format!("no {} beside the index to check entry ({}, {})", log.display(), entry.offset, entry.position),
-            ),
+            None => {}
             Some(es) => match es.binary_search_by_key(&(entry.position as u64), |e| e.position) {
                 Ok(k) if es[k].last_offset == entry.offset => {}
                 Ok(k) => problem(
@@ -472,6 +603,15 @@ fn dump_offset_index(
             },
         }
     }
+    let found = summary.problems.len() - problems_before;
+    if opts.verify {
+        writeln!(
+            out,
+            "{}: {checked} entries, {}",
+            path.display(),
+            if found == 0 { "ok".to_string() } else { format!("{found} problems") }
+        )?;
+    }
     Ok(())
 }
 
@@ -481,8 +621,11 @@ fn dump_time_index(
     out: &mut dyn Write,
     summary: &mut DumpSummary,
     cache: &mut HashMap<PathBuf, Vec<Entry>>,
-) -> io::Result<()> {
-    writeln!(out, "Dumping {}", path.display())?;
+) -> Result<(), Failure> {
+    if !opts.verify {
+        writeln!(out, "Dumping {}", path.display())?;
+    }
+    let problems_before = summary.problems.len();
     let mut problem = |position: u64, message: String| {
         summary.problems.push(Problem { path: path.to_path_buf(), position, message });
     };
@@ -497,7 +640,11 @@ fn dump_time_index(
             return Ok(());
         }
     };
-    let entries = log_entries(cache, &log)?;
+    let entries = log_entries(cache, &log).map_err(Failure::Input)?;
+    if entries.is_none() {
+        problem(0, format!("no {} beside this index: its {} entries were not checked", log.display(), idx.entries()));
+    }
+    let mut checked = 0;
     let mut prev_ts = i64::MIN;
     for (i, entry) in idx.iter().enumerate() {
         if entry.offset == base && entry.timestamp == 0 {
@@ -513,13 +660,8 @@ fn dump_time_index(
             problem(at, format!("timestamp {} does not increase after {prev_ts}", entry.timestamp));
         }
         prev_ts = entry.timestamp;
-        let Some(es) = entries else {
-            problem(
-                at,
-                format!("no {} beside the index to check entry ({}, {})", log.display(), entry.timestamp, entry.offset),
-            );
-            continue;
-        };
+        checked += 1;
+        let Some(es) = entries else { continue };
         // Kafka writes (max timestamp so far, offset of that batch's last record); brokers before
         // KIP-734's fix wrote the offset of the record holding it. Either way the offset lies in
         // the batch whose max timestamp the entry is, and nothing before it is later.
@@ -538,6 +680,15 @@ fn dump_time_index(
                 }
             }
         }
+    }
+    let found = summary.problems.len() - problems_before;
+    if opts.verify {
+        writeln!(
+            out,
+            "{}: {checked} entries, {}",
+            path.display(),
+            if found == 0 { "ok".to_string() } else { format!("{found} problems") }
+        )?;
     }
     Ok(())
 }

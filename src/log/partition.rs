@@ -102,6 +102,28 @@ pub struct LoadReport {
 
 /// One partition's log. Not internally synchronised: wrap it in a lock; [`PartitionLog::read`]
 /// takes `&self`, appends `&mut self`.
+///
+/// ```
+/// use fetchbench::log::batch::{BatchBuilder, BatchBoundaries, Compression};
+/// use fetchbench::log::partition::OpenOptions;
+/// use fetchbench::log::{LogConfig, PartitionLog};
+///
+/// let tmp = tempfile::tempdir()?;
+/// let (mut log, _) = PartitionLog::open(&tmp.path().join("orders-0"), LogConfig::default(), OpenOptions::default())?;
+/// let mut batch = BatchBuilder::new(0, Compression::Lz4);
+/// for i in 0..3 {
+///     batch.append(1_700_000_000_000 + i, Some(b"key"), Some(b"value"), &[]);
+/// }
+/// let info = log.append(&batch.build()?, 0)?;
+/// assert_eq!((info.first_offset, info.last_offset, log.log_end_offset()), (0, 2, 3));
+///
+/// // A fetch from offset 1 returns the whole batch holding it: consumers skip offset 0.
+/// let slice = log.read(1, 1 << 20, true)?;
+/// assert_eq!(slice.position, 0);
+/// let bytes = slice.read_to_vec()?;
+/// assert_eq!(BatchBoundaries::new(&bytes).count(), 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug)]
 pub struct PartitionLog {
     dir: PathBuf,
