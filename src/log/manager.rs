@@ -8,8 +8,9 @@
 //!   .kafka_cleanshutdown                 present only after a clean shutdown
 //!   recovery-point-offset-checkpoint     per partition: offset up to which data was fsynced
 //!   log-start-offset-checkpoint          per partition: first readable offset
-//!   replication-offset-checkpoint        per partition: high watermark (read, kept)
-//!   meta.properties                      cluster and node id (read when present)
+//!   replication-offset-checkpoint        per partition: high watermark (left as written: on one
+//!                                        replica the high watermark is the log end offset)
+//!   meta.properties                      cluster and node id (left untouched)
 //!   <topic>-<partition>/                 one PartitionLog each
 //!   <topic>-<partition>.<uuid>-delete/   a deleted partition: removed at start-up
 //!   __cluster_metadata-0/                KRaft's metadata log: not a client topic, skipped
@@ -210,11 +211,20 @@ impl LogManager {
     }
 }
 
+/// Reads an offset checkpoint; a missing or malformed one reads as empty (with a warning for the
+/// latter), as Kafka's `LogManager.loadLogs` does: every partition is then recovered from offset 0
+/// and starts at its first segment.
 fn read_checkpoint_or_empty(path: &Path) -> Result<OffsetCheckpoint, LogError> {
-    if path.exists() {
-        read_offset_checkpoint(path)
-    } else {
-        Ok(OffsetCheckpoint::new())
+    if !path.exists() {
+        return Ok(OffsetCheckpoint::new());
+    }
+    match read_offset_checkpoint(path) {
+        Ok(c) => Ok(c),
+        Err(e @ LogError::Io { .. }) => Err(e),
+        Err(e) => {
+            tracing::warn!("{e}; ignoring it: partitions are recovered from their first offset");
+            Ok(OffsetCheckpoint::new())
+        }
     }
 }
 

@@ -98,6 +98,9 @@ pub struct LoadReport {
     pub removed_files: Vec<PathBuf>,
     /// `.swap` segments completed.
     pub swapped: Vec<i64>,
+    /// Read-only opens: bytes of invalid batches (bad CRC, torn tail, offsets out of order) left
+    /// unserved; nothing is written.
+    pub unserved_bytes: u64,
 }
 
 /// One partition's log. Not internally synchronised: wrap it in a lock; [`PartitionLog::read`]
@@ -181,13 +184,15 @@ impl PartitionLog {
         }
         let mut bases: Vec<i64> = list_dir(dir)?
             .iter()
-            .filter_map(|n| n.strip_suffix(segment::LOG_SUFFIX).and_then(|_| segment::parse_base_offset(n)))
+            .filter(|n| n.ends_with(segment::LOG_SUFFIX))
+            .filter_map(|n| segment::parse_base_offset(n))
             .collect();
         bases.sort_unstable();
         let recovery_point = opts.recovery_point.unwrap_or(0);
         let mut segments = BTreeMap::new();
         let mut recovered_epochs: Vec<(i32, i64)> = Vec::new();
-        for base in bases {
+        for (i, &base) in bases.iter().enumerate() {
+            let next_base = bases.get(i + 1).copied();
             let mut seg = Segment::open(dir, base, seg_cfg, opts.read_only)?;
             if let Err(e) = seg.sanity_check() {
                 if opts.read_only {
@@ -198,11 +203,16 @@ impl PartitionLog {
                     seg = Segment::open_without_indexes(dir, base, seg_cfg)?;
                 } else {
                     tracing::warn!("{}: rebuilding indexes: {e}", seg.log_path().display());
-                    let outcome = seg.recover()?;
+                    let outcome = seg.recover(next_base)?;
                     report.rebuilt_indexes.push(base);
                     report.truncated_bytes += outcome.truncated_bytes as u64;
                     recovered_epochs.extend(&outcome.epochs);
                 }
+            }
+            if opts.read_only {
+                // Nothing is recovered on read-only media: validate in memory instead, so a corrupt
+                // or torn batch is never served.
+                report.unserved_bytes += seg.validate_read_only(next_base)? as u64;
             }
             segments.insert(base, seg);
         }
@@ -211,11 +221,18 @@ impl PartitionLog {
             let first = segments.range(..=recovery_point).next_back().map(|(b, _)| *b).unwrap_or(i64::MIN);
             let to_check: Vec<i64> = segments.range(first..).map(|(b, _)| *b).collect();
             for (i, base) in to_check.iter().enumerate() {
+                let next_base = to_check.get(i + 1).copied();
                 let seg = segments.get_mut(base).expect("listed");
-                let outcome = seg.recover()?;
+                let outcome = seg.recover(next_base)?;
                 recovered_epochs.extend(&outcome.epochs);
                 if !report.rebuilt_indexes.contains(base) {
                     report.recovered.push(*base);
+                }
+                if outcome.truncated_bytes > 0 && outcome.offsets_out_of_order {
+                    // An intact batch with impossible offsets (a flipped base offset): the rest of
+                    // this segment is cut, the later segments are recovered on their own.
+                    report.truncated_bytes += outcome.truncated_bytes as u64;
+                    continue;
                 }
                 if outcome.truncated_bytes > 0 {
                     report.truncated_bytes += outcome.truncated_bytes as u64;
@@ -387,6 +404,7 @@ impl PartitionLog {
             let batch = &mut owned[pos..pos + size];
             let parsed = RecordBatch::parse(batch).map_err(|e| self.batch_error(pos, e))?;
             parsed.verify_crc().map_err(|e| self.batch_error(pos, e))?;
+            self.validate_client_batch(&parsed).map_err(|e| self.batch_error(pos, e))?;
             let delta = parsed.header().last_offset_delta as i64;
             set_base_offset(batch, next);
             next += delta + 1;
@@ -406,6 +424,21 @@ impl PartitionLog {
             let parsed = RecordBatch::parse(&records[b.position..b.position + b.size])
                 .map_err(|e| self.batch_error(b.position, e))?;
             parsed.verify_crc().map_err(|e| self.batch_error(b.position, e))?;
+            let h = parsed.header();
+            if h.last_offset_delta < 0 || h.records_count < 0 || h.records_count as i64 > h.last_offset_delta as i64 + 1
+            {
+                return Err(self.batch_error(
+                    b.position,
+                    super::BatchError::InvalidRecord {
+                        base_offset: h.base_offset,
+                        index: 0,
+                        reason: format!(
+                            "{} records cannot fit last offset delta {}",
+                            h.records_count, h.last_offset_delta
+                        ),
+                    },
+                ));
+            }
             if parsed.base_offset() < expected_min {
                 return Err(LogError::InvalidAppend {
                     path: self.dir.clone(),
@@ -419,6 +452,41 @@ impl PartitionLog {
             return Err(self.invalid_batch_at(records, walked));
         }
         self.append_assigned(records, now_ms)
+    }
+
+    /// Kafka's `LogValidator` checks for a batch from a client: no control batches, a record count
+    /// that matches the offset range, and records at offset deltas 0, 1, 2, ... (decompressing when
+    /// needed); in a compacted topic every record has a key.
+    fn validate_client_batch(&self, batch: &RecordBatch<'_>) -> Result<(), super::BatchError> {
+        let h = batch.header();
+        let invalid = |index: usize, reason: String| super::BatchError::InvalidRecord {
+            base_offset: h.base_offset,
+            index,
+            reason,
+        };
+        if h.attributes.is_control() {
+            return Err(invalid(0, "clients are not allowed to write control batches".into()));
+        }
+        if h.last_offset_delta < 0 || h.records_count as i64 != h.last_offset_delta as i64 + 1 {
+            return Err(invalid(
+                0,
+                format!(
+                    "record count {} does not match last offset delta {} (must be delta + 1)",
+                    h.records_count, h.last_offset_delta
+                ),
+            ));
+        }
+        let compact = self.config.is_compact();
+        for (i, rec) in batch.records()?.iter().enumerate() {
+            let rec = rec?;
+            if rec.offset - h.base_offset != i as i64 {
+                return Err(invalid(i, format!("offset delta {} where {i} was expected", rec.offset - h.base_offset)));
+            }
+            if compact && rec.key.is_none() {
+                return Err(invalid(i, "a compacted topic cannot accept a record without a key".into()));
+            }
+        }
+        Ok(())
     }
 
     fn batch_error(&self, position: usize, source: super::BatchError) -> LogError {
@@ -532,6 +600,9 @@ impl PartitionLog {
         }
         let seg = Segment::create(&self.dir, new_base, segment_config(&self.config), now_ms)?;
         self.segments.insert(new_base, seg);
+        // Kafka's roll schedules `flushUptoOffsetExclusive(new base)`: the rolled segment is
+        // fsynced and the recovery point moves past it (done inline here).
+        self.flush_segments_below(new_base)?;
         self.log_end_offset = LogOffsetMetadata { offset: new_base, segment_base_offset: new_base, position: 0 };
         if self.high_watermark.offset >= new_base {
             self.high_watermark = self.log_end_offset;
@@ -547,14 +618,42 @@ impl PartitionLog {
         if self.read_only {
             return Ok(());
         }
-        let from = self.segments.range(..=self.recovery_point).next_back().map(|(b, _)| *b).unwrap_or(i64::MIN);
-        for seg in self.segments.range(from..).map(|(_, s)| s) {
-            seg.flush()?;
-        }
-        sync_dir(&self.dir)?;
+        self.flush_segments_below(i64::MAX)?;
         self.recovery_point = self.log_end_offset.offset;
         self.unflushed_messages = 0;
         self.last_flush_ms = now_ms;
+        Ok(())
+    }
+
+    /// Applies `flush.ms` when no append did (Kafka's scheduled `flushDirtyLogs`): flushes when
+    /// more than `flush.ms` passed since the last flush and something is unflushed. Call it
+    /// periodically. Returns whether it flushed.
+    pub fn maybe_flush(&mut self, now_ms: i64) -> Result<bool, LogError> {
+        if self.unflushed_messages > 0 && now_ms.saturating_sub(self.last_flush_ms) >= self.config.flush_ms {
+            self.flush(now_ms)?;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// fsyncs the segments from the one holding the recovery point up to (excluding) the one
+    /// starting at `end_base`, and the directory; moves the recovery point to `end_base` when
+    /// that is a segment boundary below the log end.
+    fn flush_segments_below(&mut self, end_base: i64) -> Result<(), LogError> {
+        if self.read_only {
+            return Ok(());
+        }
+        let from = self.segments.range(..=self.recovery_point).next_back().map(|(b, _)| *b).unwrap_or(i64::MIN);
+        if from >= end_base {
+            return Ok(());
+        }
+        for seg in self.segments.range(from..end_base).map(|(_, s)| s) {
+            seg.flush()?;
+        }
+        sync_dir(&self.dir)?;
+        if end_base != i64::MAX {
+            self.recovery_point = self.recovery_point.max(end_base);
+        }
         Ok(())
     }
 
@@ -790,19 +889,19 @@ fn remove_leftovers(dir: &Path, cfg: SegmentConfig, report: &mut LoadReport) -> 
         if n.ends_with(segment::DELETED_SUFFIX) || n.ends_with(segment::CLEANED_SUFFIX) {
             fs::remove_file(&p).map_err(|e| LogError::io("delete", &p, e))?;
             report.removed_files.push(p);
-        } else if let Some(stem) = n.strip_suffix(segment::SWAP_SUFFIX) {
-            if let Some(base) = stem.strip_suffix(segment::LOG_SUFFIX).and_then(segment::parse_base_offset) {
+        } else if n.ends_with(&format!("{}{}", segment::LOG_SUFFIX, segment::SWAP_SUFFIX)) {
+            if let Some(base) = segment::parse_base_offset(n) {
                 swaps.push(base);
             }
         }
     }
     for base in swaps {
         let mut swap = Segment::open_with_suffix(dir, base, cfg, false, segment::SWAP_SUFFIX)?;
-        swap.recover()?;
+        swap.recover(None)?;
         let end = swap.read_next_offset()?;
         drop(swap);
         for n in list_dir(dir)? {
-            if let Some(b) = n.strip_suffix(segment::LOG_SUFFIX).and_then(segment::parse_base_offset) {
+            if let Some(b) = n.ends_with(segment::LOG_SUFFIX).then(|| segment::parse_base_offset(&n)).flatten() {
                 if b >= base && b < end.max(base + 1) {
                     Segment::delete_files(dir, b, "")?;
                 }
@@ -815,7 +914,7 @@ fn remove_leftovers(dir: &Path, cfg: SegmentConfig, report: &mut LoadReport) -> 
     let names = list_dir(dir)?;
     for n in &names {
         for s in [segment::INDEX_SUFFIX, segment::TIME_INDEX_SUFFIX, segment::TXN_INDEX_SUFFIX] {
-            if let Some(base) = n.strip_suffix(s).and_then(segment::parse_base_offset) {
+            if let Some(base) = n.ends_with(s).then(|| segment::parse_base_offset(n)).flatten() {
                 if !names.contains(&segment::file_name(base, segment::LOG_SUFFIX)) {
                     let p = dir.join(n);
                     fs::remove_file(&p).map_err(|e| LogError::io("delete", &p, e))?;

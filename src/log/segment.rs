@@ -169,8 +169,8 @@ pub struct Segment {
 }
 
 impl Segment {
-    /// Creates a new empty segment in `dir` (files must not exist yet), with both indexes
-    /// preallocated to `config.max_index_size`.
+    /// Creates a new empty segment in `dir`, with both indexes preallocated to
+    /// `config.max_index_size`. Leftover files at that base offset are deleted first, with a warning.
     ///
     /// Errors: [`LogError::Io`] when a file exists or cannot be created.
     pub fn create(dir: &Path, base_offset: i64, config: SegmentConfig, now_ms: i64) -> Result<Self, LogError> {
@@ -185,6 +185,14 @@ impl Segment {
         now_ms: i64,
         suffix: &str,
     ) -> Result<Self, LogError> {
+        // Kafka's LocalLog.roll: a leftover file at the new base offset is deleted first, never reused.
+        for s in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX] {
+            let p = dir.join(format!("{}{suffix}", file_name(base_offset, s)));
+            if p.exists() {
+                tracing::warn!("{}: already exists for a new segment; deleting it first", p.display());
+                fs::remove_file(&p).map_err(|e| LogError::io("delete", &p, e))?;
+            }
+        }
         let path = dir.join(format!("{}{suffix}", file_name(base_offset, LOG_SUFFIX)));
         let file = OpenOptions::new()
             .read(true)
@@ -357,15 +365,67 @@ impl Segment {
     /// Position and size of the first batch whose last offset is >= `offset`, searching from the
     /// offset index's lower bound (Kafka's `translateOffset`). `None` when every batch is below
     /// `offset`. Reads batch headers only.
+    ///
+    /// The index entry used is checked on the way (the batch at its position must end at its
+    /// offset): an inconsistent index is never trusted; the search then starts at the segment
+    /// start, with a warning.
     pub fn translate_offset(&self, offset: i64, min_position: u32) -> Result<Option<BatchInfo>, LogError> {
-        let start = self.offset_index.lookup(offset).position.max(min_position);
-        for info in self.batches_from(start) {
+        let entry = self.offset_index.lookup(offset);
+        let indexed = entry.position > 0 && entry.position >= min_position;
+        let start = entry.position.max(min_position);
+        for (i, info) in self.batches_from(start).enumerate() {
+            let info = match info {
+                Ok(info) => info,
+                Err(e) if indexed && i == 0 => return self.distrust_index(offset, min_position, entry, &e.to_string()),
+                Err(e) => return Err(e),
+            };
+            if indexed && i == 0 && info.last_offset != entry.offset {
+                let why = format!("the batch there ends at offset {}", info.last_offset);
+                return self.distrust_index(offset, min_position, entry, &why);
+            }
+            if info.last_offset >= offset {
+                return Ok(Some(info));
+            }
+        }
+        if indexed && start >= self.size {
+            return self.distrust_index(offset, min_position, entry, "it points past the end of the log");
+        }
+        Ok(None)
+    }
+
+    fn distrust_index(
+        &self,
+        offset: i64,
+        min_position: u32,
+        entry: super::offset_index::IndexEntry,
+        why: &str,
+    ) -> Result<Option<BatchInfo>, LogError> {
+        tracing::warn!(
+            "{}: ignoring index entry ({}, {}): {why}; scanning from the segment start",
+            self.offset_index.path().display(),
+            entry.offset,
+            entry.position
+        );
+        for info in self.batches_from(min_position) {
             let info = info?;
             if info.last_offset >= offset {
                 return Ok(Some(info));
             }
         }
         Ok(None)
+    }
+
+    /// The index's lower-bound position for `offset`, checked like [`Segment::translate_offset`]
+    /// does (0 when the entry does not match the log).
+    fn checked_index_position(&self, offset: i64) -> u32 {
+        let entry = self.offset_index.lookup(offset);
+        if entry.position == 0 {
+            return 0;
+        }
+        match self.batch_at(entry.position, self.size) {
+            Ok(Some(info)) if info.last_offset == entry.offset => entry.position,
+            _ => 0,
+        }
     }
 
     /// Kafka's `LogSegment.read`: a slice from the first batch whose last offset is >=
@@ -392,7 +452,7 @@ impl Segment {
     /// The offset the next appended batch would get: last batch's last offset + 1, or the base
     /// offset when empty (Kafka's `readNextOffset`; reads headers from the last index entry on).
     pub fn read_next_offset(&self) -> Result<i64, LogError> {
-        let start = self.offset_index.lookup(i64::MAX).position;
+        let start = self.checked_index_position(i64::MAX);
         let mut next = self.base_offset;
         for info in self.batches_from(start) {
             next = info?.next_offset();
@@ -545,7 +605,10 @@ impl Segment {
     /// file, position and offset.
     ///
     /// Errors: [`LogError::Io`]; [`LogError::InvalidAppend`] when read-only.
-    pub fn recover(&mut self) -> Result<RecoveryOutcome, LogError> {
+    ///
+    /// `next_segment_base`, when given, bounds the offsets: a batch reaching it (a flipped bit in
+    /// a base offset, which no CRC covers) is invalid, as is a batch whose offsets go backwards.
+    pub fn recover(&mut self, next_segment_base: Option<i64>) -> Result<RecoveryOutcome, LogError> {
         if self.read_only {
             return Err(self.refuse("cannot recover a read-only segment"));
         }
@@ -557,6 +620,7 @@ impl Segment {
         let mut max_ts = TimestampOffset { timestamp: NO_TIMESTAMP, offset: self.base_offset };
         let mut next_offset = self.base_offset;
         let mut first_error = None;
+        let mut offsets_out_of_order = false;
         let mut epochs = Vec::new();
         let mut producer_batches = Vec::new();
         while valid < self.size {
@@ -566,6 +630,13 @@ impl Segment {
                 if first < next_offset {
                     return Err(self.refuse(format!(
                         "batch at position {valid} starts at offset {first}, below the previous batch's next offset {next_offset}"
+                    )));
+                }
+                if next_segment_base.is_some_and(|next| info.last_offset >= next) {
+                    return Err(self.refuse(format!(
+                        "batch at position {valid} ends at offset {}, at or past the next segment's base offset {}",
+                        info.last_offset,
+                        next_segment_base.unwrap_or_default()
                     )));
                 }
                 Ok(info)
@@ -598,6 +669,7 @@ impl Segment {
                         offset = next_offset,
                         "found invalid data in log segment, truncating: {e}"
                     );
+                    offsets_out_of_order = matches!(e, LogError::InvalidAppend { .. });
                     first_error = Some(e.to_string());
                     break;
                 }
@@ -612,18 +684,48 @@ impl Segment {
         self.max_timestamp_so_far = max_ts;
         self.time_index.maybe_append(max_ts.timestamp, max_ts.offset, true)?;
         self.time_index.trim_to_valid_size()?;
-        self.bytes_since_last_index_entry = valid - last_index_entry;
-        if self.size == 0 {
-            self.bytes_since_last_index_entry = 0;
-        }
+        // As Kafka's recover: the counter is not rebuilt, so appends after recovery index as after
+        // any open.
+        self.bytes_since_last_index_entry = 0;
         Ok(RecoveryOutcome {
             truncated_bytes: truncated,
             batches,
             next_offset,
             error: first_error,
+            offsets_out_of_order,
             epochs,
             producer_batches,
         })
+    }
+
+    /// Read-only counterpart of [`Segment::recover`]: validates every batch (CRC, offsets) without
+    /// writing anything and caps the readable size at the first invalid byte, so a corrupt or torn
+    /// batch is never served from read-only data. Returns the bytes hidden.
+    pub fn validate_read_only(&mut self, next_segment_base: Option<i64>) -> Result<u32, LogError> {
+        let mut valid = 0u32;
+        let mut next_offset = self.base_offset;
+        while valid < self.size {
+            let ok = self.validate_entry(valid).map(|info| {
+                let first = if info.magic == MAGIC_V2 { info.base_offset } else { info.last_offset };
+                (first >= next_offset && next_segment_base.is_none_or(|n| info.last_offset < n)).then_some(info)
+            });
+            match ok {
+                Ok(Some(info)) => {
+                    valid += info.size;
+                    next_offset = info.next_offset();
+                }
+                Ok(None) | Err(_) => {
+                    tracing::warn!(
+                        "{}: invalid batch at position {valid} (offset {next_offset}): not served",
+                        self.log.path.display()
+                    );
+                    break;
+                }
+            }
+        }
+        let hidden = self.size - valid;
+        self.size = valid;
+        Ok(hidden)
     }
 
     /// Validates the entry at `position` fully: header, length within the file, CRC (CRC-32C for
@@ -676,7 +778,7 @@ impl Segment {
 
     fn read_largest_timestamp(&self) -> Result<TimestampOffset, LogError> {
         let last = self.time_index.last_entry();
-        let start = self.offset_index.lookup(last.offset).position;
+        let start = self.checked_index_position(last.offset);
         let mut best = last;
         for info in self.batches_from(start) {
             let info = info?;
@@ -696,7 +798,7 @@ impl Segment {
         starting_offset: i64,
     ) -> Result<Option<TimestampOffset>, LogError> {
         let entry = self.time_index.lookup(timestamp_ms);
-        let position = self.offset_index.lookup(entry.offset.max(starting_offset)).position;
+        let position = self.checked_index_position(entry.offset.max(starting_offset));
         for info in self.batches_from(position) {
             let info = info?;
             if info.max_timestamp < timestamp_ms || info.last_offset < starting_offset {
@@ -802,6 +904,9 @@ pub struct RecoveryOutcome {
     pub next_offset: i64,
     /// Why the scan stopped early, when it did.
     pub error: Option<String>,
+    /// Whether it stopped at a batch that is intact (its CRC holds) but whose offsets go backwards
+    /// or past the next segment: only that batch is damaged, not the data after it.
+    pub offsets_out_of_order: bool,
     /// `(partition leader epoch, base offset)` of every valid v2 batch with an epoch >= 0, in order
     /// (to rebuild `leader-epoch-checkpoint`).
     pub epochs: Vec<(i32, i64)>,

@@ -9,4 +9,4 @@ mod consumer_offsets_corpus;
 mod dump_cli;
 mod index_corpus;
 mod log_engine;
-mod zz_review;
+mod review_regressions;
