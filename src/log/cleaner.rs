@@ -21,15 +21,28 @@
 //!   that sees a tombstone stamps its batch with `delete horizon = now + delete.retention.ms`
 //!   (KIP-534, attributes bit 6) and a later cleaning after that time removes it;
 //! - control batches are kept;
-//! - a batch left empty is dropped, except the last batch of a producer that has no later batch in
-//!   the log, which is kept as an empty header so its producer state survives (Kafka's
-//!   `BatchRetention.RETAIN_EMPTY`, the "last batch of an active producer" rule);
-//! - each cleaned segment is written as `.cleaned`, swapped in via `.swap` (a crash mid-swap is
-//!   completed on the next open) and replaces its source segment one for one (Kafka also groups
-//!   small segments; fetchbench does not).
+//! - a rewritten batch keeps its codec, producer id, epoch and base sequence, partition leader
+//!   epoch, transactional bit and timestamp type; a LogAppendTime batch keeps its max timestamp
+//!   (the log append time), as Kafka's `buildRetainedRecordsInto`;
+//! - a batch left empty (or found empty) is dropped, except the batch holding its producer's last
+//!   data offset in the log (Kafka's `lastDataOffset`: control batches do not count), which is
+//!   kept as Kafka's 61-byte empty batch so the producer state survives
+//!   (`BatchRetention.RETAIN_EMPTY`, `DefaultRecordBatch.writeEmptyHeader`: codec none, base
+//!   timestamp -1, no delete horizon; offsets, max timestamp, producer id, epoch and base
+//!   sequence, leader epoch, timestamp type, transactional and control bits kept);
+//! - a batch whose records cannot be rewritten (e.g. offsets that do not increase) fails the pass
+//!   with [`LogError::Batch`] naming the file and position; nothing is replaced and the `.cleaned`
+//!   files are removed;
+//! - each cleaned segment is written as `.cleaned` and gets its source segment's last-modified
+//!   time (Kafka's `cleanSegments`, so `retention.ms` of an emptied segment still counts from the
+//!   source's age), is swapped in via `.swap` (a crash mid-swap is completed on the next open) and
+//!   replaces its source segment one for one (Kafka also groups small segments; fetchbench does
+//!   not).
 
 use std::collections::HashMap;
+use std::time::SystemTime;
 
+use super::batch::builder::empty_batch;
 use super::batch::{BatchBuilder, RecordBatch, DEFAULT_MAX_UNCOMPRESSED};
 use super::partition::PartitionLog;
 use super::segment::{self, Segment, SegmentConfig};
@@ -97,8 +110,8 @@ pub struct CompactionOutcome {
 /// active one whose records are all older than `min.compaction.lag.ms` is rewritten keeping the
 /// latest record per key, as described in the module docs. `now_ms` drives delete horizons.
 ///
-/// Errors: [`LogError::Batch`] when a batch in a cleanable segment is invalid (nothing is replaced
-/// then); [`LogError::Io`].
+/// Errors: [`LogError::Batch`] when a batch in a cleanable segment is invalid or its records cannot
+/// be rewritten (nothing is replaced then); [`LogError::Io`].
 pub fn compact(log: &mut PartitionLog, now_ms: i64) -> Result<CompactionOutcome, LogError> {
     let cfg = log.config().clone();
     let mut out = CompactionOutcome { first_dirty_offset: log.log_start_offset(), ..Default::default() };
@@ -122,7 +135,8 @@ pub fn compact(log: &mut PartitionLog, now_ms: i64) -> Result<CompactionOutcome,
     if cleanable.is_empty() {
         return Ok(out);
     }
-    // Pass 1: the offset map (latest offset per key) and each producer's last batch.
+    // Pass 1: the offset map (latest offset per key) and each producer's last data offset
+    // (Kafka's `lastDataOffset`: control batches do not count).
     let mut latest: HashMap<Vec<u8>, i64> = HashMap::new();
     let mut last_batch_of_producer: HashMap<i64, i64> = HashMap::new();
     let map = log.segments_map();
@@ -130,11 +144,11 @@ pub fn compact(log: &mut PartitionLog, now_ms: i64) -> Result<CompactionOutcome,
         let seg = &map[base];
         for_each_batch(seg, |batch| {
             let h = batch.header();
-            if h.has_producer_id() {
-                last_batch_of_producer.insert(h.producer_id, h.last_offset());
-            }
             if h.attributes.is_control() {
                 return Ok(());
+            }
+            if h.has_producer_id() {
+                last_batch_of_producer.insert(h.producer_id, h.last_offset());
             }
             for rec in batch.records_with_limit(DEFAULT_MAX_UNCOMPRESSED)?.iter() {
                 let rec = rec?;
@@ -145,11 +159,12 @@ pub fn compact(log: &mut PartitionLog, now_ms: i64) -> Result<CompactionOutcome,
             Ok(())
         })?;
     }
-    // Producers with batches after the cleanable range are still writing: their last batch is later.
+    // Producers with data batches after the cleanable range are still writing: their last batch is
+    // later.
     for seg in map.range(out.first_dirty_offset..).map(|(_, s)| s) {
         for info in seg.batches_from(0) {
             if let Some(h) = info?.header {
-                if h.has_producer_id() {
+                if h.has_producer_id() && !h.attributes.is_control() {
                     last_batch_of_producer.insert(h.producer_id, h.last_offset());
                 }
             }
@@ -161,31 +176,61 @@ pub fn compact(log: &mut PartitionLog, now_ms: i64) -> Result<CompactionOutcome,
         max_index_size: cfg.segment_index_bytes.max(12) as usize,
     };
     let mut cleaned = Vec::new();
-    for base in &cleanable {
-        let seg = &map[base];
-        out.bytes_before += seg.size() as u64;
-        segment::Segment::delete_files(log.dir(), *base, segment::CLEANED_SUFFIX)?;
-        let mut dst = Segment::create_with_suffix(log.dir(), *base, seg_cfg, now_ms, segment::CLEANED_SUFFIX)?;
-        for_each_batch(seg, |batch| {
-            let kept =
-                filter_batch(&batch, &latest, &last_batch_of_producer, now_ms, cfg.delete_retention_ms, &mut out)?;
-            if let Some(bytes) = kept {
-                let b = RecordBatch::parse(&bytes)?;
-                let h = b.header();
-                dst.append(h.last_offset(), h.max_timestamp, h.last_offset(), &bytes).map_err(|e| {
-                    super::BatchError::InvalidRecord { base_offset: h.base_offset, index: 0, reason: e.to_string() }
-                })?;
-            }
-            Ok(())
-        })?;
-        dst.flush()?;
-        dst.on_become_inactive()?;
-        out.bytes_after += dst.size() as u64;
-        cleaned.push(dst);
+    let written = (|| {
+        for base in &cleanable {
+            let seg = &map[base];
+            out.bytes_before += seg.size() as u64;
+            segment::Segment::delete_files(log.dir(), *base, segment::CLEANED_SUFFIX)?;
+            let mut dst = Segment::create_with_suffix(log.dir(), *base, seg_cfg, now_ms, segment::CLEANED_SUFFIX)?;
+            for_each_batch(seg, |batch| {
+                let kept =
+                    filter_batch(&batch, &latest, &last_batch_of_producer, now_ms, cfg.delete_retention_ms, &mut out)?;
+                if let Some(bytes) = kept {
+                    let b = RecordBatch::parse(&bytes)?;
+                    let h = b.header();
+                    dst.append(h.last_offset(), h.max_timestamp, h.last_offset(), &bytes).map_err(|e| {
+                        super::BatchError::InvalidRecord { base_offset: h.base_offset, index: 0, reason: e.to_string() }
+                    })?;
+                }
+                Ok(())
+            })?;
+            dst.on_become_inactive()?;
+            dst.flush()?;
+            // Kafka's cleanSegments: the cleaned segment keeps the source's last-modified time.
+            let modified = seg
+                .file()
+                .file()
+                .metadata()
+                .and_then(|m| m.modified())
+                .map_err(|e| LogError::io("stat", seg.log_path(), e))?;
+            set_last_modified(&dst, modified)?;
+            out.bytes_after += dst.size() as u64;
+            cleaned.push(dst);
+        }
+        Ok(())
+    })();
+    if let Err(e) = written {
+        // Nothing is replaced: remove what was written (best effort; the next pass and the next
+        // open remove `.cleaned` leftovers too) and report the first error.
+        drop(cleaned);
+        for base in &cleanable {
+            let _ = Segment::delete_files(log.dir(), *base, segment::CLEANED_SUFFIX);
+        }
+        return Err(e);
     }
     out.cleaned_segments = cleanable.clone();
     log.replace_segments(cleaned, &cleanable)?;
     Ok(out)
+}
+
+/// Kafka's `LogSegment.setLastModified`, for the `.log` of `seg`: its modification time is what
+/// [`Segment::largest_timestamp`] falls back to. (The index files are not set: the swap reopens
+/// and resizes them, which would reset their time.)
+fn set_last_modified(seg: &Segment, modified: SystemTime) -> Result<(), LogError> {
+    seg.file()
+        .file()
+        .set_modified(modified)
+        .map_err(|e| LogError::io("set the modification time of", seg.log_path(), e))
 }
 
 /// Applies the retention rules of the module docs to one batch. Returns the bytes to write (the
@@ -223,14 +268,15 @@ fn filter_batch(
         kept.push(rec);
     }
     stats.records_kept += kept.len() as u64;
+    if kept.is_empty() {
+        // Kafka's filterTo: RETAIN_EMPTY writes writeEmptyHeader, anything else writes nothing.
+        let is_last_of_producer =
+            h.has_producer_id() && last_batch_of_producer.get(&h.producer_id) == Some(&h.last_offset());
+        return Ok(is_last_of_producer.then(|| empty_batch(&h)));
+    }
     let needs_horizon = has_tombstone && horizon.is_none();
     if kept.len() == all.len() && !needs_horizon {
         return Ok(Some(batch.as_bytes().to_vec()));
-    }
-    let is_last_of_producer =
-        h.has_producer_id() && last_batch_of_producer.get(&h.producer_id) == Some(&h.last_offset());
-    if kept.is_empty() && !is_last_of_producer {
-        return Ok(None);
     }
     let codec = h.attributes.compression()?;
     let mut b = BatchBuilder::new(h.base_offset, codec)
@@ -238,26 +284,17 @@ fn filter_batch(
         .partition_leader_epoch(h.partition_leader_epoch)
         .transactional(h.attributes.is_transactional())
         .last_offset_delta(h.last_offset_delta); // Kafka's overrideLastOffset: keeps the producer's last sequence
+    if h.attributes.is_log_append_time() {
+        // Kafka's buildRetainedRecordsInto: logAppendTime = the batch's max timestamp.
+        b = b.log_append_time(h.max_timestamp);
+    }
     if let Some(hz) = horizon.or(needs_horizon.then(|| now_ms.saturating_add(delete_retention_ms))) {
-        if has_tombstone || horizon.is_some() {
-            b = b.delete_horizon(hz);
-        }
+        b = b.delete_horizon(hz);
     }
     for rec in &kept {
-        let headers: Vec<_> = rec.headers.clone();
-        b.append_at(rec.offset, rec.timestamp, rec.key, rec.value, &headers);
+        b.append_at(rec.offset, rec.timestamp, rec.key, rec.value, &rec.headers)?;
     }
-    let mut bytes = b.build()?;
-    if kept.is_empty() {
-        // An empty batch keeps the original timestamps so time-based lookups stay stable.
-        let mut hdr = super::batch::BatchHeader::parse(&bytes)?;
-        hdr.base_timestamp = h.base_timestamp;
-        hdr.max_timestamp = h.max_timestamp;
-        hdr.encode(&mut bytes);
-        let crc = crc32c::crc32c(&bytes[super::batch::ATTRIBUTES_OFFSET..]);
-        bytes[super::batch::CRC_OFFSET..super::batch::CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
-    }
-    Ok(Some(bytes))
+    Ok(Some(b.build()?))
 }
 
 /// Calls `f` for every v2 batch of `seg` (CRC-verified); a legacy entry or a corrupt batch is an
