@@ -182,18 +182,30 @@ pub fn compact(log: &mut PartitionLog, now_ms: i64) -> Result<CompactionOutcome,
             out.bytes_before += seg.size() as u64;
             segment::Segment::delete_files(log.dir(), *base, segment::CLEANED_SUFFIX)?;
             let mut dst = Segment::create_with_suffix(log.dir(), *base, seg_cfg, now_ms, segment::CLEANED_SUFFIX)?;
-            for_each_batch(seg, |batch| {
+            // A failed write to the cleaned segment is a `LogError` of its own: kept aside with its
+            // cause while the batch walk (whose errors are `BatchError`s) stops.
+            let mut write_error: Option<LogError> = None;
+            let walked = for_each_batch(seg, |batch| {
                 let kept =
                     filter_batch(&batch, &latest, &last_batch_of_producer, now_ms, cfg.delete_retention_ms, &mut out)?;
                 if let Some(bytes) = kept {
                     let b = RecordBatch::parse(&bytes)?;
                     let h = b.header();
-                    dst.append(h.last_offset(), h.max_timestamp, h.last_offset(), &bytes).map_err(|e| {
-                        super::BatchError::InvalidRecord { base_offset: h.base_offset, index: 0, reason: e.to_string() }
-                    })?;
+                    if let Err(e) = dst.append(h.last_offset(), h.max_timestamp, h.last_offset(), &bytes) {
+                        write_error = Some(e);
+                        return Err(super::BatchError::InvalidRecord {
+                            base_offset: h.base_offset,
+                            index: 0,
+                            reason: "the cleaned segment refused the batch".into(),
+                        });
+                    }
                 }
                 Ok(())
-            })?;
+            });
+            if let Some(e) = write_error {
+                return Err(e);
+            }
+            walked?;
             dst.on_become_inactive()?;
             dst.flush()?;
             // Kafka's cleanSegments: the cleaned segment keeps the source's last-modified time.
