@@ -769,6 +769,12 @@ impl PartitionLog {
         if let Some(&first) = self.segments.keys().next() {
             if first > self.log_start_offset {
                 self.log_start_offset = first;
+                // Kafka's `truncateFromStart(log start offset)` on the leader epoch cache.
+                let before = self.leader_epochs.clone();
+                truncate_epochs(&mut self.leader_epochs, self.log_start_offset, self.log_end_offset.offset);
+                if self.leader_epochs != before {
+                    write_leader_epoch_checkpoint(&self.dir.join(LEADER_EPOCH_CHECKPOINT), &self.leader_epochs)?;
+                }
             }
         }
         Ok(doomed)

@@ -608,3 +608,33 @@ fn a_real_kafka_log_dir_opens_with_the_log_manager() {
     mgr.shutdown().unwrap();
     assert!(root.join(".kafka_cleanshutdown").exists());
 }
+
+#[test]
+fn retention_truncates_the_leader_epoch_cache_from_the_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = part_dir(&tmp);
+    let mut log = open(&dir, config(&[("segment.bytes", "300"), ("retention.bytes", "0")]), true);
+    for i in 0..12 {
+        let mut b = BatchBuilder::new(0, Compression::None).partition_leader_epoch(if i < 6 { 0 } else { 1 });
+        b.append(i, None, Some(&[7u8; 100]), &[]);
+        log.append(&b.build().unwrap(), 0).unwrap();
+    }
+    let epochs = |log: &PartitionLog| log.leader_epochs().iter().map(|e| (e.epoch, e.start_offset)).collect::<Vec<_>>();
+    assert_eq!(epochs(&log), vec![(0, 0), (1, 6)]);
+    // Delete segments until the log starts inside epoch 0's range, then inside epoch 1's.
+    let mut n = 0;
+    log.delete_oldest_segments(|_, _| {
+        n += 1;
+        n <= 2
+    })
+    .unwrap();
+    let start = log.log_start_offset();
+    assert!(start > 0 && start < 6, "log start {start}");
+    assert_eq!(epochs(&log), vec![(0, start), (1, 6)]);
+    cleaner::apply_retention(&mut log, 0).unwrap();
+    let start = log.log_start_offset();
+    assert!(start > 6, "log start {start}");
+    assert_eq!(epochs(&log), vec![(1, start)]);
+    let on_disk = fs::read_to_string(dir.join("leader-epoch-checkpoint")).unwrap();
+    assert_eq!(on_disk, format!("0\n1\n1 {start}\n"));
+}
