@@ -3,9 +3,10 @@
 //! For a `.log`: per batch its offsets, record count, position, size, magic, codec, CRC validity,
 //! timestamps and producer state; per record its offset, timestamp, key and value sizes and header
 //! keys, with contents under `--print-records` (`__consumer_offsets` records decoded like
-//! `--offsets-decoder`). For a `.index`: each (offset, position) entry and whether a batch with that
-//! last offset starts at that position. For a `.timeindex`: each (timestamp, offset) entry and
-//! whether it names the last offset of a batch whose max timestamp it is, the largest so far.
+//! `--offsets-decoder`). For a `.index`: each (offset, position) entry and whether a batch starts at
+//! that position and ends at or below that offset (Kafka indexes an append of several batches by
+//! its largest offset at its first batch). For a `.timeindex`: each (timestamp, offset) entry and
+//! whether the offset lies in a batch whose max timestamp it is, the largest so far.
 //! Preallocated zero entries (an active segment's untrimmed index) end the listing, as in Kafka.
 //!
 //! Every problem (bad CRC, undecodable record, torn tail, index entry that points nowhere) is
@@ -588,11 +589,13 @@ fn dump_offset_index(
         match entries {
             None => {}
             Some(es) => match es.binary_search_by_key(&(entry.position as u64), |e| e.position) {
-                Ok(k) if es[k].last_offset == entry.offset => {}
+                // Kafka indexes an append by its largest offset at its first batch: the batch there
+                // ends at or below the entry's offset.
+                Ok(k) if es[k].last_offset <= entry.offset => {}
                 Ok(k) => problem(
                     at,
                     format!(
-                        "index offset {} at position {} but the batch there ends at offset {}",
+                        "index offset {} at position {} but the batch there ends later, at offset {}",
                         entry.offset, entry.position, es[k].last_offset
                     ),
                 ),

@@ -15,12 +15,13 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use super::batch::{builder::set_base_offset, BatchBoundaries, RecordBatch};
+use super::batch::builder::{set_base_offset, set_partition_leader_epoch};
+use super::batch::{BatchBoundaries, BatchHeader, RecordBatch, ATTRIBUTES_OFFSET, CRC_OFFSET};
 use super::checkpoint::{
     read_leader_epoch_checkpoint, read_partition_metadata, write_leader_epoch_checkpoint, write_partition_metadata,
     EpochEntry, TopicId, LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA,
 };
-use super::config::LogConfig;
+use super::config::{LogConfig, TimestampType};
 use super::segment::{self, Segment, SegmentConfig};
 use super::time_index::TimestampOffset;
 use super::LogError;
@@ -143,6 +144,7 @@ pub struct PartitionLog {
     read_only: bool,
     topic_id: Option<TopicId>,
     leader_epochs: Vec<EpochEntry>,
+    leader_epoch: i32,
 }
 
 /// Splits a partition directory name `topic-partition` at its last dash (topics may contain
@@ -303,6 +305,7 @@ impl PartitionLog {
             last_flush_ms: now_ms,
             read_only: opts.read_only,
             topic_id,
+            leader_epoch: leader_epochs.last().map_or(0, |e| e.epoch),
             leader_epochs,
         };
         Ok((log, report))
@@ -375,6 +378,15 @@ impl PartitionLog {
         self.topic_id = Some(topic_id);
         Ok(())
     }
+    /// The leader epoch stamped on appended batches (Kafka's `LogValidator` sets every batch's
+    /// partition leader epoch to the leader's). Starts at the latest epoch in the cache, or 0.
+    pub fn leader_epoch(&self) -> i32 {
+        self.leader_epoch
+    }
+    /// Sets the leader epoch for later appends (a new leadership term).
+    pub fn set_leader_epoch(&mut self, epoch: i32) {
+        self.leader_epoch = epoch;
+    }
     /// The leader epoch cache (`leader-epoch-checkpoint`): each epoch with the first offset
     /// appended under it, ascending (Kafka's `LeaderEpochFileCache`). Rebuilt from batches on
     /// recovery, truncated to the log's offsets, extended by appends of batches with a newer epoch.
@@ -406,7 +418,13 @@ impl PartitionLog {
             parsed.verify_crc().map_err(|e| self.batch_error(pos, e))?;
             self.validate_client_batch(&parsed).map_err(|e| self.batch_error(pos, e))?;
             let delta = parsed.header().last_offset_delta as i64;
+            // The leader assigns offsets and stamps its epoch (both outside the CRC) and, for
+            // `message.timestamp.type=LogAppendTime`, the batch timestamp (inside it).
             set_base_offset(batch, next);
+            set_partition_leader_epoch(batch, self.leader_epoch);
+            if self.config.message_timestamp_type == TimestampType::LogAppendTime {
+                set_log_append_time(batch, now_ms).map_err(|e| self.batch_error(pos, e))?;
+            }
             next += delta + 1;
         }
         self.append_assigned(&owned, now_ms)
@@ -476,15 +494,34 @@ impl PartitionLog {
                 ),
             ));
         }
+        if h.producer_id >= 0 && h.base_sequence < 0 {
+            return Err(invalid(
+                0,
+                format!("invalid sequence number {} for producer id {}", h.base_sequence, h.producer_id),
+            ));
+        }
         let compact = self.config.is_compact();
-        for (i, rec) in batch.records()?.iter().enumerate() {
+        let records = batch.records()?;
+        let mut consumed = 0;
+        for (i, rec) in records.iter().enumerate() {
             let rec = rec?;
+            consumed += rec.size_in_bytes;
             if rec.offset - h.base_offset != i as i64 {
                 return Err(invalid(i, format!("offset delta {} where {i} was expected", rec.offset - h.base_offset)));
             }
             if compact && rec.key.is_none() {
                 return Err(invalid(i, "a compacted topic cannot accept a record without a key".into()));
             }
+        }
+        if consumed != records.data().len() {
+            return Err(invalid(
+                h.records_count.max(0) as usize,
+                format!(
+                    "{} bytes remain after the declared {} records",
+                    records.data().len() - consumed,
+                    h.records_count
+                ),
+            ));
         }
         Ok(())
     }
@@ -824,6 +861,18 @@ impl PartitionLog {
         }
         Ok(())
     }
+}
+
+/// Marks a v2 batch as LogAppendTime with `now_ms` as its max timestamp (Kafka's
+/// `setMaxTimestamp(LOG_APPEND_TIME, now)`), recomputing the CRC.
+fn set_log_append_time(batch: &mut [u8], now_ms: i64) -> Result<(), super::BatchError> {
+    let mut h = BatchHeader::parse(batch)?;
+    h.attributes = h.attributes.with_log_append_time(true);
+    h.max_timestamp = now_ms;
+    h.encode(batch);
+    let crc = crc32c::crc32c(&batch[ATTRIBUTES_OFFSET..]);
+    batch[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
+    Ok(())
 }
 
 /// Kafka's `LeaderEpochFileCache.assign`: a new entry only for an epoch above the latest one.

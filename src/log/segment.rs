@@ -366,9 +366,10 @@ impl Segment {
     /// offset index's lower bound (Kafka's `translateOffset`). `None` when every batch is below
     /// `offset`. Reads batch headers only.
     ///
-    /// The index entry used is checked on the way (the batch at its position must end at its
-    /// offset): an inconsistent index is never trusted; the search then starts at the segment
-    /// start, with a warning.
+    /// The index entry used is checked on the way: a batch must start at its position and end at
+    /// or below its offset (Kafka indexes an append of several batches by the append's largest
+    /// offset at its first batch's position). An inconsistent index is never trusted: the search
+    /// then starts at the segment start, with a warning.
     pub fn translate_offset(&self, offset: i64, min_position: u32) -> Result<Option<BatchInfo>, LogError> {
         let entry = self.offset_index.lookup(offset);
         let indexed = entry.position > 0 && entry.position >= min_position;
@@ -379,7 +380,7 @@ impl Segment {
                 Err(e) if indexed && i == 0 => return self.distrust_index(offset, min_position, entry, &e.to_string()),
                 Err(e) => return Err(e),
             };
-            if indexed && i == 0 && info.last_offset != entry.offset {
+            if indexed && i == 0 && info.last_offset > entry.offset {
                 let why = format!("the batch there ends at offset {}", info.last_offset);
                 return self.distrust_index(offset, min_position, entry, &why);
             }
@@ -423,7 +424,7 @@ impl Segment {
             return 0;
         }
         match self.batch_at(entry.position, self.size) {
-            Ok(Some(info)) if info.last_offset == entry.offset => entry.position,
+            Ok(Some(info)) if info.last_offset <= entry.offset => entry.position,
             _ => 0,
         }
     }
@@ -554,7 +555,8 @@ impl Segment {
 
     /// Checks the indexes without trusting them (Kafka's `LogSegment.sanityCheck`, made stricter):
     /// both index files exist, have whole entries, increase, and the last offset entry points at a
-    /// batch boundary whose last offset equals the entry's offset.
+    /// batch boundary whose batch ends at or below the entry's offset (one entry per append, at
+    /// the append's first batch, as Kafka writes them).
     ///
     /// Errors: [`LogError::CorruptIndex`] naming the index file.
     pub fn sanity_check(&self) -> Result<(), LogError> {
@@ -574,7 +576,7 @@ impl Segment {
             let last = self.offset_index.entry(self.offset_index.entries() - 1);
             let corrupt = |reason: String| LogError::CorruptIndex { path: idx_path.clone(), reason };
             match self.batch_at(last.position, self.size) {
-                Ok(Some(info)) if info.last_offset == last.offset => {}
+                Ok(Some(info)) if info.last_offset <= last.offset => {}
                 Ok(Some(info)) => {
                     return Err(corrupt(format!(
                         "last entry ({}, {}) points at a batch with last offset {}",
@@ -612,73 +614,53 @@ impl Segment {
         if self.read_only {
             return Err(self.refuse("cannot recover a read-only segment"));
         }
+        let prefix = self.valid_prefix(next_segment_base)?;
         self.offset_index.reset()?;
         self.time_index.reset()?;
-        let mut valid: u32 = 0;
         let mut last_index_entry: u32 = 0;
         let mut batches = 0u64;
         let mut max_ts = TimestampOffset { timestamp: NO_TIMESTAMP, offset: self.base_offset };
         let mut next_offset = self.base_offset;
-        let mut first_error = None;
-        let mut offsets_out_of_order = false;
         let mut epochs = Vec::new();
         let mut producer_batches = Vec::new();
-        while valid < self.size {
-            match self.validate_entry(valid).and_then(|info| {
-                // Offsets never go backwards in a log (the base offset is outside the CRC).
-                let first = if info.magic == MAGIC_V2 { info.base_offset } else { info.last_offset };
-                if first < next_offset {
-                    return Err(self.refuse(format!(
-                        "batch at position {valid} starts at offset {first}, below the previous batch's next offset {next_offset}"
-                    )));
+        // Index building reads headers only: the batches were validated above.
+        let file = self.log.clone();
+        for info in (BatchInfoIter { file: &file, position: 0, end: prefix.valid_bytes, done: false }) {
+            let info = info?;
+            let valid = info.position;
+            if info.max_timestamp > max_ts.timestamp {
+                max_ts = TimestampOffset { timestamp: info.max_timestamp, offset: info.last_offset };
+            }
+            if valid - last_index_entry > self.config.index_interval_bytes {
+                self.offset_index.append(info.last_offset, valid)?;
+                self.time_index.maybe_append(max_ts.timestamp, max_ts.offset, false)?;
+                last_index_entry = valid;
+            }
+            if let Some(h) = info.header {
+                if h.partition_leader_epoch >= 0 {
+                    epochs.push((h.partition_leader_epoch, h.base_offset));
                 }
-                if next_segment_base.is_some_and(|next| info.last_offset >= next) {
-                    return Err(self.refuse(format!(
-                        "batch at position {valid} ends at offset {}, at or past the next segment's base offset {}",
-                        info.last_offset,
-                        next_segment_base.unwrap_or_default()
-                    )));
-                }
-                Ok(info)
-            }) {
-                Ok(info) => {
-                    if info.max_timestamp > max_ts.timestamp {
-                        max_ts = TimestampOffset { timestamp: info.max_timestamp, offset: info.last_offset };
-                    }
-                    if valid - last_index_entry > self.config.index_interval_bytes {
-                        self.offset_index.append(info.last_offset, valid)?;
-                        self.time_index.maybe_append(max_ts.timestamp, max_ts.offset, false)?;
-                        last_index_entry = valid;
-                    }
-                    if let Some(h) = info.header {
-                        if h.partition_leader_epoch >= 0 {
-                            epochs.push((h.partition_leader_epoch, h.base_offset));
-                        }
-                        if h.has_producer_id() {
-                            producer_batches.push(h);
-                        }
-                    }
-                    valid += info.size;
-                    next_offset = info.next_offset();
-                    batches += 1;
-                }
-                Err(e) => {
-                    tracing::warn!(
-                        file = %self.log.path.display(),
-                        position = valid,
-                        offset = next_offset,
-                        "found invalid data in log segment, truncating: {e}"
-                    );
-                    offsets_out_of_order = matches!(e, LogError::InvalidAppend { .. });
-                    first_error = Some(e.to_string());
-                    break;
+                if h.has_producer_id() {
+                    producer_batches.push(h);
                 }
             }
+            next_offset = info.next_offset();
+            batches += 1;
         }
-        let truncated = self.size - valid;
+        let truncated = self.size - prefix.valid_bytes;
         if truncated > 0 {
-            self.log.file.set_len(valid as u64).map_err(|e| LogError::io("truncate", &self.log.path, e))?;
-            self.size = valid;
+            tracing::warn!(
+                file = %self.log.path.display(),
+                position = prefix.valid_bytes,
+                offset = next_offset,
+                "found invalid data in log segment, truncated {truncated} bytes: {}",
+                prefix.error.as_deref().unwrap_or("")
+            );
+            self.log
+                .file
+                .set_len(prefix.valid_bytes as u64)
+                .map_err(|e| LogError::io("truncate", &self.log.path, e))?;
+            self.size = prefix.valid_bytes;
         }
         self.offset_index.trim_to_valid_size()?;
         self.max_timestamp_so_far = max_ts;
@@ -691,40 +673,87 @@ impl Segment {
             truncated_bytes: truncated,
             batches,
             next_offset,
-            error: first_error,
-            offsets_out_of_order,
+            error: prefix.error,
+            offsets_out_of_order: prefix.offsets_out_of_order,
             epochs,
             producer_batches,
         })
     }
 
-    /// Read-only counterpart of [`Segment::recover`]: validates every batch (CRC, offsets) without
-    /// writing anything and caps the readable size at the first invalid byte, so a corrupt or torn
-    /// batch is never served from read-only data. Returns the bytes hidden.
-    pub fn validate_read_only(&mut self, next_segment_base: Option<i64>) -> Result<u32, LogError> {
-        let mut valid = 0u32;
+    /// The longest prefix of the `.log` made of valid batches: whole (not torn), CRC-checked,
+    /// offsets increasing, below `next_segment_base`. When a batch's offsets go backwards, the
+    /// batch before it is cut too: one of the two has a damaged base offset (no CRC covers it) and
+    /// it cannot be told which, so neither is served.
+    fn valid_prefix(&self, next_segment_base: Option<i64>) -> Result<ValidPrefix, LogError> {
+        let mut valid: u32 = 0;
+        let mut prev_position: u32 = 0;
         let mut next_offset = self.base_offset;
         while valid < self.size {
-            let ok = self.validate_entry(valid).map(|info| {
-                let first = if info.magic == MAGIC_V2 { info.base_offset } else { info.last_offset };
-                (first >= next_offset && next_segment_base.is_none_or(|n| info.last_offset < n)).then_some(info)
-            });
-            match ok {
-                Ok(Some(info)) => {
-                    valid += info.size;
-                    next_offset = info.next_offset();
+            let info = match self.validate_entry(valid) {
+                Ok(info) => info,
+                Err(e @ LogError::Io { .. }) => return Err(e),
+                Err(e) => {
+                    let out_of_order = matches!(e, LogError::InvalidAppend { .. });
+                    return Ok(ValidPrefix {
+                        valid_bytes: valid,
+                        error: Some(e.to_string()),
+                        offsets_out_of_order: out_of_order,
+                    });
                 }
-                Ok(None) | Err(_) => {
-                    tracing::warn!(
-                        "{}: invalid batch at position {valid} (offset {next_offset}): not served",
-                        self.log.path.display()
-                    );
-                    break;
+            };
+            let first = if info.magic == MAGIC_V2 { info.base_offset } else { info.last_offset };
+            if first < next_offset {
+                // The previous batch may be the damaged one (its base offset flipped upwards).
+                let cut = if valid > 0 { prev_position } else { valid };
+                return Ok(ValidPrefix {
+                    valid_bytes: cut,
+                    error: Some(format!(
+                        "batch at position {valid} starts at offset {first}, below the previous batch's next offset {next_offset}"
+                    )),
+                    offsets_out_of_order: true,
+                });
+            }
+            if let Some(next) = next_segment_base.filter(|&n| info.last_offset >= n) {
+                return Ok(ValidPrefix {
+                    valid_bytes: valid,
+                    error: Some(format!(
+                        "batch at position {valid} ends at offset {}, at or past the next segment's base offset {next}",
+                        info.last_offset
+                    )),
+                    offsets_out_of_order: true,
+                });
+            }
+            prev_position = valid;
+            valid += info.size;
+            next_offset = info.next_offset();
+        }
+        Ok(ValidPrefix { valid_bytes: valid, error: None, offsets_out_of_order: false })
+    }
+
+    /// Read-only counterpart of [`Segment::recover`]: validates every batch as recovery does,
+    /// without writing anything, and caps the readable size at the end of the valid prefix, so a
+    /// corrupt or torn batch is never served from read-only data. Returns the bytes hidden.
+    pub fn validate_read_only(&mut self, next_segment_base: Option<i64>) -> Result<u32, LogError> {
+        let prefix = self.valid_prefix(next_segment_base)?;
+        let hidden = self.size - prefix.valid_bytes;
+        if hidden > 0 {
+            tracing::warn!(
+                "{}: invalid data at position {} not served: {}",
+                self.log.path.display(),
+                prefix.valid_bytes,
+                prefix.error.as_deref().unwrap_or("")
+            );
+            self.size = prefix.valid_bytes;
+            // The time index may name hidden batches: take the max timestamp from what is kept.
+            let mut best = TimestampOffset { timestamp: NO_TIMESTAMP, offset: self.base_offset };
+            for info in self.batches_from(0) {
+                let info = info?;
+                if info.max_timestamp > best.timestamp {
+                    best = TimestampOffset { timestamp: info.max_timestamp, offset: info.last_offset };
                 }
             }
+            self.max_timestamp_so_far = best;
         }
-        let hidden = self.size - valid;
-        self.size = valid;
         Ok(hidden)
     }
 
@@ -891,6 +920,13 @@ impl Segment {
     pub fn is_read_only(&self) -> bool {
         self.read_only
     }
+}
+
+/// The valid part of a `.log` (see `Segment::valid_prefix`).
+struct ValidPrefix {
+    valid_bytes: u32,
+    error: Option<String>,
+    offsets_out_of_order: bool,
 }
 
 /// What [`Segment::recover`] found.

@@ -536,7 +536,9 @@ fn leader_epochs_are_kept_and_rebuilt() {
     let dir = part_dir(&tmp);
     let mut log = open(&dir, config(&[]), true);
     for (epoch, n) in [(0, 2), (0, 1), (3, 2), (5, 1)] {
-        let mut b = BatchBuilder::new(0, Compression::None).partition_leader_epoch(epoch);
+        log.set_leader_epoch(epoch);
+        // The leader stamps its own epoch: a client's value is overwritten.
+        let mut b = BatchBuilder::new(0, Compression::None).partition_leader_epoch(99);
         for i in 0..n {
             b.append(i, None, Some(b"v"), &[]);
         }
@@ -615,7 +617,8 @@ fn retention_truncates_the_leader_epoch_cache_from_the_start() {
     let dir = part_dir(&tmp);
     let mut log = open(&dir, config(&[("segment.bytes", "300"), ("retention.bytes", "0")]), true);
     for i in 0..12 {
-        let mut b = BatchBuilder::new(0, Compression::None).partition_leader_epoch(if i < 6 { 0 } else { 1 });
+        log.set_leader_epoch(if i < 6 { 0 } else { 1 });
+        let mut b = BatchBuilder::new(0, Compression::None);
         b.append(i, None, Some(&[7u8; 100]), &[]);
         log.append(&b.build().unwrap(), 0).unwrap();
     }

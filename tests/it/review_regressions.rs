@@ -796,3 +796,140 @@ fn keyed(keys: &[&str], ts: i64, tombstone: bool) -> Vec<u8> {
     }
     b.build().unwrap()
 }
+
+// Second review round.
+
+/// A produce request (or a follower's fetched chunk) with several batches for one partition:
+/// Kafka indexes the whole append as (largest offset of the append, start position).
+#[test]
+fn r2_01_multi_batch_append_index_rejected_by_own_check() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("t-0");
+    let cfg = config(&[("index.interval.bytes", "100")]);
+    let mut log = open(&dir, cfg.clone(), true);
+    for i in 0..10 {
+        let mut set = batch(3, 60, 1000 + i, Compression::None);
+        set.extend(batch(3, 60, 1000 + i, Compression::None));
+        log.append(&set, 0).unwrap();
+    }
+    let idx: Vec<_> = log.active_segment().offset_index().iter().collect();
+    eprintln!("index {idx:?}");
+    assert!(!idx.is_empty());
+    // Kafka semantics: entry = (last offset of the 2-batch append, position of its first batch)
+    let seg = log.active_segment();
+    let e = idx[idx.len() - 1];
+    let b = seg.batch_at(e.position, seg.size()).unwrap().unwrap();
+    assert_ne!(b.last_offset, e.offset, "entry points at the first batch of the append");
+    // fetchbench's own check now rejects the index it wrote
+    let own = seg.sanity_check();
+    eprintln!("sanity_check: {own:?}");
+    log.close().unwrap();
+    let (_log, report) =
+        PartitionLog::open(&dir, cfg, OpenOptions { had_clean_shutdown: true, ..Default::default() }).unwrap();
+    assert!(report.rebuilt_indexes.is_empty(), "clean reopen rebuilt indexes it wrote itself: {report:?}");
+}
+
+/// The partition leader epoch is outside the CRC; Kafka's LogValidator stamps the leader's
+/// epoch on every client batch. fetchbench keeps the client's value and records it.
+#[test]
+fn r2_02_client_leader_epoch_pollutes_epoch_cache() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("t-0");
+    let mut log = open(&dir, LogConfig::default(), true);
+    let mut b = BatchBuilder::new(0, Compression::None).partition_leader_epoch(2_000_000_000);
+    b.append(1000, Some(b"k"), Some(b"v"), &[]);
+    log.append(&b.build().unwrap(), 0).unwrap();
+    let mut b = BatchBuilder::new(0, Compression::None).partition_leader_epoch(5);
+    b.append(1000, Some(b"k"), Some(b"v"), &[]);
+    log.append(&b.build().unwrap(), 0).unwrap();
+    eprintln!("{:?}", log.leader_epochs());
+    let cp = fs::read_to_string(dir.join("leader-epoch-checkpoint")).unwrap_or_default();
+    eprintln!("checkpoint:\n{cp}");
+    assert!(log.leader_epochs().iter().all(|e| e.epoch < 1000), "client-chosen epoch recorded");
+}
+
+/// Kafka's DefaultRecordBatch iterator: "Incorrect declared batch size, records still remaining".
+#[test]
+fn r2_03_trailing_bytes_after_declared_records_accepted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("t-0");
+    let mut log = open(&dir, LogConfig::default(), true);
+    let mut b = batch(2, 10, 1000, Compression::None);
+    // declare 1 record, last offset delta 0; the second record stays as trailing bytes
+    b[57..61].copy_from_slice(&1i32.to_be_bytes());
+    b[23..27].copy_from_slice(&0i32.to_be_bytes());
+    recrc(&mut b);
+    let r = log.append(&b, 0);
+    eprintln!("{r:?}");
+    assert!(r.is_err(), "batch with undeclared trailing record accepted");
+}
+
+/// Kafka's LogValidator: a batch with a producer id needs a base sequence >= 0
+/// ("Invalid sequence number"); a transactional batch needs a producer id.
+#[test]
+fn r2_04_producer_id_without_sequence_accepted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("t-0");
+    let mut log = open(&dir, LogConfig::default(), true);
+    let mut b = BatchBuilder::new(0, Compression::None).producer(7, 0, -1);
+    b.append(1000, Some(b"k"), Some(b"v"), &[]);
+    let r1 = log.append(&b.build().unwrap(), 0);
+    eprintln!("{r1:?}");
+    assert!(r1.is_err(), "producer id 7 with base sequence -1 accepted");
+}
+
+/// A base offset flipped upward (still below the next segment) in an older segment: recovery
+/// keeps the damaged batch and cuts the intact batches after it.
+#[test]
+fn r2_05_flipped_base_offset_cuts_good_batches_keeps_bad() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("t-0");
+    let cfg = LogConfig::default();
+    let mut log = open(&dir, cfg.clone(), true);
+    for i in 0..5 {
+        log.append(&batch(10, 20, 1000 + i, Compression::None), 0).unwrap();
+    }
+    log.roll(0).unwrap();
+    for i in 0..5 {
+        log.append(&batch(10, 20, 2000 + i, Compression::None), 0).unwrap();
+    }
+    let seg0 = log.segments().next().unwrap();
+    let bs: Vec<_> = seg0.batches_from(0).map(|b| b.unwrap()).collect();
+    drop(log);
+    let p = dir.join("00000000000000000000.log");
+    let mut data = fs::read(&p).unwrap();
+    // batch 2 (offsets 20..29) claims base 25
+    let pos = bs[2].position as usize;
+    data[pos..pos + 8].copy_from_slice(&25i64.to_be_bytes());
+    fs::write(&p, &data).unwrap();
+    let (log, report) = PartitionLog::open(
+        &dir,
+        cfg,
+        OpenOptions { had_clean_shutdown: false, recovery_point: Some(0), ..Default::default() },
+    )
+    .unwrap();
+    let kept: Vec<_> = log
+        .segments()
+        .next()
+        .unwrap()
+        .batches_from(0)
+        .map(|b| b.unwrap())
+        .map(|b| (b.base_offset, b.last_offset))
+        .collect();
+    eprintln!("report {report:?}\nkept {kept:?}");
+    assert!(!kept.contains(&(25, 34)), "damaged batch kept with offsets 25..34 (real 20..29)");
+}
+
+/// `message.timestamp.type=LogAppendTime`: Kafka's LogValidator sets the timestamp type bit and
+/// max timestamp = now on every client batch.
+#[test]
+fn r2_06_log_append_time_config_ignored() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("t-0");
+    let mut log = open(&dir, config(&[("message.timestamp.type", "LogAppendTime")]), true);
+    let info = log.append(&batch(2, 10, 1000, Compression::None), 5_000_000).unwrap();
+    let bytes = log.read(0, u32::MAX, true).unwrap().read_to_vec().unwrap();
+    let b = RecordBatch::parse(&bytes).unwrap();
+    eprintln!("{info:?} {:?}", b.header());
+    assert!(b.header().attributes.is_log_append_time() && b.header().max_timestamp == 5_000_000);
+}
