@@ -42,6 +42,7 @@ else
 fi
 
 step "format and lints"
+for f in scripts/*.sh .ci/run; do bash -n "$f"; done
 cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings
 

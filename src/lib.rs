@@ -25,3 +25,4 @@
 #![forbid(unsafe_op_in_unsafe_fn)]
 
 pub mod log;
+pub mod read_path;

@@ -6,6 +6,8 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 use fetchbench::log::dump::{self, DumpOptions};
+use fetchbench::read_path::report;
+use fetchbench::read_path::{ReadPathConfig, ReadPathKind};
 
 /// fetchbench: what it costs to move Kafka log data from disk to consumers.
 #[derive(Parser)]
@@ -23,6 +25,10 @@ enum Command {
     /// Tools for Kafka log directories and segment files.
     #[command(subcommand)]
     Log(LogCommand),
+    /// Measure each read path moving a page-cached file to a loopback TCP receiver: GB/s, CPU
+    /// seconds per GB (process-wide, so io_uring worker threads count), system calls per MB, and,
+    /// with `--limits`, each path as a ratio to this machine's limits (scripts/baseline-limits.sh).
+    ReadPaths(ReadPathsArgs),
 }
 
 #[derive(Subcommand)]
@@ -58,12 +64,74 @@ struct DumpArgs {
     offsets_decoder: bool,
 }
 
+#[derive(Args)]
+struct ReadPathsArgs {
+    /// The file to move (any file; read only). Default: a temp file of `--size` bytes.
+    #[arg(long, conflicts_with = "size")]
+    file: Option<PathBuf>,
+    /// Size of the temp file to create (bytes; K/M/G/KiB/MiB/GiB suffixes are powers of 1024).
+    #[arg(long, value_parser = parse_bytes, default_value = "256MiB")]
+    size: u64,
+    /// Directory for the temp file (it must be on the disk under test, not tmpfs, for `--cold`).
+    #[arg(long)]
+    temp_dir: Option<PathBuf>,
+    /// Bytes per `transfer` call.
+    #[arg(long, value_parser = parse_bytes, default_value = "1MiB")]
+    slice: u64,
+    /// Bytes to move per path, after a warm-up pass over the file.
+    #[arg(long, value_parser = parse_bytes, default_value = "2GiB")]
+    total: u64,
+    /// Comma-separated read paths (null, copy, mmap, sendfile, uring-splice, direct). Default: all.
+    #[arg(long, value_delimiter = ',')]
+    paths: Vec<ReadPathKind>,
+    /// Page cache cold: fdatasync + posix_fadvise(DONTNEED) before each pass over the file,
+    /// checked with mincore.
+    #[arg(long)]
+    cold: bool,
+    /// This machine's limits: the JSON printed by scripts/baseline-limits.sh.
+    #[arg(long)]
+    limits: Option<PathBuf>,
+    /// Print machine-readable JSON instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt().with_max_level(cli.log_level).with_writer(std::io::stderr).init();
     match cli.command {
         Command::Log(LogCommand::Dump(a)) => log_dump(a),
+        Command::ReadPaths(a) => match read_paths(a) {
+            Ok(code) => code,
+            Err(e) => {
+                // The outermost message only: the library's errors name their cause themselves.
+                say(format_args!("error: {e}"));
+                ExitCode::from(2)
+            }
+        },
     }
+}
+
+/// Parses a byte count: `4096`, `64K`, `64KiB`, `1M`, `2GiB`, `1.5G` (suffixes are powers of
+/// 1024; a `B` alone or none means bytes).
+fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        "t" | "tb" | "tib" => 1 << 40,
+        other => return Err(format!("unknown unit {other:?} in {s:?} (use K, M, G, T or KiB, MiB, GiB, TiB)")),
+    };
+    let value: f64 = num.parse().map_err(|_| format!("{s:?} is not a byte count like 4096, 64KiB or 1GiB"))?;
+    let bytes = value * mult as f64;
+    if !(0.0..=u64::MAX as f64).contains(&bytes) {
+        return Err(format!("{s:?} is out of range"));
+    }
+    Ok(bytes as u64)
 }
 
 /// Writes a line to stderr, ignoring a closed stderr (never panics, unlike `eprintln!`).
@@ -97,4 +165,33 @@ fn log_dump(a: DumpArgs) -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// `fetchbench read-paths`: measure each read path ([`report::run`]), print the table or the JSON
+/// document. Exits 1 when a path failed.
+fn read_paths(a: ReadPathsArgs) -> anyhow::Result<ExitCode> {
+    let options = report::RunOptions {
+        file: a.file,
+        temp_size: a.size,
+        temp_dir: a.temp_dir,
+        slice_size: a.slice,
+        total_bytes: a.total,
+        kinds: a.paths,
+        cold_cache: a.cold,
+        limits: a.limits,
+        command: std::env::args().collect(),
+        config: ReadPathConfig::default(),
+    };
+    let report = report::run(&options, |line| say(format_args!("{line}")))?;
+    let out = if a.json { report.json() } else { report.table() };
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(out.as_bytes()).and_then(|()| stdout.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            let message = format!("writing the results: {e}");
+            return Err(anyhow::Error::new(e).context(message));
+        }
+        // Written, or the reader went away (`| head`): stop quietly, as Unix tools do.
+        _ => {}
+    }
+    Ok(if report.any_failed() { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }

@@ -736,7 +736,7 @@ impl PartitionLog {
         let hw = self.high_watermark;
         let empty = || {
             let seg = self.segments.get(&hw.segment_base_offset).unwrap_or_else(|| self.active_segment());
-            FileSlice { segment: seg.file().clone(), position: hw.position.min(seg.size()), len: 0 }
+            FileSlice { segment: seg.file().clone(), position: hw.position.min(seg.size()) as u64, len: 0 }
         };
         if fetch_offset >= hw.offset {
             return Ok(empty());

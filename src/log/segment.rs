@@ -66,6 +66,15 @@ pub struct SegmentFile {
 }
 
 impl SegmentFile {
+    /// Opens any file read-only as a slice source (tests, tools, data outside a log), with base
+    /// offset 0. Errors: the `open` error.
+    pub fn open_read_only(path: &Path) -> io::Result<Self> {
+        Ok(SegmentFile { file: File::open(path)?, path: path.to_path_buf(), base_offset: 0 })
+    }
+    /// Wraps an open file (e.g. an anonymous temp file) as a slice source, with base offset 0.
+    pub fn from_file(file: File, path: PathBuf) -> Self {
+        SegmentFile { file, path, base_offset: 0 }
+    }
     /// The open file (for `pread`, `sendfile`, `mmap` by read paths).
     pub fn file(&self) -> &File {
         &self.file
@@ -83,22 +92,26 @@ impl SegmentFile {
 /// A byte range of one segment file: what a fetch returns. Building it reads no record bytes; a
 /// read path moves `len` bytes from `position` to a socket. `len` may end inside a batch (a fetch
 /// is cut by bytes, as Kafka's `FileRecords.slice`); consumers drop the partial tail.
+///
+/// Positions are 64-bit here, as the read paths take them (`pread`, `sendfile64`, splice offsets),
+/// although a Kafka segment stays below 2 GiB.
 #[derive(Clone, Debug)]
 pub struct FileSlice {
     /// The segment file.
     pub segment: Arc<SegmentFile>,
     /// Start position in bytes.
-    pub position: u32,
+    pub position: u64,
     /// Length in bytes.
-    pub len: u32,
+    pub len: u64,
 }
 
 impl FileSlice {
     /// Reads the slice's bytes into memory with `pread` (tests and tools; read paths move bytes
     /// without this). Errors: the underlying I/O error, e.g. `UnexpectedEof` if the file shrank.
     pub fn read_to_vec(&self) -> io::Result<Vec<u8>> {
-        let mut buf = vec![0u8; self.len as usize];
-        self.segment.file.read_exact_at(&mut buf, self.position as u64)?;
+        let len = usize::try_from(self.len).map_err(|_| io::Error::other("slice larger than memory"))?;
+        let mut buf = vec![0u8; len];
+        self.segment.file.read_exact_at(&mut buf, self.position)?;
         Ok(buf)
     }
 }
@@ -443,11 +456,11 @@ impl Segment {
             return Ok(None);
         };
         if first.position >= max_position {
-            return Ok(Some(FileSlice { segment: self.log.clone(), position: first.position, len: 0 }));
+            return Ok(Some(FileSlice { segment: self.log.clone(), position: first.position as u64, len: 0 }));
         }
         let adjusted = if min_one_batch { max_size.max(first.size) } else { max_size };
         let len = adjusted.min(max_position - first.position);
-        Ok(Some(FileSlice { segment: self.log.clone(), position: first.position, len }))
+        Ok(Some(FileSlice { segment: self.log.clone(), position: first.position as u64, len: len as u64 }))
     }
 
     /// The offset the next appended batch would get: last batch's last offset + 1, or the base
@@ -783,7 +796,10 @@ impl Segment {
     }
 
     /// Removes every batch with offsets >= `offset` and the index entries pointing at them
-    /// (Kafka's `LogSegment.truncateTo`). Returns the bytes removed.
+    /// (Kafka's `LogSegment.truncateTo`, for a replica that diverged). Returns the bytes removed.
+    ///
+    /// This truncates the file in place: call it only when no reader holds a [`FileSlice`] of
+    /// this segment (an mmap reader could otherwise see the cut page's tail as zeros).
     pub fn truncate_to(&mut self, offset: i64) -> Result<u32, LogError> {
         let mapping = self.translate_offset(offset, 0)?;
         self.offset_index.truncate_to(offset)?;

@@ -9,4 +9,5 @@ mod consumer_offsets_corpus;
 mod dump_cli;
 mod index_corpus;
 mod log_engine;
+mod read_paths;
 mod review_regressions;

@@ -1,0 +1,298 @@
+//! Read paths: the only place record bytes move, from a segment file to a consumer's socket.
+//!
+//! Everything before [`ReadPath::transfer`] (index lookup, slice naming) is identical for every
+//! path, so the paths are comparable: this module is what fetchbench measures.
+//!
+//! | kind | mechanism | copies through user space |
+//! |---|---|---|
+//! | `null` | `write` of zeros from memory (no file): measures the harness itself | no file read at all |
+//! | `copy` | `pread` into a reusable buffer, `write` to the socket (Kafka under TLS) | yes |
+//! | `mmap` | the file mapped read-only, `write` from the mapping | no read copy; one copy into the socket |
+//! | `sendfile` | `sendfile64` loop (Kafka's `FileChannel.transferTo`) | no |
+//! | `uring-splice` | io_uring: linked SPLICE file->pipe, pipe->socket | no |
+//! | `direct` | `O_DIRECT` reads into aligned buffers, bypassing the page cache (Redpanda) | yes |
+//!
+//! ## The contract ([`ReadPath`])
+//!
+//! `transfer(slice, socket)` moves exactly `slice.len` bytes from `slice.position` of the slice's
+//! file to `socket`, with blocking-socket semantics: short writes are continued, `EINTR` retried,
+//! and `EAGAIN` on a non-blocking socket waited out with `poll(POLLOUT)`. It returns the bytes
+//! moved (= `slice.len`), or an error: `UnexpectedEof` when the file is shorter than the slice
+//! (truncated under the reader; the bytes that existed were sent), `BrokenPipe` /
+//! `ConnectionReset` when the reader went away. It never falls back to another mechanism: a path
+//! that cannot run here fails at [`ReadPathKind::create`] with the reason ([`Unsupported`]).
+//!
+//! ## Accounting
+//!
+//! Every path counts what it did in [`TransferStats`] (bytes, system calls or SQEs, wall time).
+//! CPU time is measured process-wide ([`process_cpu_time`]): io_uring runs splice work in kernel
+//! `iou-wrk` threads, which belong to the process, so a per-thread clock would miss it.
+
+pub mod copy;
+pub mod direct;
+pub mod measure;
+pub mod mmap;
+pub mod null;
+pub mod report;
+pub mod sendfile;
+pub mod uring_splice;
+pub(crate) mod util;
+
+use std::fmt;
+use std::io;
+use std::os::fd::BorrowedFd;
+use std::str::FromStr;
+use std::time::Duration;
+
+use crate::log::FileSlice;
+
+/// Counters of one read path, cumulative since creation or the last [`ReadPath::take_stats`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TransferStats {
+    /// `transfer` calls.
+    pub transfers: u64,
+    /// Bytes moved to sockets.
+    pub bytes: u64,
+    /// System calls issued (for io_uring paths: SQEs submitted plus `io_uring_enter` calls).
+    pub syscalls: u64,
+    /// Wall time spent inside `transfer`.
+    pub wall: Duration,
+}
+
+impl TransferStats {
+    /// Adds `other` to `self`.
+    pub fn add(&mut self, other: &TransferStats) {
+        self.transfers += other.transfers;
+        self.bytes += other.bytes;
+        self.syscalls += other.syscalls;
+        self.wall += other.wall;
+    }
+}
+
+/// A mechanism that moves file bytes to a socket. See the module docs for the contract.
+pub trait ReadPath {
+    /// The path's name, as selected on the command line (`copy`, `sendfile`, ...).
+    fn name(&self) -> &'static str;
+    /// Moves exactly `slice.len` bytes from `slice.position` of its file to `socket`.
+    ///
+    /// Errors: `UnexpectedEof` when the file ends before the slice does; `BrokenPipe` /
+    /// `ConnectionReset` when the peer is gone; other I/O errors as the kernel reports them.
+    fn transfer(&mut self, slice: &FileSlice, socket: BorrowedFd<'_>) -> io::Result<u64>;
+    /// The counters so far, reset to zero.
+    fn take_stats(&mut self) -> TransferStats;
+}
+
+/// Why a read path cannot run on this machine.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("read path {kind} is not supported here: {reason}")]
+pub struct Unsupported {
+    /// The path.
+    pub kind: ReadPathKind,
+    /// The cause, naming the missing feature or setting (e.g. `kernel.io_uring_disabled=2`).
+    pub reason: String,
+}
+
+/// The read paths fetchbench knows, selectable by name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum ReadPathKind {
+    /// Zeros from memory: the harness's own cost.
+    Null,
+    /// `pread` + `write` through a buffer.
+    Copy,
+    /// `write` from a read-only mapping.
+    Mmap,
+    /// `sendfile64`.
+    Sendfile,
+    /// io_uring linked splices through a pipe.
+    UringSplice,
+    /// `O_DIRECT` reads into aligned buffers, then `write`.
+    Direct,
+}
+
+impl ReadPathKind {
+    /// Every kind, in the order reports list them.
+    pub const ALL: [ReadPathKind; 6] = [
+        ReadPathKind::Null,
+        ReadPathKind::Copy,
+        ReadPathKind::Mmap,
+        ReadPathKind::Sendfile,
+        ReadPathKind::UringSplice,
+        ReadPathKind::Direct,
+    ];
+
+    /// The name used on the command line and in results.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReadPathKind::Null => "null",
+            ReadPathKind::Copy => "copy",
+            ReadPathKind::Mmap => "mmap",
+            ReadPathKind::Sendfile => "sendfile",
+            ReadPathKind::UringSplice => "uring-splice",
+            ReadPathKind::Direct => "direct",
+        }
+    }
+
+    /// Whether this path can run here; the error names the cause.
+    pub fn probe(self) -> Result<(), Unsupported> {
+        let fail = |reason: String| Err(Unsupported { kind: self, reason });
+        match self {
+            ReadPathKind::UringSplice => uring_splice::probe().or_else(fail),
+            ReadPathKind::Direct => direct::probe().or_else(fail),
+            _ => Ok(()),
+        }
+    }
+
+    /// Creates the path with `config`. Errors: [`CreateError::Unsupported`] when the probe fails
+    /// (never a silent fallback), [`CreateError::Io`] when setting it up failed.
+    pub fn create(self, config: &ReadPathConfig) -> Result<AnyReadPath, CreateError> {
+        self.probe()?;
+        Ok(match self {
+            ReadPathKind::Null => AnyReadPath::Null(null::NullPath::new(config.buffer_size)),
+            ReadPathKind::Copy => AnyReadPath::Copy(copy::CopyPath::new(config.buffer_size)),
+            ReadPathKind::Mmap => AnyReadPath::Mmap(mmap::MmapPath::new()),
+            ReadPathKind::Sendfile => AnyReadPath::Sendfile(sendfile::SendfilePath::new()),
+            ReadPathKind::UringSplice => AnyReadPath::UringSplice(
+                uring_splice::UringSplicePath::new(config.pipe_size)
+                    .map_err(|source| CreateError::Io { kind: self, source })?,
+            ),
+            ReadPathKind::Direct => AnyReadPath::Direct(direct::DirectPath::new(config.buffer_size)),
+        })
+    }
+}
+
+impl fmt::Display for ReadPathKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// An unknown read path name.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown read path {name:?}; known: null, copy, mmap, sendfile, uring-splice, direct")]
+pub struct UnknownReadPath {
+    /// The name given.
+    pub name: String,
+}
+
+impl FromStr for ReadPathKind {
+    type Err = UnknownReadPath;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        ReadPathKind::ALL.into_iter().find(|k| k.name() == s).ok_or_else(|| UnknownReadPath { name: s.to_string() })
+    }
+}
+
+/// Errors creating a read path.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CreateError {
+    /// The path cannot run on this machine.
+    #[error(transparent)]
+    Unsupported(#[from] Unsupported),
+    /// Setting it up failed (ring creation, pipe, ...).
+    #[error("setting up read path {kind}: {source}")]
+    Io {
+        /// The path.
+        kind: ReadPathKind,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// Tunables of the read paths.
+#[derive(Clone, Copy, Debug)]
+pub struct ReadPathConfig {
+    /// Buffer size of `copy`, `direct` and `null`, in bytes (default 64 KiB).
+    pub buffer_size: usize,
+    /// Pipe size of `uring-splice`, in bytes, set with `F_SETPIPE_SZ` (default 1 MiB).
+    pub pipe_size: usize,
+}
+
+impl Default for ReadPathConfig {
+    fn default() -> Self {
+        ReadPathConfig { buffer_size: 64 * 1024, pipe_size: 1024 * 1024 }
+    }
+}
+
+/// Enum dispatch over every read path, for the hot path and the CLI.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum AnyReadPath {
+    /// See [`null::NullPath`].
+    Null(null::NullPath),
+    /// See [`copy::CopyPath`].
+    Copy(copy::CopyPath),
+    /// See [`mmap::MmapPath`].
+    Mmap(mmap::MmapPath),
+    /// See [`sendfile::SendfilePath`].
+    Sendfile(sendfile::SendfilePath),
+    /// See [`uring_splice::UringSplicePath`].
+    UringSplice(uring_splice::UringSplicePath),
+    /// See [`direct::DirectPath`].
+    Direct(direct::DirectPath),
+}
+
+macro_rules! dispatch {
+    ($self:ident, $p:ident => $e:expr) => {
+        match $self {
+            AnyReadPath::Null($p) => $e,
+            AnyReadPath::Copy($p) => $e,
+            AnyReadPath::Mmap($p) => $e,
+            AnyReadPath::Sendfile($p) => $e,
+            AnyReadPath::UringSplice($p) => $e,
+            AnyReadPath::Direct($p) => $e,
+        }
+    };
+}
+
+impl AnyReadPath {
+    /// The kind that actually runs (recorded with every measurement).
+    pub fn kind(&self) -> ReadPathKind {
+        match self {
+            AnyReadPath::Null(_) => ReadPathKind::Null,
+            AnyReadPath::Copy(_) => ReadPathKind::Copy,
+            AnyReadPath::Mmap(_) => ReadPathKind::Mmap,
+            AnyReadPath::Sendfile(_) => ReadPathKind::Sendfile,
+            AnyReadPath::UringSplice(_) => ReadPathKind::UringSplice,
+            AnyReadPath::Direct(_) => ReadPathKind::Direct,
+        }
+    }
+}
+
+impl ReadPath for AnyReadPath {
+    fn name(&self) -> &'static str {
+        dispatch!(self, p => p.name())
+    }
+    #[inline]
+    fn transfer(&mut self, slice: &FileSlice, socket: BorrowedFd<'_>) -> io::Result<u64> {
+        dispatch!(self, p => p.transfer(slice, socket))
+    }
+    fn take_stats(&mut self) -> TransferStats {
+        dispatch!(self, p => p.take_stats())
+    }
+}
+
+/// User and system CPU time of the whole process (all threads, including io_uring's `iou-wrk`
+/// workers, which are threads of the process), from `getrusage(RUSAGE_SELF)`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CpuTimes {
+    /// User-mode time.
+    pub user: Duration,
+    /// Kernel-mode time.
+    pub system: Duration,
+}
+
+impl CpuTimes {
+    /// `self - earlier`, saturating.
+    pub fn since(&self, earlier: &CpuTimes) -> CpuTimes {
+        CpuTimes { user: self.user.saturating_sub(earlier.user), system: self.system.saturating_sub(earlier.system) }
+    }
+}
+
+/// The process's CPU time so far. Errors: the `getrusage` error.
+pub fn process_cpu_time() -> io::Result<CpuTimes> {
+    let u = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF).map_err(io::Error::from)?;
+    let tv = |t: nix::sys::time::TimeVal| Duration::new(t.tv_sec() as u64, t.tv_usec() as u32 * 1000);
+    Ok(CpuTimes { user: tv(u.user_time()), system: tv(u.system_time()) })
+}

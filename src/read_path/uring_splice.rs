@@ -1,0 +1,759 @@
+//! `uring-splice`: io_uring moves page-cache pages from the segment file into a pipe and from the
+//! pipe to the socket with two linked `IORING_OP_SPLICE` requests per chunk. No byte passes
+//! through user space, and a chunk costs one `io_uring_enter` instead of two `splice` calls.
+//! The splice work itself runs in the kernel's `iou-wrk` threads (splice requests are always
+//! punted to io-wq), which is why CPU time is measured process-wide (see the parent module).
+//!
+//! ## How a transfer runs
+//!
+//! The pipe is empty between transfers. While bytes of the slice remain:
+//!
+//! 1. If the pipe holds bytes (the previous step moved fewer to the socket than it read), one
+//!    SPLICE pipe -> socket of exactly those bytes drains it.
+//! 2. Otherwise a chunk of `min(remaining, room)` bytes, where `room` is the pipe capacity
+//!    minus the position's offset inside its page (a page-cache splice fills one pipe slot per
+//!    page, so an unaligned first chunk would not fit otherwise), goes as SPLICE file -> pipe at
+//!    `slice.position + read` linked (`IOSQE_IO_LINK`) with SPLICE pipe -> socket of the same
+//!    length. One `io_uring_enter` submits both and waits for both completions.
+//!
+//! Outcomes, per completion:
+//!
+//! * file -> pipe moved fewer bytes than asked: the kernel fails the link, so the socket splice
+//!   completes with `ECANCELED` having moved nothing; step 1 then drains what the pipe holds.
+//! * file -> pipe returned 0: the file ended before the slice did (truncated under the reader):
+//!   everything that existed was already sent, the error is `UnexpectedEof`
+//!   (`util::truncated`).
+//! * pipe -> socket moved fewer bytes than the pipe held (partial write): step 1 sends the rest.
+//! * `EAGAIN` from a non-blocking socket: `util::wait_writable` polls for `POLLOUT`, then
+//!   step 1 continues. `EINTR` from a completion or from `io_uring_enter` is retried.
+//! * `EPIPE` / `ECONNRESET`: the peer went away; returned as `BrokenPipe` / `ConnectionReset`.
+//!
+//! On every error the pipe is emptied before `transfer` returns (its bytes spliced to
+//! `/dev/null`; if even that fails the pipe is closed and a new one made by the next transfer),
+//! so the next transfer starts clean.
+//!
+//! ## What the kernel holds
+//!
+//! No user memory is handed to the kernel, only file descriptors: the slice's file, the pipe
+//! and the socket. io_uring resolves a descriptor number when the request is issued, which for
+//! a linked or punted request is after `io_uring_enter` returned. So `transfer` never returns
+//! while a request is in flight: it waits for every completion, on error paths too. The one
+//! exception is a ring that `io_uring_enter` itself rejects (an error other than `EINTR`,
+//! `EAGAIN` or `EBUSY`, which means the ring was misused and cannot be waited on): then the ring
+//! and the pipe are closed at once, which makes the kernel cancel what is outstanding, the error
+//! says so, and the next transfer builds a new ring and pipe.
+//!
+//! ## One ring per thread
+//!
+//! Each [`UringSplicePath`] owns one ring, created by `setup_ring` (the one place a ring is set
+//! up), and a path is used by one thread at a time (`transfer` takes `&mut self`), so a ring is
+//! never shared: create one path per worker thread. The ring is not `SQPOLL` (a kernel thread spinning on the queue would hide
+//! its CPU time from the comparison and take one of few cores) and not `IOPOLL` (sockets cannot
+//! be polled for completion).
+//!
+//! ## The pipe size
+//!
+//! The pipe is raised to `pipe_size` bytes (default 1 MiB, [`super::ReadPathConfig`]) with
+//! `F_SETPIPE_SZ`; the kernel rounds up to a power of two pages and the path uses the size it
+//! got ([`UringSplicePath::pipe_capacity`]). A size above `/proc/sys/fs/pipe-max-size` (1 MiB
+//! by default) without `CAP_SYS_RESOURCE`, or beyond the user's `fs.pipe-user-pages-hard`, makes
+//! [`UringSplicePath::new`] fail with an error naming the limit and its value. It does not
+//! shrink the pipe to the largest size allowed: a benchmark that quietly ran with another pipe
+//! size than the one asked for would measure something else.
+//!
+//! ## SIGPIPE
+//!
+//! Splicing into a socket whose peer has gone raises `SIGPIPE` (splice has no `MSG_NOSIGNAL`),
+//! in an `iou-wrk` thread of the process. Rust programs ignore `SIGPIPE` (the standard library
+//! sets it to `SIG_IGN` before `main`, and the test harness is such a program), so the request
+//! fails with `EPIPE` and `transfer` returns `BrokenPipe`. A non-Rust host embedding this crate
+//! must ignore `SIGPIPE` too, or a disconnecting consumer kills the process.
+
+use std::fmt;
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::path::Path;
+use std::time::Instant;
+
+use io_uring::{opcode, squeue, types, IoUring};
+use nix::errno::Errno;
+use nix::fcntl::{FcntlArg, OFlag};
+
+use super::{util, ReadPath, TransferStats};
+use crate::log::FileSlice;
+
+/// Submission queue entries of a ring: one step needs at most two (the linked pair).
+const RING_ENTRIES: u32 = 4;
+
+/// The kernel setting that disables io_uring (Linux 6.6+): 0 enabled, 1 only for
+/// `kernel.io_uring_group` or `CAP_SYS_ADMIN`, 2 disabled for everyone.
+const IO_URING_DISABLED: &str = "/proc/sys/kernel/io_uring_disabled";
+/// The largest pipe an unprivileged process may set with `F_SETPIPE_SZ`.
+const PIPE_MAX_SIZE: &str = "/proc/sys/fs/pipe-max-size";
+
+/// Creates the ring of one [`UringSplicePath`] (one ring per path, and so per thread): a plain
+/// interrupt-driven ring of [`RING_ENTRIES`] submission entries, without `SQPOLL` or `IOPOLL`
+/// (see the module docs), completions reaped by the same thread that submits.
+///
+/// This is the only place a ring is set up; [`probe`] calls it too, so the probe checks exactly
+/// what [`UringSplicePath::new`] does. Errors: the `io_uring_setup` error (`ENOSYS`, `EPERM`,
+/// `ENOMEM`, ...); [`describe_setup_error`] names its cause.
+fn setup_ring() -> io::Result<IoUring> {
+    IoUring::builder().build(RING_ENTRIES)
+}
+
+/// Why `io_uring_setup` failed, in words that name the cause.
+fn describe_setup_error(err: &io::Error) -> String {
+    match err.raw_os_error() {
+        Some(libc::ENOSYS) => format!(
+            "io_uring_setup failed with ENOSYS ({err}): this kernel lacks io_uring \
+             (CONFIG_IO_URING off, or older than Linux 5.1), or a seccomp filter answers ENOSYS"
+        ),
+        Some(libc::EPERM) | Some(libc::EACCES) => {
+            let cause = match read_setting(IO_URING_DISABLED).as_deref() {
+                Some("2") => "io_uring is disabled for every process: kernel.io_uring_disabled=2".to_string(),
+                Some("1") => {
+                    let group = read_setting("/proc/sys/kernel/io_uring_group").unwrap_or_else(|| "?".into());
+                    format!(
+                        "kernel.io_uring_disabled=1: only members of kernel.io_uring_group \
+                         (gid {group}) or holders of CAP_SYS_ADMIN may create rings"
+                    )
+                }
+                Some(value) => format!(
+                    "kernel.io_uring_disabled={value} allows io_uring, so a seccomp filter or a security \
+                     module (e.g. a container runtime's default profile) blocks io_uring_setup"
+                ),
+                None => format!(
+                    "{IO_URING_DISABLED} does not exist (kernel before 6.6), so a seccomp filter or a \
+                     security module (e.g. a container runtime's default profile) blocks io_uring_setup"
+                ),
+            };
+            format!("io_uring_setup was refused ({err}): {cause}")
+        }
+        Some(libc::ENOMEM) => format!(
+            "io_uring_setup failed with ENOMEM ({err}): out of memory, or RLIMIT_MEMLOCK too small \
+             for the ring (kernels before 5.12 charge rings to it)"
+        ),
+        _ => format!("io_uring_setup failed: {err}"),
+    }
+}
+
+/// A one-line `/proc/sys` setting, trimmed; `None` when it cannot be read.
+fn read_setting(path: &str) -> Option<String> {
+    std::fs::read_to_string(path).ok().map(|s| s.trim().to_string())
+}
+
+/// Whether io_uring with `IORING_OP_SPLICE` works here; `Err` names the cause: no io_uring in
+/// the kernel (`ENOSYS`), io_uring disabled (`kernel.io_uring_disabled`, named with its value)
+/// or blocked (seccomp), or a kernel whose io_uring lacks `IORING_OP_SPLICE` (added in 5.7).
+pub fn probe() -> Result<(), String> {
+    let ring = setup_ring().map_err(|e| describe_setup_error(&e))?;
+    let mut ops = io_uring::Probe::new();
+    ring.submitter().register_probe(&mut ops).map_err(|e| match e.raw_os_error() {
+        Some(libc::EINVAL) => format!(
+            "io_uring works but cannot list its operations (IORING_REGISTER_PROBE: {e}; kernel \
+             before 5.6), so it lacks IORING_OP_SPLICE (Linux 5.7+)"
+        ),
+        _ => format!("io_uring works but listing its operations failed (IORING_REGISTER_PROBE: {e})"),
+    })?;
+    if !ops.is_supported(opcode::Splice::CODE) {
+        return Err("this kernel's io_uring lacks IORING_OP_SPLICE (added in Linux 5.7)".into());
+    }
+    Ok(())
+}
+
+/// `F_SETPIPE_SZ` refused the requested pipe size.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "cannot raise the pipe to {requested} bytes with F_SETPIPE_SZ ({source}){}",
+    limit_note(*.max, .source)
+)]
+struct PipeSizeError {
+    /// The size asked for, in bytes.
+    requested: usize,
+    /// `/proc/sys/fs/pipe-max-size`, when readable.
+    max: Option<usize>,
+    /// The `fcntl` error.
+    #[source]
+    source: io::Error,
+}
+
+fn limit_note(max: Option<usize>, source: &io::Error) -> String {
+    if source.raw_os_error() != Some(libc::EPERM) {
+        return String::new();
+    }
+    let max = max.map_or_else(|| "unreadable".to_string(), |m| format!("{m} bytes"));
+    format!(
+        ": above fs.pipe-max-size ({PIPE_MAX_SIZE} = {max}) without CAP_SYS_RESOURCE, or this \
+         user's pipes exceed fs.pipe-user-pages-hard; ask for a smaller pipe size or raise the limit"
+    )
+}
+
+/// The pipe between the two splices. Both ends are owned; the path holds the write end too,
+/// which is what lets a splice from an empty pipe wait rather than see end of file.
+#[derive(Debug)]
+struct Pipe {
+    read: OwnedFd,
+    write: OwnedFd,
+    /// Capacity in bytes, as the kernel set it (a power of two pages).
+    capacity: u64,
+}
+
+impl Pipe {
+    /// A close-on-exec pipe raised to `size` bytes. Errors: `pipe2` errors, and
+    /// [`PipeSizeError`] (kind from the errno, e.g. `PermissionDenied`) when the size is refused.
+    fn new(size: usize) -> io::Result<Pipe> {
+        let (read, write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
+        let refused = |source: io::Error| {
+            let max = read_setting(PIPE_MAX_SIZE).and_then(|s| s.parse().ok());
+            io::Error::new(source.kind(), PipeSizeError { requested: size, max, source })
+        };
+        let arg = libc::c_int::try_from(size)
+            .map_err(|_| refused(io::Error::new(io::ErrorKind::InvalidInput, "larger than i32::MAX")))?;
+        let capacity = nix::fcntl::fcntl(&write, FcntlArg::F_SETPIPE_SZ(arg)).map_err(|e| refused(e.into()))?;
+        Ok(Pipe { read, write, capacity: capacity as u64 })
+    }
+}
+
+/// See the module docs.
+pub struct UringSplicePath {
+    /// `None` after `io_uring_enter` rejected the ring; rebuilt by the next transfer. Boxed:
+    /// the ring's handle is large, and the path sits in an enum with small siblings.
+    ring: Option<Box<IoUring>>,
+    /// `None` after the pipe could not be emptied; rebuilt by the next transfer.
+    pipe: Option<Pipe>,
+    /// The pipe size asked for, in bytes.
+    pipe_size: usize,
+    /// Where an error path discards what the pipe still holds.
+    dev_null: File,
+    page_size: u64,
+    stats: TransferStats,
+}
+
+impl fmt::Debug for UringSplicePath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("UringSplicePath")
+            .field("ring", &self.ring.as_ref().map(|r| r.as_raw_fd()))
+            .field("pipe", &self.pipe)
+            .field("pipe_size", &self.pipe_size)
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+impl UringSplicePath {
+    /// Sets up the ring (`setup_ring`) and a pipe of `pipe_size` bytes (see the module docs on
+    /// the pipe size). Errors: the `io_uring_setup` error, with its cause named; the pipe size
+    /// refused (naming `fs.pipe-max-size`); opening `/dev/null`.
+    pub fn new(pipe_size: usize) -> io::Result<Self> {
+        let ring = setup_ring().map_err(|e| io::Error::new(e.kind(), describe_setup_error(&e)))?;
+        let pipe = Pipe::new(pipe_size)?;
+        let dev_null = File::options().write(true).open(Path::new("/dev/null"))?;
+        // SAFETY: `sysconf` reads a constant of the system; it takes no pointers.
+        let page_size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        let page_size = u64::try_from(page_size).ok().filter(|p| *p > 0).unwrap_or(4096);
+        Ok(UringSplicePath {
+            ring: Some(Box::new(ring)),
+            pipe: Some(pipe),
+            pipe_size,
+            dev_null,
+            page_size,
+            stats: TransferStats::default(),
+        })
+    }
+
+    /// The pipe's capacity in bytes as the kernel set it (`pipe_size` rounded up to a power of
+    /// two pages), or `None` while no pipe exists (after an error, until the next transfer).
+    pub fn pipe_capacity(&self) -> Option<u64> {
+        self.pipe.as_ref().map(|p| p.capacity)
+    }
+
+    /// Rebuilds the ring or the pipe if an earlier error discarded them.
+    fn ensure_ready(&mut self) -> io::Result<()> {
+        if self.ring.is_none() {
+            let ring = setup_ring().map_err(|e| io::Error::new(e.kind(), describe_setup_error(&e)))?;
+            self.ring = Some(Box::new(ring));
+        }
+        if self.pipe.is_none() {
+            self.pipe = Some(Pipe::new(self.pipe_size)?);
+        }
+        Ok(())
+    }
+
+    /// Submits `entries` (their `user_data` is their index) and waits until every one of them
+    /// has completed; returns their results (a byte count or `-errno`). Counts each entry and
+    /// each `io_uring_enter` in the stats.
+    ///
+    /// # Safety
+    ///
+    /// Every descriptor the entries name must stay open until this function returns. It returns
+    /// only when all entries have completed, except after `io_uring_enter` rejected the ring:
+    /// then the ring and the pipe are dropped (the kernel cancels the outstanding requests) and
+    /// the error says so.
+    unsafe fn submit_and_reap(&mut self, entries: &[squeue::Entry]) -> io::Result<[i32; 2]> {
+        let ring = self.ring.as_mut().ok_or_else(|| io::Error::other("the io_uring ring is gone"))?;
+        debug_assert!(entries.len() <= 2);
+        for (i, entry) in entries.iter().enumerate() {
+            let entry = entry.clone().user_data(i as u64);
+            // SAFETY: the entry names only descriptors (no memory), which the caller keeps open
+            // until this function returns, and this function waits for the entry's completion
+            // below (see its `# Safety`).
+            unsafe { ring.submission().push(&entry) }.map_err(|_| {
+                io::Error::other("the io_uring submission queue is full (a bug: it is drained every step)")
+            })?;
+        }
+        self.stats.syscalls += entries.len() as u64;
+        let mut results = [-libc::ECANCELED; 2];
+        let mut outstanding = entries.len();
+        while outstanding > 0 {
+            self.stats.syscalls += 1;
+            let entered = ring.submit_and_wait(outstanding);
+            for cqe in ring.completion() {
+                if let Some(slot) = results.get_mut(cqe.user_data() as usize) {
+                    *slot = cqe.result();
+                    outstanding -= 1;
+                }
+            }
+            match entered {
+                Ok(_) => {}
+                Err(e) => match e.raw_os_error() {
+                    // Interrupted by a signal: the entries were submitted or stay queued;
+                    // enter again.
+                    Some(libc::EINTR) => {}
+                    // Out of request memory, or completions not yet flushed to the queue:
+                    // reaped above; try again.
+                    Some(libc::EAGAIN) | Some(libc::EBUSY) => std::thread::yield_now(),
+                    _ => {
+                        self.ring = None;
+                        self.pipe = None;
+                        return Err(io::Error::new(
+                            e.kind(),
+                            format!(
+                                "io_uring_enter rejected the ring ({e}) with {outstanding} splice \
+                                 requests outstanding; the ring and the pipe were closed, which cancels \
+                                 them, and the next transfer builds new ones"
+                            ),
+                        ));
+                    }
+                },
+            }
+        }
+        Ok(results)
+    }
+
+    /// The body of `transfer`; `read` counts bytes spliced from the file into the pipe, `sent`
+    /// bytes spliced from the pipe to the socket (the pipe holds `read - sent`).
+    fn run(&mut self, slice: &FileSlice, socket: BorrowedFd<'_>, read: &mut u64, sent: &mut u64) -> io::Result<()> {
+        self.ensure_ready()?;
+        let file = types::Fd(slice.segment.file().as_raw_fd());
+        let sock = types::Fd(socket.as_raw_fd());
+        loop {
+            let pipe = self.pipe.as_ref().ok_or_else(|| io::Error::other("the pipe is gone"))?;
+            let (pipe_r, pipe_w, capacity) =
+                (types::Fd(pipe.read.as_raw_fd()), types::Fd(pipe.write.as_raw_fd()), pipe.capacity);
+            let in_pipe = *read - *sent;
+            let out_result;
+            let mut in_error = None;
+            if in_pipe > 0 {
+                // Step 1: drain the pipe to the socket.
+                let out = opcode::Splice::new(pipe_r, -1, sock, -1, in_pipe as u32).build();
+                // SAFETY: the slice's file is kept open by `slice.segment` (borrowed for this
+                // call), the socket by the caller's borrow, the pipe by `self`.
+                out_result = unsafe { self.submit_and_reap(&[out]) }?[0];
+            } else if *read < slice.len {
+                // Step 2: a chunk file -> pipe linked with pipe -> socket.
+                let position = slice.position + *read;
+                let room = capacity - position % self.page_size;
+                let chunk = (slice.len - *read).min(room) as u32;
+                let offset = i64::try_from(position).map_err(|_| {
+                    io::Error::new(io::ErrorKind::InvalidInput, format!("position {position} beyond i64::MAX"))
+                })?;
+                let fill = opcode::Splice::new(file, offset, pipe_w, -1, chunk).build().flags(squeue::Flags::IO_LINK);
+                let out = opcode::Splice::new(pipe_r, -1, sock, -1, chunk).build();
+                // SAFETY: as above.
+                let [fill_result, result] = unsafe { self.submit_and_reap(&[fill, out]) }?;
+                match fill_result {
+                    0 => in_error = Some(util::truncated(slice.len - *read)),
+                    n if n > 0 => *read += n as u64,
+                    e if e == -libc::EINTR || e == -libc::EAGAIN => {}
+                    e => in_error = Some(io::Error::from_raw_os_error(-e)),
+                }
+                out_result = result;
+            } else {
+                return Ok(());
+            }
+            match out_result {
+                n if n > 0 => *sent += n as u64,
+                0 => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::WriteZero,
+                        "splice from the pipe to the socket moved 0 bytes",
+                    ))
+                }
+                // The file splice moved fewer bytes than asked (or none): the link was cut.
+                e if e == -libc::ECANCELED => {}
+                e if e == -libc::EINTR => {}
+                e if e == -libc::EAGAIN => util::wait_writable(socket, &mut self.stats)?,
+                e => return Err(io::Error::from_raw_os_error(-e)),
+            }
+            if let Some(err) = in_error {
+                return Err(err);
+            }
+        }
+    }
+
+    /// Empties the pipe after an error so the next transfer starts clean: splices what it holds
+    /// to `/dev/null` (non-blocking: `EAGAIN` means empty, as the path holds the write end). If
+    /// that fails, the pipe is dropped and the next transfer makes a new one.
+    fn empty_pipe(&mut self) {
+        let Some(pipe) = &self.pipe else { return };
+        loop {
+            self.stats.syscalls += 1;
+            match nix::fcntl::splice(
+                &pipe.read,
+                None,
+                self.dev_null.as_fd(),
+                None,
+                pipe.capacity as usize,
+                nix::fcntl::SpliceFFlags::SPLICE_F_NONBLOCK,
+            ) {
+                Ok(0) | Err(Errno::EAGAIN) => return,
+                Ok(_) | Err(Errno::EINTR) => {}
+                Err(_) => {
+                    self.pipe = None;
+                    return;
+                }
+            }
+        }
+    }
+}
+
+impl ReadPath for UringSplicePath {
+    fn name(&self) -> &'static str {
+        "uring-splice"
+    }
+    fn transfer(&mut self, slice: &FileSlice, socket: BorrowedFd<'_>) -> io::Result<u64> {
+        let start = Instant::now();
+        let (mut read, mut sent) = (0u64, 0u64);
+        let result = self.run(slice, socket, &mut read, &mut sent);
+        if result.is_err() {
+            self.empty_pipe();
+        }
+        self.stats.transfers += 1;
+        self.stats.bytes += sent;
+        self.stats.wall += start.elapsed();
+        result.map(|()| sent)
+    }
+    fn take_stats(&mut self) -> TransferStats {
+        std::mem::take(&mut self.stats)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::os::unix::net::UnixStream;
+    use std::path::PathBuf;
+    use std::sync::{mpsc, Arc};
+    use std::thread;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::log::segment::SegmentFile;
+
+    /// Whether the path can run here; prints why not when it cannot.
+    fn supported(test: &str) -> bool {
+        match probe() {
+            Ok(()) => true,
+            Err(reason) => {
+                eprintln!("skipping {test}: uring-splice is not supported here: {reason}");
+                false
+            }
+        }
+    }
+
+    /// A file of `len` pseudo-random bytes, as a segment, and its contents.
+    fn segment(len: usize) -> (Arc<SegmentFile>, Vec<u8>) {
+        let mut state = 0x9e37_79b9_7f4a_7c15u64 ^ len as u64;
+        let data: Vec<u8> = (0..len)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state as u8
+            })
+            .collect();
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(&data).unwrap();
+        (Arc::new(SegmentFile::from_file(file, PathBuf::from("uring-splice-test"))), data)
+    }
+
+    fn slice(segment: &Arc<SegmentFile>, position: u64, len: u64) -> FileSlice {
+        FileSlice { segment: segment.clone(), position, len }
+    }
+
+    /// A reader thread that drains `stream` to its end, pausing now and then when `slow`.
+    fn reader<S: Read + Send + 'static>(mut stream: S, slow: bool) -> thread::JoinHandle<Vec<u8>> {
+        thread::spawn(move || {
+            let mut out = Vec::new();
+            let mut buf = vec![0u8; if slow { 1000 } else { 256 * 1024 }];
+            let mut reads = 0u32;
+            loop {
+                match stream.read(&mut buf) {
+                    Ok(0) => return out,
+                    Ok(n) => out.extend_from_slice(&buf[..n]),
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => panic!("reader: {e}"),
+                }
+                reads += 1;
+                if slow && reads % 64 == 0 {
+                    thread::sleep(Duration::from_millis(1));
+                }
+            }
+        })
+    }
+
+    fn tcp_pair() -> (TcpStream, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        (server, client)
+    }
+
+    /// Transfers each (position, len) of a `file_len`-byte file through one path to a Unix
+    /// socket and a TCP socket, and checks the bytes that arrive.
+    fn check_transfers(pipe_size: usize, file_len: usize, cases: &[(u64, u64)]) {
+        let (seg, data) = segment(file_len);
+        let mut path = UringSplicePath::new(pipe_size).unwrap();
+        for &(position, len) in cases {
+            let expected = &data[position as usize..(position + len) as usize];
+
+            let (tx, rx) = UnixStream::pair().unwrap();
+            let r = reader(rx, false);
+            assert_eq!(path.transfer(&slice(&seg, position, len), tx.as_fd()).unwrap(), len);
+            drop(tx);
+            assert!(r.join().unwrap() == expected, "unix: position {position} len {len}");
+
+            let (tx, rx) = tcp_pair();
+            let r = reader(rx, false);
+            assert_eq!(path.transfer(&slice(&seg, position, len), tx.as_fd()).unwrap(), len);
+            drop(tx);
+            assert!(r.join().unwrap() == expected, "tcp: position {position} len {len}");
+        }
+        let stats = path.take_stats();
+        let total: u64 = cases.iter().map(|c| c.1).sum();
+        assert_eq!(stats.transfers, 2 * cases.len() as u64);
+        assert_eq!(stats.bytes, 2 * total);
+        assert!(total == 0 || stats.syscalls > 0);
+        assert_eq!(path.take_stats(), TransferStats::default());
+    }
+
+    #[test]
+    fn probe_names_a_cause_or_succeeds() {
+        match probe() {
+            Ok(()) => eprintln!("uring-splice probe: supported"),
+            Err(reason) => {
+                eprintln!("uring-splice probe: {reason}");
+                assert!(!reason.is_empty());
+            }
+        }
+    }
+
+    #[test]
+    fn setup_errors_name_their_cause() {
+        let text = describe_setup_error(&io::Error::from_raw_os_error(libc::ENOSYS));
+        assert!(text.contains("ENOSYS") && text.contains("lacks io_uring"), "{text}");
+        let text = describe_setup_error(&io::Error::from_raw_os_error(libc::EPERM));
+        assert!(text.contains("io_uring_disabled") || text.contains("seccomp"), "{text}");
+        eprintln!("an EPERM here would read: {text}");
+    }
+
+    #[test]
+    fn small_and_unaligned_slices() {
+        if !supported("small_and_unaligned_slices") {
+            return;
+        }
+        check_transfers(
+            1024 * 1024,
+            200_000,
+            &[(0, 0), (5, 0), (0, 1), (199_999, 1), (13, 4097), (4095, 8193), (0, 200_000), (4096, 65536)],
+        );
+    }
+
+    #[test]
+    fn slices_larger_than_the_pipe() {
+        if !supported("slices_larger_than_the_pipe") {
+            return;
+        }
+        let mib = 1024 * 1024;
+        check_transfers(mib, 4 * mib, &[(0, 3 * mib as u64), (4095, 3 * mib as u64 + 123), (1, 4 * mib as u64 - 1)]);
+        // A one-page pipe: many chunks, every unaligned one cut to fit.
+        check_transfers(4096, 300_000, &[(0, 300_000), (1234, 250_001)]);
+    }
+
+    #[test]
+    fn pipe_is_raised() {
+        if !supported("pipe_is_raised") {
+            return;
+        }
+        let path = UringSplicePath::new(1024 * 1024).unwrap();
+        assert_eq!(path.pipe_capacity(), Some(1024 * 1024));
+        let path = UringSplicePath::new(100_000).unwrap();
+        assert!(path.pipe_capacity().unwrap() >= 100_000);
+    }
+
+    #[test]
+    fn pipe_above_the_limit_names_it() {
+        if !supported("pipe_above_the_limit_names_it") {
+            return;
+        }
+        let Some(max) = read_setting(PIPE_MAX_SIZE).and_then(|s| s.parse::<usize>().ok()) else {
+            eprintln!("skipping pipe_above_the_limit_names_it: {PIPE_MAX_SIZE} unreadable");
+            return;
+        };
+        match UringSplicePath::new(max * 2) {
+            Ok(path) => eprintln!(
+                "pipe_above_the_limit_names_it: a {} byte pipe was allowed (CAP_SYS_RESOURCE)",
+                path.pipe_capacity().unwrap()
+            ),
+            Err(e) => {
+                let text = e.to_string();
+                assert!(text.contains("pipe-max-size") && text.contains(&max.to_string()), "{text}");
+            }
+        }
+        let e = UringSplicePath::new(usize::MAX).unwrap_err();
+        assert!(e.to_string().contains("F_SETPIPE_SZ"), "{e}");
+    }
+
+    #[test]
+    fn file_shorter_than_the_slice() {
+        if !supported("file_shorter_than_the_slice") {
+            return;
+        }
+        let (seg, data) = segment(10_000);
+        // A small pipe so that the end of file is met after several chunks.
+        for pipe_size in [4096, 1024 * 1024] {
+            let mut path = UringSplicePath::new(pipe_size).unwrap();
+            let (tx, rx) = UnixStream::pair().unwrap();
+            let r = reader(rx, false);
+            let err = path.transfer(&slice(&seg, 100, 20_000), tx.as_fd()).unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof, "{err}");
+            drop(tx);
+            assert!(r.join().unwrap() == data[100..], "the bytes that existed were sent");
+            assert_eq!(path.take_stats().bytes, 9_900);
+
+            // Entirely past the end.
+            let (tx, rx) = UnixStream::pair().unwrap();
+            let err = path.transfer(&slice(&seg, 10_000, 1), tx.as_fd()).unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof, "{err}");
+            drop((tx, rx));
+
+            // The pipe was left clean: the next transfer is exact.
+            let (tx, rx) = UnixStream::pair().unwrap();
+            let r = reader(rx, false);
+            assert_eq!(path.transfer(&slice(&seg, 7, 5000), tx.as_fd()).unwrap(), 5000);
+            drop(tx);
+            assert!(r.join().unwrap() == data[7..5007]);
+        }
+    }
+
+    #[test]
+    fn position_beyond_4_gib_of_a_sparse_file() {
+        if !supported("position_beyond_4_gib_of_a_sparse_file") {
+            return;
+        }
+        use std::os::unix::fs::FileExt;
+        let position = (4u64 << 30) + 4093;
+        let data: Vec<u8> = (0..70_000u32).map(|i| (i * 7 + 3) as u8).collect();
+        let file = tempfile::tempfile().unwrap();
+        if let Err(e) = file.write_all_at(&data, position) {
+            eprintln!("skipping position_beyond_4_gib_of_a_sparse_file: no sparse 4 GiB file here: {e}");
+            return;
+        }
+        let seg = Arc::new(SegmentFile::from_file(file, PathBuf::from("sparse")));
+        let mut path = UringSplicePath::new(64 * 1024).unwrap();
+        let (tx, rx) = tcp_pair();
+        let r = reader(rx, false);
+        assert_eq!(path.transfer(&slice(&seg, position, data.len() as u64), tx.as_fd()).unwrap(), 70_000);
+        drop(tx);
+        assert!(r.join().unwrap() == data);
+    }
+
+    /// Runs `f` on a thread and fails the test instead of hanging when it takes over a minute.
+    fn within_a_minute<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (done, wait) = mpsc::channel();
+        thread::spawn(move || done.send(f()).unwrap());
+        wait.recv_timeout(Duration::from_secs(60)).expect("the transfer hung")
+    }
+
+    #[test]
+    fn reader_that_goes_away() {
+        if !supported("reader_that_goes_away") {
+            return;
+        }
+        let result = within_a_minute(|| {
+            let (seg, data) = segment(8 * 1024 * 1024);
+            let mut path = UringSplicePath::new(1024 * 1024).unwrap();
+            let mut kinds = Vec::new();
+            for tcp in [false, true] {
+                let (tx, rx): (OwnedFd, Box<dyn Read + Send>) = if tcp {
+                    let (tx, rx) = tcp_pair();
+                    (tx.into(), Box::new(rx))
+                } else {
+                    let (tx, rx) = UnixStream::pair().unwrap();
+                    (tx.into(), Box::new(rx))
+                };
+                let r = thread::spawn(move || {
+                    let mut rx = rx;
+                    let mut buf = vec![0u8; 1000];
+                    rx.read_exact(&mut buf).unwrap();
+                    drop(rx);
+                });
+                let err = path.transfer(&slice(&seg, 0, data.len() as u64), tx.as_fd()).unwrap_err();
+                r.join().unwrap();
+                kinds.push(err.kind());
+
+                // The pipe was left clean: the next transfer is exact.
+                let (tx, rx) = UnixStream::pair().unwrap();
+                let r = reader(rx, false);
+                assert_eq!(path.transfer(&slice(&seg, 3, 100_000), tx.as_fd()).unwrap(), 100_000);
+                drop(tx);
+                assert!(r.join().unwrap() == data[3..100_003]);
+            }
+            kinds
+        });
+        for kind in result {
+            assert!(matches!(kind, io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset), "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn non_blocking_socket_with_a_tiny_send_buffer() {
+        if !supported("non_blocking_socket_with_a_tiny_send_buffer") {
+            return;
+        }
+        within_a_minute(|| {
+            let (seg, data) = segment(2 * 1024 * 1024 + 777);
+            let mut path = UringSplicePath::new(1024 * 1024).unwrap();
+            for tcp in [false, true] {
+                let (tx, rx): (OwnedFd, Box<dyn Read + Send>) = if tcp {
+                    let (tx, rx) = tcp_pair();
+                    tx.set_nonblocking(true).unwrap();
+                    (tx.into(), Box::new(rx))
+                } else {
+                    let (tx, rx) = UnixStream::pair().unwrap();
+                    tx.set_nonblocking(true).unwrap();
+                    (tx.into(), Box::new(rx))
+                };
+                nix::sys::socket::setsockopt(&tx, nix::sys::socket::sockopt::SndBuf, &4096).unwrap();
+                let r = reader(rx, true);
+                let (position, len) = (333u64, data.len() as u64 - 333);
+                assert_eq!(path.transfer(&slice(&seg, position, len), tx.as_fd()).unwrap(), len);
+                drop(tx);
+                assert!(r.join().unwrap() == data[333..], "tcp: {tcp}");
+            }
+        });
+    }
+}

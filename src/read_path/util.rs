@@ -1,0 +1,68 @@
+//! Blocking-socket helpers shared by the read paths.
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
+
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+
+use super::TransferStats;
+
+/// Waits until `fd` is writable (for a non-blocking socket that returned `EAGAIN`). A peer that
+/// went away shows as writable, and the next write then reports the error.
+pub(crate) fn wait_writable(fd: BorrowedFd<'_>, stats: &mut TransferStats) -> io::Result<()> {
+    loop {
+        let mut fds = [PollFd::new(fd, PollFlags::POLLOUT)];
+        stats.syscalls += 1;
+        match poll(&mut fds, PollTimeout::NONE) {
+            Ok(_) => return Ok(()),
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Writes all of `buf` to `fd` with blocking semantics: short writes continued, `EINTR`
+/// retried, `EAGAIN` waited out. `MSG_NOSIGNAL` keeps a closed peer from raising `SIGPIPE`: the
+/// error is `BrokenPipe` instead. Works on sockets and pipes alike (falls back to `write` for a
+/// descriptor that is not a socket).
+pub(crate) fn write_all(fd: BorrowedFd<'_>, mut buf: &[u8], stats: &mut TransferStats) -> io::Result<()> {
+    while !buf.is_empty() {
+        stats.syscalls += 1;
+        // SAFETY: `buf` is a valid readable slice for its length and `fd` is a live descriptor
+        // borrowed for the duration of the call.
+        let n = unsafe { libc::send(fd.as_raw_fd(), buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL) };
+        if n >= 0 {
+            buf = &buf[n as usize..];
+            continue;
+        }
+        let err = io::Error::last_os_error();
+        match err.raw_os_error() {
+            Some(libc::EINTR) => {}
+            Some(libc::EAGAIN) => wait_writable(fd, stats)?,
+            Some(libc::ENOTSOCK) => write_all_plain(fd, &mut buf, stats)?,
+            _ => return Err(err),
+        }
+    }
+    Ok(())
+}
+
+fn write_all_plain(fd: BorrowedFd<'_>, buf: &mut &[u8], stats: &mut TransferStats) -> io::Result<()> {
+    while !buf.is_empty() {
+        stats.syscalls += 1;
+        match nix::unistd::write(fd, buf) {
+            Ok(n) => *buf = &buf[n..],
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(nix::errno::Errno::EAGAIN) => wait_writable(fd, stats)?,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// The error a path returns when the file ended `missing` bytes before the slice did.
+pub(crate) fn truncated(missing: u64) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::UnexpectedEof,
+        format!("the file ended {missing} bytes before the slice (truncated under the reader?)"),
+    )
+}
