@@ -81,8 +81,9 @@ struct ReadPathsArgs {
     /// Bytes to move per path, after a warm-up pass over the file.
     #[arg(long, value_parser = parse_bytes, default_value = "2GiB")]
     total: u64,
-    /// Comma-separated read paths (null, copy, mmap, sendfile, uring-splice, direct). Default: all.
-    #[arg(long, value_delimiter = ',')]
+    /// Comma-separated read paths (null, copy, mmap, sendfile, uring-splice, direct), also as
+    /// `--read-path NAME` (repeatable). Default: all.
+    #[arg(long, alias = "read-path", value_delimiter = ',')]
     paths: Vec<ReadPathKind>,
     /// Page cache cold: fdatasync + posix_fadvise(DONTNEED) before each pass over the file,
     /// checked with mincore.
