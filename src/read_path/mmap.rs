@@ -127,9 +127,7 @@ impl ReadPath for MmapPath {
             }
             Ok(sent)
         })();
-        self.stats.transfers += 1;
-        self.stats.bytes += sent;
-        self.stats.wall += start.elapsed();
+        self.stats.record_transfer(sent, start.elapsed());
         result
     }
     fn take_stats(&mut self) -> TransferStats {

@@ -60,6 +60,13 @@ pub struct TransferStats {
 }
 
 impl TransferStats {
+    /// Counts one finished (or failed) transfer that moved `bytes` in `wall`.
+    pub fn record_transfer(&mut self, bytes: u64, wall: Duration) {
+        self.transfers += 1;
+        self.bytes += bytes;
+        self.wall += wall;
+    }
+
     /// Adds `other` to `self`.
     pub fn add(&mut self, other: &TransferStats) {
         self.transfers += other.transfers;

@@ -37,9 +37,7 @@ impl ReadPath for NullPath {
             }
             Ok(slice.len)
         })();
-        self.stats.transfers += 1;
-        self.stats.bytes += slice.len - left;
-        self.stats.wall += start.elapsed();
+        self.stats.record_transfer(slice.len - left, start.elapsed());
         result
     }
     fn take_stats(&mut self) -> TransferStats {

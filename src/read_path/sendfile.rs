@@ -47,9 +47,7 @@ impl ReadPath for SendfilePath {
             }
             Ok(done)
         })();
-        self.stats.transfers += 1;
-        self.stats.bytes += done;
-        self.stats.wall += start.elapsed();
+        self.stats.record_transfer(done, start.elapsed());
         result
     }
     fn take_stats(&mut self) -> TransferStats {

@@ -440,9 +440,7 @@ impl ReadPath for UringSplicePath {
         if result.is_err() {
             self.empty_pipe();
         }
-        self.stats.transfers += 1;
-        self.stats.bytes += sent;
-        self.stats.wall += start.elapsed();
+        self.stats.record_transfer(sent, start.elapsed());
         result.map(|()| sent)
     }
     fn take_stats(&mut self) -> TransferStats {
