@@ -58,7 +58,10 @@ import re, sys
 m = re.fullmatch(r"(\d+)([KMGT]?)i?B?", sys.argv[1].strip(), re.I)
 if not m:
     sys.exit(f"LIMITS_SIZE {sys.argv[1]!r}: expected e.g. 256M or 1G")
-print(int(m.group(1)) * 1024 ** " KMGT".index((m.group(2) or " ").upper()))
+n = int(m.group(1)) * 1024 ** " KMGT".index((m.group(2) or " ").upper())
+if n < 1024 * 1024:
+    sys.exit(f"LIMITS_SIZE {sys.argv[1]!r}: at least 1M is needed")
+print(n)
 EOF
 )"
 log "writing a $SIZE file ($size_bytes bytes) in $tmp"

@@ -81,6 +81,12 @@ struct ReadPathsArgs {
     /// Bytes to move per path, after a warm-up pass over the file.
     #[arg(long, value_parser = parse_bytes, default_value = "2GiB")]
     total: u64,
+    /// Buffer size of `copy` and `direct` (`null` uses at least 1 MiB).
+    #[arg(long, value_parser = parse_bytes, default_value = "64KiB")]
+    buffer_size: u64,
+    /// Pipe size of `uring-splice`, set with F_SETPIPE_SZ (bounded by /proc/sys/fs/pipe-max-size).
+    #[arg(long, value_parser = parse_bytes, default_value = "1MiB")]
+    pipe_size: u64,
     /// Comma-separated read paths (null, copy, mmap, sendfile, uring-splice, direct), also as
     /// `--read-path NAME` (repeatable). Default: all.
     #[arg(long, alias = "read-path", value_delimiter = ',')]
@@ -181,7 +187,7 @@ fn read_paths(a: ReadPathsArgs) -> anyhow::Result<ExitCode> {
         cold_cache: a.cold,
         limits: a.limits,
         command: std::env::args().collect(),
-        config: ReadPathConfig::default(),
+        config: ReadPathConfig { buffer_size: a.buffer_size as usize, pipe_size: a.pipe_size as usize },
     };
     let report = report::run(&options, |line| say(format_args!("{line}")))?;
     let out = if a.json { report.json() } else { report.table() };

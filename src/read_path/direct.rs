@@ -5,9 +5,10 @@
 //! The segment is opened a second time with `O_DIRECT` (through `/proc/self/fd/N`, which works
 //! for an unlinked segment too); the descriptor is cached per file. Reads start at the slice
 //! position rounded down to 4096 bytes, into a 4096-aligned buffer of a multiple of 4096 bytes,
-//! and the bytes before the slice are skipped when writing. A filesystem without `O_DIRECT`
-//! support (tmpfs) makes `transfer` fail with `Unsupported`, naming the file: never a silent
-//! buffered read.
+//! and the bytes before the slice are skipped when writing. A filesystem without real direct I/O
+//! makes `transfer` fail with `Unsupported`, naming the file: one that refuses `O_DIRECT`
+//! (`EINVAL`), and tmpfs/ramfs, which accept it since Linux 6.6 but serve it from the page cache.
+//! Never a silent buffered read.
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -82,6 +83,20 @@ impl DirectPath {
                 e
             }
         })?;
+        // Since Linux 6.6 tmpfs accepts O_DIRECT and serves it from the page cache: that would be
+        // a silent fallback, so memory-backed filesystems are refused.
+        self.stats.syscalls += 1;
+        let fs_type = nix::sys::statfs::fstatfs(&file).map_err(io::Error::from)?.filesystem_type();
+        const RAMFS_MAGIC: nix::sys::statfs::FsType = nix::sys::statfs::FsType(0x8584_58f6);
+        if fs_type == nix::sys::statfs::TMPFS_MAGIC || fs_type == RAMFS_MAGIC {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!(
+                    "{}: a memory filesystem (tmpfs/ramfs) has no direct I/O: O_DIRECT would read the page cache",
+                    seg.path().display()
+                ),
+            ));
+        }
         self.files.push((key, file));
         Ok(self.files.len() - 1)
     }
@@ -117,8 +132,7 @@ impl ReadPath for DirectPath {
                 }
                 let take = (n - skip).min(slice.len - done);
                 let data = &self.buf.as_mut_slice()[skip as usize..(skip + take) as usize];
-                util::write_all(socket, data, &mut self.stats)?;
-                done += take;
+                util::write_all(socket, data, &mut self.stats, &mut done)?;
             }
             Ok(done)
         })();

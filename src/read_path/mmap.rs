@@ -105,18 +105,17 @@ impl ReadPath for MmapPath {
                 let mut stats = std::mem::take(&mut self.stats);
                 let res = self.mapping(&slice.segment, to, file_len).and_then(|map| {
                     let bytes = &map[from as usize..to as usize];
-                    util::write_all(socket, bytes, &mut stats).map_err(|e| {
-                        if e.raw_os_error() == Some(libc::EFAULT) {
-                            util::truncated(slice.len - sent)
-                        } else {
-                            e
-                        }
-                    })
+                    util::write_all(socket, bytes, &mut stats, &mut sent)
                 });
                 stats.add(&self.stats);
                 self.stats = stats;
-                res?;
-                sent += to - from;
+                res.map_err(|e| {
+                    if e.raw_os_error() == Some(libc::EFAULT) {
+                        util::truncated(slice.len - sent)
+                    } else {
+                        e
+                    }
+                })?;
                 if slice.position + sent < end {
                     self.stats.syscalls += 1;
                     end = end.min(slice.segment.file().metadata()?.len());

@@ -8,6 +8,9 @@ use std::time::Instant;
 use super::{util, ReadPath, TransferStats};
 use crate::log::FileSlice;
 
+/// The smallest zero buffer: 1 MiB, like `mmap`'s chunks and `uring-splice`'s pipe.
+pub const WRITE_SIZE: usize = 1024 * 1024;
+
 /// See the module docs.
 #[derive(Debug)]
 pub struct NullPath {
@@ -16,9 +19,11 @@ pub struct NullPath {
 }
 
 impl NullPath {
-    /// A null path writing from a `buffer_size`-byte buffer of zeros (at least 1 byte).
+    /// A null path writing from a buffer of zeros of `buffer_size` bytes, at least
+    /// [`WRITE_SIZE`]: its `send`s are as large as the other paths' largest writes, so its cost is
+    /// the socket's and not that of many small writes.
     pub fn new(buffer_size: usize) -> Self {
-        NullPath { zeros: vec![0; buffer_size.max(1)], stats: TransferStats::default() }
+        NullPath { zeros: vec![0; buffer_size.max(WRITE_SIZE)], stats: TransferStats::default() }
     }
 }
 
@@ -28,16 +33,15 @@ impl ReadPath for NullPath {
     }
     fn transfer(&mut self, slice: &FileSlice, socket: BorrowedFd<'_>) -> io::Result<u64> {
         let start = Instant::now();
-        let mut left = slice.len;
+        let mut sent = 0u64;
         let result = (|| {
-            while left > 0 {
-                let n = left.min(self.zeros.len() as u64) as usize;
-                util::write_all(socket, &self.zeros[..n], &mut self.stats)?;
-                left -= n as u64;
+            while sent < slice.len {
+                let n = (slice.len - sent).min(self.zeros.len() as u64) as usize;
+                util::write_all(socket, &self.zeros[..n], &mut self.stats, &mut sent)?;
             }
             Ok(slice.len)
         })();
-        self.stats.record_transfer(slice.len - left, start.elapsed());
+        self.stats.record_transfer(sent, start.elapsed());
         result
     }
     fn take_stats(&mut self) -> TransferStats {

@@ -33,6 +33,9 @@ use serde_json::{json, Value};
 use super::measure::{measure, MeasureError, Measurement};
 use super::{CreateError, ReadPathConfig, ReadPathKind};
 
+/// Above this page-cache residency before a pass, a `--cold` figure is flagged as not cold.
+pub const NOT_COLD_FRACTION: f64 = 0.01;
+
 /// Version of the JSON document ([`Report::to_json`]); bumped on any incompatible change.
 pub const SCHEMA_VERSION: u32 = 1;
 
@@ -505,6 +508,18 @@ impl Report {
               stack still runs in the sender's context;\nthe null path's figures are the socket's whole cost). \
               \"cached\": page-cache residency of the file before a pass (mincore).\n\
               Compare paths as ratios inside one run.\n";
+        // A cold run whose eviction did not take (tmpfs, pinned pages) must not pass for cold.
+        for o in &self.outcomes {
+            if let Outcome::Measured(m) = o {
+                if m.cold_cache && m.resident_fraction_max > NOT_COLD_FRACTION {
+                    s += &format!(
+                        "WARNING: {}: up to {:.0}% of the file was still cached before a pass: NOT a cold-cache figure\n",
+                        m.path,
+                        m.resident_fraction_max * 100.0
+                    );
+                }
+            }
+        }
         if let Some(l) = &self.limits {
             s += &format!("\nx LIMIT = path GB/s / limit GB/s. Limits: {}\n", l.describe());
             for f in &l.figures {
@@ -555,6 +570,7 @@ impl Report {
                     "syscalls_per_mb": num(m.syscalls_per_mb),
                     "resident_fraction_min": num(m.resident_fraction_min),
                     "resident_fraction_max": num(m.resident_fraction_max),
+                    "cold_cache_effective": m.cold_cache && m.resident_fraction_max <= NOT_COLD_FRACTION,
                     "ratio_to_limits": limits
                         .iter()
                         .map(|l| (l.key.to_string(), opt(l.ratio(m.gb_per_sec))))

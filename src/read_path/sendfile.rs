@@ -12,12 +12,56 @@ use crate::log::FileSlice;
 #[derive(Debug, Default)]
 pub struct SendfilePath {
     stats: TransferStats,
+    block_sigpipe: bool,
 }
 
 impl SendfilePath {
-    /// A sendfile path.
+    /// A sendfile path. `sendfile` has no `MSG_NOSIGNAL`: writing to a socket whose peer is gone
+    /// raises SIGPIPE. Rust programs ignore SIGPIPE; when this process does not (an embedding host
+    /// restored the default), each transfer blocks SIGPIPE on its thread and discards a pending one,
+    /// so the caller gets `BrokenPipe` instead of being killed.
     pub fn new() -> Self {
-        SendfilePath::default()
+        SendfilePath { stats: TransferStats::default(), block_sigpipe: !sigpipe_ignored() }
+    }
+}
+
+/// Whether SIGPIPE's disposition is SIG_IGN in this process.
+fn sigpipe_ignored() -> bool {
+    // SAFETY: `sigaction` with a null new action only reads the current disposition into `old`,
+    // a properly sized, zero-initialised `sigaction` struct owned by this frame.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(libc::SIGPIPE, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_IGN
+    }
+}
+
+/// Blocks SIGPIPE on this thread until dropped; then discards a SIGPIPE raised meanwhile and
+/// restores the previous mask.
+struct SigpipeBlock {
+    old: nix::sys::signal::SigSet,
+}
+
+impl SigpipeBlock {
+    fn new() -> io::Result<Self> {
+        let mut set = nix::sys::signal::SigSet::empty();
+        set.add(nix::sys::signal::Signal::SIGPIPE);
+        let old = set.thread_swap_mask(nix::sys::signal::SigmaskHow::SIG_BLOCK).map_err(io::Error::from)?;
+        Ok(SigpipeBlock { old })
+    }
+}
+
+impl Drop for SigpipeBlock {
+    fn drop(&mut self) {
+        let mut set = nix::sys::signal::SigSet::empty();
+        set.add(nix::sys::signal::Signal::SIGPIPE);
+        // Discard a SIGPIPE that became pending while blocked (zero timeout: never waits).
+        let ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: `set` is a valid sigset for SIGPIPE; `ts` is a valid zero timeout; a null info
+        // pointer is allowed. The call only dequeues a pending SIGPIPE of this thread or process.
+        unsafe {
+            libc::sigtimedwait(set.as_ref(), std::ptr::null_mut(), &ts);
+        }
+        let _ = self.old.thread_set_mask();
     }
 }
 
@@ -31,6 +75,7 @@ impl ReadPath for SendfilePath {
     fn transfer(&mut self, slice: &FileSlice, socket: BorrowedFd<'_>) -> io::Result<u64> {
         let start = Instant::now();
         let file = slice.segment.file().as_fd();
+        let _guard = if self.block_sigpipe { Some(SigpipeBlock::new()?) } else { None };
         let mut done = 0u64;
         let result = (|| {
             while done < slice.len {

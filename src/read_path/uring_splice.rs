@@ -63,11 +63,10 @@
 //!
 //! ## SIGPIPE
 //!
-//! Splicing into a socket whose peer has gone raises `SIGPIPE` (splice has no `MSG_NOSIGNAL`),
-//! in an `iou-wrk` thread of the process. Rust programs ignore `SIGPIPE` (the standard library
-//! sets it to `SIG_IGN` before `main`, and the test harness is such a program), so the request
-//! fails with `EPIPE` and `transfer` returns `BrokenPipe`. A non-Rust host embedding this crate
-//! must ignore `SIGPIPE` too, or a disconnecting consumer kills the process.
+//! A splice into a socket whose peer has gone fails with `EPIPE` and `transfer` returns
+//! `BrokenPipe`. Checked with SIGPIPE at its default disposition (a child process in the
+//! conformance tests): the process is not signalled, unlike a plain `sendfile`, which the
+//! `sendfile` path guards by blocking SIGPIPE when the process does not ignore it.
 
 use std::fmt;
 use std::fs::File;

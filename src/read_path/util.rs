@@ -24,8 +24,14 @@ pub(crate) fn wait_writable(fd: BorrowedFd<'_>, stats: &mut TransferStats) -> io
 /// Writes all of `buf` to `fd` with blocking semantics: short writes continued, `EINTR`
 /// retried, `EAGAIN` waited out. `MSG_NOSIGNAL` keeps a closed peer from raising `SIGPIPE`: the
 /// error is `BrokenPipe` instead. Works on sockets and pipes alike (falls back to `write` for a
-/// descriptor that is not a socket).
-pub(crate) fn write_all(fd: BorrowedFd<'_>, mut buf: &[u8], stats: &mut TransferStats) -> io::Result<()> {
+/// descriptor that is not a socket). `sent` grows by every byte the kernel took, also when an
+/// error ends the call part-way (so the caller's byte count stays exact).
+pub(crate) fn write_all(
+    fd: BorrowedFd<'_>,
+    mut buf: &[u8],
+    stats: &mut TransferStats,
+    sent: &mut u64,
+) -> io::Result<()> {
     while !buf.is_empty() {
         stats.syscalls += 1;
         // SAFETY: `buf` is a valid readable slice for its length and `fd` is a live descriptor
@@ -33,24 +39,28 @@ pub(crate) fn write_all(fd: BorrowedFd<'_>, mut buf: &[u8], stats: &mut Transfer
         let n = unsafe { libc::send(fd.as_raw_fd(), buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL) };
         if n >= 0 {
             buf = &buf[n as usize..];
+            *sent += n as u64;
             continue;
         }
         let err = io::Error::last_os_error();
         match err.raw_os_error() {
             Some(libc::EINTR) => {}
             Some(libc::EAGAIN) => wait_writable(fd, stats)?,
-            Some(libc::ENOTSOCK) => write_all_plain(fd, &mut buf, stats)?,
+            Some(libc::ENOTSOCK) => write_all_plain(fd, &mut buf, stats, sent)?,
             _ => return Err(err),
         }
     }
     Ok(())
 }
 
-fn write_all_plain(fd: BorrowedFd<'_>, buf: &mut &[u8], stats: &mut TransferStats) -> io::Result<()> {
+fn write_all_plain(fd: BorrowedFd<'_>, buf: &mut &[u8], stats: &mut TransferStats, sent: &mut u64) -> io::Result<()> {
     while !buf.is_empty() {
         stats.syscalls += 1;
         match nix::unistd::write(fd, buf) {
-            Ok(n) => *buf = &buf[n..],
+            Ok(n) => {
+                *buf = &buf[n..];
+                *sent += n as u64;
+            }
             Err(nix::errno::Errno::EINTR) => {}
             Err(nix::errno::Errno::EAGAIN) => wait_writable(fd, stats)?,
             Err(e) => return Err(e.into()),

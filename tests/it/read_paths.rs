@@ -864,3 +864,98 @@ fn kind_names_round_trip_and_unknown_names_list_the_known() {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Review 3 regressions (ignored while the defect stands).
+
+fn review_segment_in(dir: &std::path::Path, len: usize) -> (tempfile::TempDir, Arc<SegmentFile>) {
+    let d = tempfile::tempdir_in(dir).unwrap();
+    let p = d.path().join("00000000000000000000.log");
+    let data: Vec<u8> = (0..len).map(|i| (i * 31 + 7) as u8).collect();
+    fs::write(&p, &data).unwrap();
+    (d, Arc::new(SegmentFile::open_read_only(&p).unwrap()))
+}
+
+/// direct.rs docs: "A filesystem without O_DIRECT support (tmpfs) makes `transfer` fail with
+/// `Unsupported` ... never a silent buffered read". Linux >= 6.6 tmpfs accepts O_DIRECT and
+/// serves it from the page cache.
+#[test]
+
+fn direct_on_tmpfs_is_not_direct() {
+    let (_d, seg) = review_segment_in(std::path::Path::new("/dev/shm"), 100_000);
+    let mut p = ReadPathKind::Direct.create(&ReadPathConfig::default()).unwrap();
+    let (tx, mut rx) = UnixStream::pair().unwrap();
+    let r = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        rx.read_to_end(&mut v).unwrap();
+        v
+    });
+    let res = p.transfer(&FileSlice { segment: seg.clone(), position: 0, len: 100_000 }, tx.as_fd());
+    drop(tx);
+    let got = r.join().unwrap();
+    eprintln!("direct on tmpfs: {res:?}, {} bytes", got.len());
+    assert!(res.is_err(), "direct on tmpfs silently succeeded (page-cache reads, not O_DIRECT)");
+}
+
+/// TransferStats.bytes must count every byte handed to the socket, also when the transfer fails.
+#[test]
+
+fn stats_bytes_undercount_on_error() {
+    let (_d, seg) = review_segment_in(&std::env::temp_dir(), 4 << 20);
+    let mut bad = Vec::new();
+    for kind in ReadPathKind::ALL {
+        let Ok(mut p) = kind.create(&ReadPathConfig::default()) else { continue };
+        let (tx, mut rx) = UnixStream::pair().unwrap();
+        setsockopt(&tx, sockopt::SndBuf, &4096).unwrap();
+        setsockopt(&rx, sockopt::RcvBuf, &4096).unwrap();
+        let r = std::thread::spawn(move || {
+            let mut buf = vec![0u8; 100_000];
+            rx.read_exact(&mut buf).unwrap();
+            100_000u64
+        });
+        let res = p.transfer(&FileSlice { segment: seg.clone(), position: 0, len: 4 << 20 }, tx.as_fd());
+        let received = r.join().unwrap();
+        let st = p.take_stats();
+        eprintln!("{kind}: {:?} stats.bytes={} reader got {received}", res.as_ref().map_err(|e| e.kind()), st.bytes);
+        if st.bytes < received {
+            bad.push(format!("{kind}: stats.bytes {} < {received} received", st.bytes));
+        }
+    }
+    assert!(bad.is_empty(), "{bad:#?}");
+}
+
+const SIGPIPE_ENV: &str = "FETCHBENCH_TEST_SIGPIPE_KIND";
+
+/// With SIGPIPE at its default disposition (a non-Rust host, or a Rust host that restored it),
+/// a reader that left must give BrokenPipe, not kill the process.
+#[test]
+
+fn sigpipe_default_disposition() {
+    if let Ok(name) = std::env::var(SIGPIPE_ENV) {
+        let kind: ReadPathKind = name.parse().unwrap();
+        // SAFETY: a single-purpose child process; restores the default disposition before any I/O.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+        let (_d, seg) = review_segment_in(&std::env::temp_dir(), 1 << 20);
+        let mut p = kind.create(&ReadPathConfig::default()).unwrap();
+        let (tx, rx) = UnixStream::pair().unwrap();
+        drop(rx);
+        let res = p.transfer(&FileSlice { segment: seg, position: 0, len: 1 << 20 }, tx.as_fd());
+        eprintln!("{kind}: {res:?}");
+        return;
+    }
+    let mut killed = Vec::new();
+    for kind in ReadPathKind::ALL {
+        if kind.probe().is_err() {
+            continue;
+        }
+        let st = Command::new("/proc/self/exe")
+            .args(["--exact", "read_paths::sigpipe_default_disposition", "--nocapture", "--include-ignored"])
+            .env(SIGPIPE_ENV, kind.name())
+            .output()
+            .unwrap();
+        if st.status.signal() == Some(libc::SIGPIPE) {
+            killed.push(kind.name());
+        }
+    }
+    assert!(killed.is_empty(), "killed by SIGPIPE: {killed:?}");
+}
