@@ -22,7 +22,11 @@
 //! - [`log`]: the storage engine: RecordBatch v2 ([`log::batch`]), segments and their `.index` /
 //!   `.timeindex` files, [`log::PartitionLog`], recovery, retention and compaction, and the
 //!   `log dump` tool.
+//! - [`protocol`]: the Kafka wire protocol: size-prefixed frames with the `socket.request.max.bytes`
+//!   limit, request headers and bodies decoded with the `kafka-protocol` crate
+//!   ([`protocol::frame`]), response encoding.
 #![forbid(unsafe_op_in_unsafe_fn)]
 
 pub mod log;
+pub mod protocol;
 pub mod read_path;

@@ -1,0 +1,682 @@
+//! Size-prefixed frames, request headers and bodies, response encoding.
+//!
+//! # Wire format
+//!
+//! ```text
+//! frame    = size:i32 (big-endian, bytes that follow) payload:[u8; size]
+//! request  = header body          header v1: api_key:i16 api_version:i16 correlation_id:i32
+//!                                            client_id:nullable string (i16 length, -1 = null)
+//!                                 header v2: header v1 + tagged fields (flexible versions, KIP-482)
+//! response = header body          header v0: correlation_id:i32
+//!                                 header v1: header v0 + tagged fields
+//! ```
+//!
+//! The header version follows from the API key and version, as in Kafka's generated
+//! `ApiMessageType.requestHeaderVersion` / `responseHeaderVersion`: flexible versions use request
+//! header v2 and response header v1, others v1 and v0; ApiVersions responses always use header v0
+//! (so a client that does not know the broker's versions can read the answer; KIP-511).
+//!
+//! # Limits and untrusted bytes
+//!
+//! The size of a frame is checked before anything is allocated: negative sizes and sizes above
+//! `socket.request.max.bytes` ([`DEFAULT_SOCKET_REQUEST_MAX_BYTES`]) are errors, as in Kafka's
+//! `NetworkReceive.readFrom` (`InvalidReceiveException`). A frame that has not fully arrived is
+//! [`FrameCheck::Incomplete`], never an error. No input makes these functions panic.
+//!
+//! `kafka-protocol` 0.17 pre-allocates arrays with `Vec::with_capacity(count)` using the count
+//! read from the wire (upstream kafka-protocol-rs PRs #152, #161 and #200, open): a few bytes
+//! claiming a huge count make that allocation fail, which aborts the process. [`decode_request`]
+//! refuses such counts before the crate sees them (a checking first pass, see `CountGuard`), for
+//! `i32` counts and varint (compact) counts alike. [`decode_response`] is not hardened.
+
+use std::io::{self, Read};
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
+use kafka_protocol::protocol::buf::{ByteBuf, NotEnoughBytesError};
+use kafka_protocol::protocol::{Decodable, Encodable};
+
+/// Kafka's default `socket.request.max.bytes` (100 MiB): the largest request payload, in bytes
+/// after the 4-byte size, that a broker accepts (`SocketServerConfigs.SOCKET_REQUEST_MAX_BYTES_DEFAULT`).
+pub const DEFAULT_SOCKET_REQUEST_MAX_BYTES: usize = 104_857_600;
+
+/// Bytes of the big-endian `i32` size that starts every frame.
+pub const SIZE_PREFIX_BYTES: usize = 4;
+
+/// Bytes every request header starts with, whatever its version: api key (i16), api version
+/// (i16), correlation id (i32).
+pub const REQUEST_HEADER_FIXED_BYTES: usize = 8;
+
+/// Errors of the protocol layer. Context fields name what was being decoded: `api_key` and
+/// `api_version` are the raw values from the header, `correlation_id` lets the broker answer,
+/// `position` is the byte offset inside the frame payload (after the 4-byte size) where
+/// decoding stopped.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProtocolError {
+    /// The frame size is negative (Kafka: `InvalidReceiveException`, connection closed).
+    #[error("invalid frame size {size}: negative")]
+    NegativeSize {
+        /// The size read from the wire.
+        size: i32,
+    },
+    /// The frame size exceeds the configured limit (`socket.request.max.bytes`); nothing was
+    /// allocated (Kafka: `InvalidReceiveException`, connection closed).
+    #[error("invalid frame size {size}: larger than the limit of {limit} bytes (socket.request.max.bytes)")]
+    FrameTooLarge {
+        /// The size read from the wire, in bytes after the 4-byte size.
+        size: i32,
+        /// The configured limit in bytes.
+        limit: usize,
+    },
+    /// The reader ended inside a frame.
+    #[error("connection closed inside a frame: {received} of {expected} bytes received")]
+    Truncated {
+        /// Bytes expected (4 for the size, or 4 + size).
+        expected: usize,
+        /// Bytes received before end of file.
+        received: usize,
+    },
+    /// Reading from the underlying reader failed.
+    #[error("reading a frame")]
+    Io {
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+    /// The frame is too short to hold the fixed part of a request header (8 bytes).
+    #[error("request frame of {len} bytes is shorter than the 8-byte header prefix")]
+    HeaderTooShort {
+        /// Payload length in bytes.
+        len: usize,
+    },
+    /// The API key is not one Kafka defines (Kafka closes the connection).
+    #[error("unknown API key {api_key} (version {api_version}, correlation id {correlation_id})")]
+    UnknownApiKey {
+        /// Raw API key.
+        api_key: i16,
+        /// Raw API version.
+        api_version: i16,
+        /// Correlation id of the request.
+        correlation_id: i32,
+    },
+    /// The API version is outside the range the codec supports. For ApiVersions, Kafka answers
+    /// with an ApiVersions v0 response carrying `UNSUPPORTED_VERSION` (35) and its own version
+    /// range, without parsing the body (`RequestContext.isUnsupportedApiVersionsRequest`); for
+    /// other APIs it closes the connection.
+    #[error(
+        "unsupported version {api_version} of API {api_key} (supported {min}..={max}, correlation id {correlation_id})"
+    )]
+    UnsupportedVersion {
+        /// Raw API key.
+        api_key: i16,
+        /// Raw API version.
+        api_version: i16,
+        /// Correlation id of the request.
+        correlation_id: i32,
+        /// Lowest supported version.
+        min: i16,
+        /// Highest supported version.
+        max: i16,
+    },
+    /// A header or body could not be decoded.
+    #[error("decoding {what} of API {api_key} v{api_version} (correlation id {correlation_id}) at byte {position}: {reason}")]
+    Decode {
+        /// `"request header"`, `"request body"`, `"response header"` or `"response body"`.
+        what: &'static str,
+        /// Raw API key.
+        api_key: i16,
+        /// Raw API version.
+        api_version: i16,
+        /// Correlation id (of the request; for a response, `-1` when unreadable).
+        correlation_id: i32,
+        /// Byte offset inside the frame payload where decoding stopped.
+        position: usize,
+        /// The decoder's message (the whole `kafka-protocol` error chain).
+        reason: String,
+    },
+    /// A header or body could not be encoded (a field does not fit its wire type, a field set
+    /// in a version that lacks it, or a frame over `i32::MAX` bytes).
+    #[error("encoding {what} of API {api_key} v{api_version} (correlation id {correlation_id}): {reason}")]
+    Encode {
+        /// `"request header"`, `"request body"`, `"response header"`, `"response body"` or `"frame"`.
+        what: &'static str,
+        /// Raw API key.
+        api_key: i16,
+        /// Raw API version.
+        api_version: i16,
+        /// Correlation id.
+        correlation_id: i32,
+        /// The encoder's message.
+        reason: String,
+    },
+}
+
+/// What [`check_frame`] found at the start of a buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrameCheck {
+    /// A whole frame is present: its payload is `buf[4..4 + payload_len]`.
+    Complete {
+        /// Payload bytes after the 4-byte size.
+        payload_len: usize,
+    },
+    /// More bytes are needed before the frame is whole (not an error).
+    Incomplete {
+        /// At least this many more bytes are needed (exactly this many once the size is known).
+        needed: usize,
+    },
+}
+
+/// Checks the frame at the start of `buf` against `max_bytes` (`socket.request.max.bytes`,
+/// payload bytes after the 4-byte size) without copying or allocating.
+///
+/// Returns [`FrameCheck::Incomplete`] while fewer than 4 + size bytes are present, so a caller
+/// reading from a socket knows to read more. Errors: [`ProtocolError::NegativeSize`],
+/// [`ProtocolError::FrameTooLarge`], both raised as soon as the 4 size bytes are present (as
+/// Kafka's `NetworkReceive.readFrom`). A size of 0 is a valid frame (its header then fails).
+pub fn check_frame(buf: &[u8], max_bytes: usize) -> Result<FrameCheck, ProtocolError> {
+    let Some(prefix) = buf.first_chunk::<SIZE_PREFIX_BYTES>() else {
+        return Ok(FrameCheck::Incomplete { needed: SIZE_PREFIX_BYTES - buf.len() });
+    };
+    let payload_len = checked_size(i32::from_be_bytes(*prefix), max_bytes)?;
+    let have = buf.len() - SIZE_PREFIX_BYTES;
+    if have < payload_len {
+        return Ok(FrameCheck::Incomplete { needed: payload_len - have });
+    }
+    Ok(FrameCheck::Complete { payload_len })
+}
+
+/// Splits one whole frame's payload off the front of `buf` (a connection's receive buffer).
+///
+/// Returns `Ok(None)` when the frame is not complete yet (`buf` untouched), `Ok(Some(payload))`
+/// with the 4-byte size removed otherwise. Errors as [`check_frame`]; after an error the
+/// connection should be closed, since the stream cannot be resynchronised.
+pub fn split_frame(buf: &mut BytesMut, max_bytes: usize) -> Result<Option<Bytes>, ProtocolError> {
+    match check_frame(buf, max_bytes)? {
+        FrameCheck::Incomplete { .. } => Ok(None),
+        FrameCheck::Complete { payload_len } => {
+            buf.advance(SIZE_PREFIX_BYTES);
+            Ok(Some(buf.split_to(payload_len).freeze()))
+        }
+    }
+}
+
+/// Reads one frame from a blocking reader and returns its payload (without the 4-byte size).
+///
+/// Returns `Ok(None)` on a clean end of file before the first byte of a frame. The size is
+/// checked before the payload is read; the payload buffer then grows with the bytes actually
+/// received (at most `max_bytes`), so a peer announcing a large frame and sending little costs
+/// little memory. Errors: [`ProtocolError::NegativeSize`], [`ProtocolError::FrameTooLarge`],
+/// [`ProtocolError::Truncated`] (end of file inside a frame), [`ProtocolError::Io`].
+pub fn read_frame<R: Read>(reader: &mut R, max_bytes: usize) -> Result<Option<Bytes>, ProtocolError> {
+    let mut prefix = [0u8; SIZE_PREFIX_BYTES];
+    let got = read_full(reader, &mut prefix)?;
+    if got == 0 {
+        return Ok(None);
+    }
+    if got < SIZE_PREFIX_BYTES {
+        return Err(ProtocolError::Truncated { expected: SIZE_PREFIX_BYTES, received: got });
+    }
+    let payload_len = checked_size(i32::from_be_bytes(prefix), max_bytes)?;
+    let mut payload = Vec::with_capacity(payload_len.min(64 * 1024));
+    let received =
+        reader.take(payload_len as u64).read_to_end(&mut payload).map_err(|source| ProtocolError::Io { source })?;
+    if received < payload_len {
+        return Err(ProtocolError::Truncated {
+            expected: SIZE_PREFIX_BYTES + payload_len,
+            received: SIZE_PREFIX_BYTES + received,
+        });
+    }
+    Ok(Some(Bytes::from(payload)))
+}
+
+/// Fills `buf` as far as the reader allows; returns the bytes read (less than `buf.len()` only
+/// at end of file). Retries on `Interrupted`.
+fn read_full<R: Read>(reader: &mut R, buf: &mut [u8]) -> Result<usize, ProtocolError> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match reader.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(source) => return Err(ProtocolError::Io { source }),
+        }
+    }
+    Ok(filled)
+}
+
+fn checked_size(size: i32, max_bytes: usize) -> Result<usize, ProtocolError> {
+    let Ok(len) = usize::try_from(size) else {
+        return Err(ProtocolError::NegativeSize { size });
+    };
+    if len > max_bytes {
+        return Err(ProtocolError::FrameTooLarge { size, limit: max_bytes });
+    }
+    Ok(len)
+}
+
+/// One decoded request: its header, its body and where they lie in the frame payload.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecodedRequest {
+    /// The API, from the header's `request_api_key`.
+    pub api_key: ApiKey,
+    /// The request header (api key, api version, correlation id, client id, tagged fields).
+    pub header: RequestHeader,
+    /// Request header version used: 1, or 2 for flexible versions.
+    pub header_version: i16,
+    /// The body, decoded at `header.request_api_version`.
+    pub body: RequestKind,
+    /// Header bytes in the payload.
+    pub header_len: usize,
+    /// Body bytes in the payload.
+    pub body_len: usize,
+    /// Bytes after the body, ignored as Kafka ignores them (it parses the body from the frame and
+    /// does not check that all bytes were consumed).
+    pub trailing_bytes: usize,
+}
+
+impl DecodedRequest {
+    /// The request's API version.
+    pub fn api_version(&self) -> i16 {
+        self.header.request_api_version
+    }
+
+    /// The request's correlation id, to be echoed in the response header.
+    pub fn correlation_id(&self) -> i32 {
+        self.header.correlation_id
+    }
+}
+
+/// Reads the api key, api version and correlation id that start every request header
+/// (bytes 0..8 of the payload, whatever the header version).
+///
+/// Errors: [`ProtocolError::HeaderTooShort`] for a payload under 8 bytes.
+pub fn peek_request_ids(payload: &[u8]) -> Result<(i16, i16, i32), ProtocolError> {
+    let Some(fixed) = payload.first_chunk::<REQUEST_HEADER_FIXED_BYTES>() else {
+        return Err(ProtocolError::HeaderTooShort { len: payload.len() });
+    };
+    Ok((
+        i16::from_be_bytes([fixed[0], fixed[1]]),
+        i16::from_be_bytes([fixed[2], fixed[3]]),
+        i32::from_be_bytes([fixed[4], fixed[5], fixed[6], fixed[7]]),
+    ))
+}
+
+/// Decodes a request frame payload (the bytes after the 4-byte size): header, then body.
+///
+/// Steps, as Kafka's `RequestHeader.parse` and `RequestContext.parseRequest`:
+/// 1. api key, api version, correlation id from the first 8 bytes;
+/// 2. the header at the version the API/version pair needs (v2 for flexible versions);
+/// 3. the version is checked against the codec's range (`ApiKey::valid_versions`, generated from
+///    Apache Kafka 4.x's message specs: Produce 3..=13, Fetch 4..=18, ApiVersions 0..=4, ...; the
+///    versions Kafka 4.0 removed (KIP-896) are absent). The broker narrows this to what it serves;
+///    Kafka 4 lists Produce v0-v2 in ApiVersions but refuses them (KAFKA-18659), which this error
+///    gives;
+/// 4. the body; bytes after it are accepted and counted in [`DecodedRequest::trailing_bytes`].
+///
+/// Errors: [`ProtocolError::HeaderTooShort`], [`ProtocolError::UnknownApiKey`],
+/// [`ProtocolError::UnsupportedVersion`] (the header was valid; for ApiVersions the broker
+/// answers, see the variant), [`ProtocolError::Decode`] for a header or body that does not parse
+/// (including an array whose element count exceeds the bytes left, rejected before allocation).
+pub fn decode_request(payload: Bytes) -> Result<DecodedRequest, ProtocolError> {
+    let (raw_key, api_version, correlation_id) = peek_request_ids(&payload)?;
+    let api_key = ApiKey::try_from(raw_key).map_err(|()| ProtocolError::UnknownApiKey {
+        api_key: raw_key,
+        api_version,
+        correlation_id,
+    })?;
+    let header_version = api_key.request_header_version(api_version);
+    let decode_err = |what: &'static str, position: usize, reason: String| ProtocolError::Decode {
+        what,
+        api_key: raw_key,
+        api_version,
+        correlation_id,
+        position,
+        reason,
+    };
+
+    let mut buf = payload.clone();
+    let header = RequestHeader::decode(&mut buf, header_version)
+        .map_err(|e| decode_err("request header", payload.len() - buf.len(), format!("{e:#}")))?;
+    let header_len = payload.len() - buf.len();
+
+    let range = api_key.valid_versions();
+    if api_version < range.min || api_version > range.max {
+        return Err(ProtocolError::UnsupportedVersion {
+            api_key: raw_key,
+            api_version,
+            correlation_id,
+            min: range.min,
+            max: range.max,
+        });
+    }
+
+    let body_start = buf.clone();
+    let body = match decode_body_guarded(api_key, &mut buf, api_version) {
+        (Ok(body), false) => body,
+        (Ok(_), true) => {
+            // A plain field (or tag id) held a value larger than the bytes left: decode again
+            // with the real values; every length and count is known to fit.
+            buf = body_start;
+            RequestKind::decode(api_key, &mut buf, api_version)
+                .map_err(|e| decode_err("request body", payload.len() - buf.len(), format!("{e:#}")))?
+        }
+        (Err(e), replaced) => {
+            let note = if replaced {
+                " (an i32 larger than the bytes left was read as -2 while checking lengths and counts)"
+            } else {
+                ""
+            };
+            return Err(decode_err("request body", payload.len() - buf.len(), format!("{e:#}{note}")));
+        }
+    };
+    let trailing_bytes = buf.len();
+    Ok(DecodedRequest {
+        api_key,
+        header,
+        header_version,
+        body,
+        header_len,
+        body_len: payload.len() - header_len - trailing_bytes,
+        trailing_bytes,
+    })
+}
+
+/// Encodes a request as a whole frame: 4-byte size, header (at the version `header`'s API key
+/// and version need), body at `header.request_api_version`. The inverse of [`decode_request`];
+/// used by tests and by clients.
+///
+/// Errors: [`ProtocolError::UnknownApiKey`], [`ProtocolError::Encode`].
+pub fn encode_request(header: &RequestHeader, body: &RequestKind) -> Result<BytesMut, ProtocolError> {
+    let (raw_key, api_version, correlation_id) =
+        (header.request_api_key, header.request_api_version, header.correlation_id);
+    let api_key = ApiKey::try_from(raw_key).map_err(|()| ProtocolError::UnknownApiKey {
+        api_key: raw_key,
+        api_version,
+        correlation_id,
+    })?;
+    let encode_err = |what: &'static str, e: anyhow::Error| ProtocolError::Encode {
+        what,
+        api_key: raw_key,
+        api_version,
+        correlation_id,
+        reason: format!("{e:#}"),
+    };
+    let mut buf = BytesMut::new();
+    buf.put_i32(0);
+    header
+        .encode(&mut buf, api_key.request_header_version(api_version))
+        .map_err(|e| encode_err("request header", e))?;
+    body.encode(&mut buf, api_version).map_err(|e| encode_err("request body", e))?;
+    patch_size(&mut buf, raw_key, api_version, correlation_id)?;
+    Ok(buf)
+}
+
+/// Encodes a response as a whole frame: 4-byte size, response header (v0, or v1 for flexible
+/// versions; always v0 for ApiVersions), then `body` at `api_version`.
+///
+/// `api_key` and `api_version` are the request's; `body` must be the matching [`ResponseKind`]
+/// variant. Errors: [`ProtocolError::Encode`] (a field that does not exist in `api_version` but
+/// is set to a non-default value, or a frame over `i32::MAX` bytes).
+pub fn encode_response(
+    api_key: ApiKey,
+    api_version: i16,
+    correlation_id: i32,
+    body: &ResponseKind,
+) -> Result<BytesMut, ProtocolError> {
+    let raw_key = api_key as i16;
+    let encode_err = |what: &'static str, e: anyhow::Error| ProtocolError::Encode {
+        what,
+        api_key: raw_key,
+        api_version,
+        correlation_id,
+        reason: format!("{e:#}"),
+    };
+    let mut buf = BytesMut::new();
+    buf.put_i32(0);
+    ResponseHeader::default()
+        .with_correlation_id(correlation_id)
+        .encode(&mut buf, api_key.response_header_version(api_version))
+        .map_err(|e| encode_err("response header", e))?;
+    body.encode(&mut buf, api_version).map_err(|e| encode_err("response body", e))?;
+    patch_size(&mut buf, raw_key, api_version, correlation_id)?;
+    Ok(buf)
+}
+
+fn patch_size(buf: &mut BytesMut, api_key: i16, api_version: i16, correlation_id: i32) -> Result<(), ProtocolError> {
+    let size = i32::try_from(buf.len() - SIZE_PREFIX_BYTES).map_err(|_| ProtocolError::Encode {
+        what: "frame",
+        api_key,
+        api_version,
+        correlation_id,
+        reason: format!("{} payload bytes exceed i32::MAX", buf.len() - SIZE_PREFIX_BYTES),
+    })?;
+    buf[..SIZE_PREFIX_BYTES].copy_from_slice(&size.to_be_bytes());
+    Ok(())
+}
+
+/// One decoded response (the client side of [`encode_response`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecodedResponse {
+    /// The response header (correlation id, tagged fields in v1).
+    pub header: ResponseHeader,
+    /// Response header version used (0 or 1).
+    pub header_version: i16,
+    /// The body.
+    pub body: ResponseKind,
+    /// Header bytes in the payload.
+    pub header_len: usize,
+    /// Body bytes in the payload.
+    pub body_len: usize,
+    /// Bytes after the body.
+    pub trailing_bytes: usize,
+}
+
+/// Decodes a response frame payload (after the 4-byte size) for the request it answers: a
+/// response does not name its API, so `api_key` and `api_version` are the request's.
+///
+/// Errors: [`ProtocolError::UnsupportedVersion`], [`ProtocolError::Decode`].
+///
+/// Not hardened like [`decode_request`]: `kafka-protocol` 0.17 pre-allocates arrays from the
+/// counts on the wire, so a hostile broker can make this abort; use it on trusted peers (tests,
+/// the benchmark's own broker) until the crate bounds those allocations.
+pub fn decode_response(payload: Bytes, api_key: ApiKey, api_version: i16) -> Result<DecodedResponse, ProtocolError> {
+    let raw_key = api_key as i16;
+    let correlation_id = payload.first_chunk::<4>().map_or(-1, |c| i32::from_be_bytes(*c));
+    let range = api_key.valid_versions();
+    if api_version < range.min || api_version > range.max {
+        return Err(ProtocolError::UnsupportedVersion {
+            api_key: raw_key,
+            api_version,
+            correlation_id,
+            min: range.min,
+            max: range.max,
+        });
+    }
+    let decode_err = |what: &'static str, position: usize, reason: String| ProtocolError::Decode {
+        what,
+        api_key: raw_key,
+        api_version,
+        correlation_id,
+        position,
+        reason,
+    };
+    let header_version = api_key.response_header_version(api_version);
+    let mut buf = payload.clone();
+    let header = ResponseHeader::decode(&mut buf, header_version)
+        .map_err(|e| decode_err("response header", payload.len() - buf.len(), format!("{e:#}")))?;
+    let header_len = payload.len() - buf.len();
+    let body = ResponseKind::decode(api_key, &mut buf, api_version)
+        .map_err(|e| decode_err("response body", payload.len() - buf.len(), format!("{e:#}")))?;
+    let trailing_bytes = buf.len();
+    Ok(DecodedResponse {
+        header,
+        header_version,
+        body,
+        header_len,
+        body_len: payload.len() - header_len - trailing_bytes,
+        trailing_bytes,
+    })
+}
+
+/// Pass 1 of request decoding: the `kafka-protocol` decoder over a [`CountGuard`] buffer, which
+/// refuses or hides every length or count that cannot fit in the bytes left. Returns
+/// the body, and whether any value was replaced (then the body must be decoded again from the
+/// real bytes, which is safe once pass 1 succeeded).
+fn decode_body_guarded(api_key: ApiKey, buf: &mut Bytes, version: i16) -> (anyhow::Result<RequestKind>, bool) {
+    let mut guard = CountGuard { inner: buf, replaced: false, refused: None };
+    macro_rules! dispatch {
+        ($($variant:ident => $ty:ident),* $(,)?) => {
+            match api_key {
+                $(ApiKey::$variant => {
+                    <kafka_protocol::messages::$ty as Decodable>::decode(&mut guard, version).map(RequestKind::from)
+                })*
+            }
+        };
+    }
+    let result = dispatch!(
+        Produce => ProduceRequest, Fetch => FetchRequest, ListOffsets => ListOffsetsRequest,
+        Metadata => MetadataRequest, OffsetCommit => OffsetCommitRequest, OffsetFetch => OffsetFetchRequest,
+        FindCoordinator => FindCoordinatorRequest, JoinGroup => JoinGroupRequest, Heartbeat => HeartbeatRequest,
+        LeaveGroup => LeaveGroupRequest, SyncGroup => SyncGroupRequest, DescribeGroups => DescribeGroupsRequest,
+        ListGroups => ListGroupsRequest, SaslHandshake => SaslHandshakeRequest, ApiVersions => ApiVersionsRequest,
+        CreateTopics => CreateTopicsRequest, DeleteTopics => DeleteTopicsRequest, DeleteRecords => DeleteRecordsRequest,
+        InitProducerId => InitProducerIdRequest, OffsetForLeaderEpoch => OffsetForLeaderEpochRequest,
+        AddPartitionsToTxn => AddPartitionsToTxnRequest, AddOffsetsToTxn => AddOffsetsToTxnRequest,
+        EndTxn => EndTxnRequest, WriteTxnMarkers => WriteTxnMarkersRequest, TxnOffsetCommit => TxnOffsetCommitRequest,
+        DescribeAcls => DescribeAclsRequest, CreateAcls => CreateAclsRequest, DeleteAcls => DeleteAclsRequest,
+        DescribeConfigs => DescribeConfigsRequest, AlterConfigs => AlterConfigsRequest,
+        AlterReplicaLogDirs => AlterReplicaLogDirsRequest, DescribeLogDirs => DescribeLogDirsRequest,
+        SaslAuthenticate => SaslAuthenticateRequest, CreatePartitions => CreatePartitionsRequest,
+        CreateDelegationToken => CreateDelegationTokenRequest, RenewDelegationToken => RenewDelegationTokenRequest,
+        ExpireDelegationToken => ExpireDelegationTokenRequest, DescribeDelegationToken => DescribeDelegationTokenRequest,
+        DeleteGroups => DeleteGroupsRequest, ElectLeaders => ElectLeadersRequest,
+        IncrementalAlterConfigs => IncrementalAlterConfigsRequest,
+        AlterPartitionReassignments => AlterPartitionReassignmentsRequest,
+        ListPartitionReassignments => ListPartitionReassignmentsRequest, OffsetDelete => OffsetDeleteRequest,
+        DescribeClientQuotas => DescribeClientQuotasRequest, AlterClientQuotas => AlterClientQuotasRequest,
+        DescribeUserScramCredentials => DescribeUserScramCredentialsRequest,
+        AlterUserScramCredentials => AlterUserScramCredentialsRequest, Vote => VoteRequest,
+        BeginQuorumEpoch => BeginQuorumEpochRequest, EndQuorumEpoch => EndQuorumEpochRequest,
+        DescribeQuorum => DescribeQuorumRequest, AlterPartition => AlterPartitionRequest,
+        UpdateFeatures => UpdateFeaturesRequest, Envelope => EnvelopeRequest, FetchSnapshot => FetchSnapshotRequest,
+        DescribeCluster => DescribeClusterRequest, DescribeProducers => DescribeProducersRequest,
+        BrokerRegistration => BrokerRegistrationRequest, BrokerHeartbeat => BrokerHeartbeatRequest,
+        UnregisterBroker => UnregisterBrokerRequest, DescribeTransactions => DescribeTransactionsRequest,
+        ListTransactions => ListTransactionsRequest, AllocateProducerIds => AllocateProducerIdsRequest,
+        ConsumerGroupHeartbeat => ConsumerGroupHeartbeatRequest, ConsumerGroupDescribe => ConsumerGroupDescribeRequest,
+        ControllerRegistration => ControllerRegistrationRequest,
+        GetTelemetrySubscriptions => GetTelemetrySubscriptionsRequest, PushTelemetry => PushTelemetryRequest,
+        AssignReplicasToDirs => AssignReplicasToDirsRequest, ListConfigResources => ListConfigResourcesRequest,
+        DescribeTopicPartitions => DescribeTopicPartitionsRequest, ShareGroupHeartbeat => ShareGroupHeartbeatRequest,
+        ShareGroupDescribe => ShareGroupDescribeRequest, ShareFetch => ShareFetchRequest,
+        ShareAcknowledge => ShareAcknowledgeRequest, AddRaftVoter => AddRaftVoterRequest,
+        RemoveRaftVoter => RemoveRaftVoterRequest, UpdateRaftVoter => UpdateRaftVoterRequest,
+        InitializeShareGroupState => InitializeShareGroupStateRequest,
+        ReadShareGroupState => ReadShareGroupStateRequest, WriteShareGroupState => WriteShareGroupStateRequest,
+        DeleteShareGroupState => DeleteShareGroupStateRequest,
+        ReadShareGroupStateSummary => ReadShareGroupStateSummaryRequest,
+        DescribeShareGroupOffsets => DescribeShareGroupOffsetsRequest,
+        AlterShareGroupOffsets => AlterShareGroupOffsetsRequest,
+        DeleteShareGroupOffsets => DeleteShareGroupOffsetsRequest,
+    );
+    let result = match (result, guard.refused) {
+        (Err(e), Some((value, left))) => {
+            Err(e.context(format!("a length or count of {value} exceeds the {left} bytes left")))
+        }
+        (result, _) => result,
+    };
+    (result, guard.replaced)
+}
+
+/// A read buffer for pass 1 of request decoding that stops `kafka-protocol` 0.17 from
+/// pre-allocating `Vec::with_capacity(count)` for a count taken from the wire that the frame
+/// cannot hold (that allocation can abort the process).
+///
+/// Every array element, string byte or bytes byte occupies at least one byte on the wire, so a
+/// length or count larger than the bytes left cannot belong to a valid message:
+/// - an unsigned varint (compact lengths and counts, tag counts, ids and sizes of flexible
+///   versions) larger than the bytes left after it + 1 fails the read at its first byte, before
+///   the decoder sees a value;
+/// - an `i32` larger than the bytes left after it reads as `-2`: an invalid length for arrays,
+///   strings and bytes (they fail at once, allocating nothing), and an ordinary value for any
+///   other `i32` field (`max_bytes`, timeouts), whose value never changes how the rest parses.
+///
+/// So pass 1 fails whenever such a value was a length (the real decode would fail too), and
+/// when it succeeds every length and count fits and the real bytes are safe to decode. Lengths
+/// and counts that fit pre-allocate at most `bytes left` elements, as upstream's proposed fix.
+/// `i16` lengths (non-compact strings, at most 32767) are read with a bounds check and not
+/// touched. Differences from Kafka, for input no Kafka client writes: a boolean byte >= 0x80
+/// (Kafka reads any non-zero byte as true) followed by bytes that read as a varint too large
+/// for the frame, and a tag id larger than the bytes left, are rejected.
+struct CountGuard<'a> {
+    inner: &'a mut Bytes,
+    /// Whether any `i32` was replaced by `-2`.
+    replaced: bool,
+    /// The first varint refused: (value, bytes left after it).
+    refused: Option<(u32, usize)>,
+}
+
+impl CountGuard<'_> {
+    /// The varint that would be read from here, as `kafka-protocol` reads it (at most 5 bytes,
+    /// `u32`), if it exceeds the bytes left after it + 1.
+    fn oversized_varint(&self) -> Option<(u32, usize)> {
+        let ahead = &self.inner[..self.inner.len().min(5)];
+        if ahead.first().is_none_or(|&b| b < 0x80) {
+            return None; // one byte: at most 127, nothing to fear
+        }
+        let mut value: u32 = 0;
+        let mut len = 0;
+        for (i, &b) in ahead.iter().enumerate() {
+            value |= u32::from(b & 0x7F).wrapping_shl(7 * i as u32);
+            len = i + 1;
+            if b < 0x80 {
+                break;
+            }
+        }
+        let left = self.inner.len() - len;
+        (u64::from(value) > left as u64 + 1).then_some((value, left))
+    }
+}
+
+impl Buf for CountGuard<'_> {
+    fn remaining(&self) -> usize {
+        self.inner.remaining()
+    }
+    fn chunk(&self) -> &[u8] {
+        self.inner.chunk()
+    }
+    fn advance(&mut self, cnt: usize) {
+        self.inner.advance(cnt);
+    }
+    fn try_get_u8(&mut self) -> Result<u8, bytes::TryGetError> {
+        if let Some(refused) = self.oversized_varint() {
+            self.refused.get_or_insert(refused);
+            return Err(bytes::TryGetError { requested: refused.0 as usize, available: refused.1 });
+        }
+        self.inner.try_get_u8()
+    }
+    fn try_get_i32(&mut self) -> Result<i32, bytes::TryGetError> {
+        let v = self.inner.try_get_i32()?;
+        if i64::from(v) > self.inner.len() as i64 {
+            self.replaced = true;
+            return Ok(-2);
+        }
+        Ok(v)
+    }
+}
+
+impl ByteBuf for CountGuard<'_> {
+    fn peek_bytes(&mut self, r: std::ops::Range<usize>) -> Bytes {
+        self.inner.peek_bytes(r)
+    }
+    fn get_bytes(&mut self, size: usize) -> Bytes {
+        self.inner.get_bytes(size)
+    }
+    fn try_peek_bytes(&mut self, r: std::ops::Range<usize>) -> Result<Bytes, NotEnoughBytesError> {
+        self.inner.try_peek_bytes(r)
+    }
+    fn try_get_bytes(&mut self, size: usize) -> Result<Bytes, NotEnoughBytesError> {
+        self.inner.try_get_bytes(size)
+    }
+}

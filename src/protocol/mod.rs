@@ -1,0 +1,22 @@
+//! The Kafka wire protocol: framing, request and response codecs.
+//!
+//! Every Kafka request and response travels as one *frame*: a big-endian `i32` size followed by
+//! that many bytes (`header + body`). [`frame`] reads frames without trusting their size (it is
+//! checked against `socket.request.max.bytes` before anything is allocated), decodes the request
+//! header and body with the `kafka-protocol` crate, and encodes responses.
+//!
+//! ```text
+//! socket bytes -> frame::check_frame / frame::read_frame    size-prefixed frame, size limit
+//!              -> frame::decode_request                     header (v1/v2) + RequestKind
+//! broker handler builds a ResponseKind
+//!              -> frame::encode_response                    size + header (v0/v1) + body
+//! ```
+//!
+//! Errors of this layer are [`ProtocolError`]; each carries the API key, version and correlation
+//! id when they are known, so the broker can answer with an error response where the protocol has
+//! one and close the connection otherwise.
+
+pub mod fetch_response;
+pub mod frame;
+
+pub use frame::ProtocolError;
