@@ -24,9 +24,15 @@
 //!   `log dump` tool.
 //! - [`protocol`]: the Kafka wire protocol: size-prefixed frames with the `socket.request.max.bytes`
 //!   limit, request headers and bodies decoded with the `kafka-protocol` crate
-//!   ([`protocol::frame`]), response encoding.
+//!   ([`protocol::frame`]), response encoding, and the hand-framed zero-copy Fetch response
+//!   ([`protocol::fetch_response`]).
+//! - [`read_path`]: the mechanisms that move record bytes from a segment file to a socket (copy,
+//!   mmap, sendfile, io_uring splice, O_DIRECT, null), their accounting and measurement.
+//! - [`broker`]: a single-node broker on the Kafka wire protocol (ApiVersions, Metadata, Produce,
+//!   Fetch, ListOffsets so far), one handler file per API.
 #![forbid(unsafe_op_in_unsafe_fn)]
 
+pub mod broker;
 pub mod log;
 pub mod protocol;
 pub mod read_path;

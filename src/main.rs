@@ -29,6 +29,27 @@ enum Command {
     /// seconds per GB (process-wide, so io_uring worker threads count), system calls per MB, and,
     /// with `--limits`, each path as a ratio to this machine's limits (scripts/baseline-limits.sh).
     ReadPaths(ReadPathsArgs),
+    /// Run a single-node Kafka broker (node 0, leader of every partition) on the wire protocol:
+    /// ApiVersions, Metadata (auto-creating topics), Produce, Fetch (through `--read-path`) and
+    /// ListOffsets. Runs until killed.
+    Serve(ServeArgs),
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// Address to listen on (port 0: any free port, printed at start).
+    #[arg(long, default_value = "127.0.0.1:9092")]
+    listen: std::net::SocketAddr,
+    /// The log directory (Kafka's `log.dirs`, one directory; created when missing).
+    #[arg(long)]
+    log_dir: PathBuf,
+    /// How Fetch responses move record bytes: null, copy, mmap, sendfile, uring-splice, direct.
+    #[arg(long, default_value = "sendfile")]
+    read_path: ReadPathKind,
+    /// A broker config with Kafka's name, `key=value` (repeatable): `num.partitions`,
+    /// `auto.create.topics.enable`, `socket.request.max.bytes`, `log.*`.
+    #[arg(short = 'X', value_name = "KEY=VALUE")]
+    config: Vec<String>,
 }
 
 #[derive(Subcommand)]
@@ -108,6 +129,13 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt().with_max_level(cli.log_level).with_writer(std::io::stderr).init();
     match cli.command {
         Command::Log(LogCommand::Dump(a)) => log_dump(a),
+        Command::Serve(a) => match serve(a) {
+            Ok(code) => code,
+            Err(e) => {
+                say(format_args!("error: {e:#}"));
+                ExitCode::from(2)
+            }
+        },
         Command::ReadPaths(a) => match read_paths(a) {
             Ok(code) => code,
             Err(e) => {
@@ -172,6 +200,24 @@ fn log_dump(a: DumpArgs) -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// `fetchbench serve`: start the broker and serve until the process is killed.
+fn serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
+    use fetchbench::broker::{Broker, BrokerConfig};
+    let mut props = std::collections::BTreeMap::new();
+    for kv in &a.config {
+        let Some((key, value)) = kv.split_once('=') else {
+            anyhow::bail!("-X {kv}: expected key=value");
+        };
+        props.insert(key.trim().to_string(), value.trim().to_string());
+    }
+    let mut config = BrokerConfig::new(a.listen, a.log_dir, a.read_path);
+    config.apply_props(&props)?;
+    let handle = Broker::start(config)?;
+    say(format_args!("fetchbench broker listening on {} (read path {})", handle.local_addr(), a.read_path));
+    handle.join();
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `fetchbench read-paths`: measure each read path ([`report::run`]), print the table or the JSON

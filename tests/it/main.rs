@@ -4,6 +4,7 @@
 //! it is missing in CI (`CI` set) and skip with a printed notice elsewhere.
 
 mod batch_corpus;
+mod broker;
 mod common;
 mod consumer_offsets_corpus;
 mod dump_cli;

@@ -1,0 +1,101 @@
+//! One client connection: read a frame, decode it, run its handler, write the response, repeat.
+//!
+//! Requests are handled one at a time, so responses leave in request order (Kafka's
+//! `SocketServer` mutes a channel while one of its requests is in flight). Bad input never
+//! panics and affects only this connection:
+//!
+//! | input                                             | answer                                   |
+//! |---------------------------------------------------|------------------------------------------|
+//! | frame size negative or over `socket.request.max.bytes` | connection closed (Kafka: `InvalidReceiveException`) |
+//! | ApiVersions at a version this broker does not know | ApiVersions v0 response, `UNSUPPORTED_VERSION` (KIP-511) |
+//! | unknown API key, other unsupported version, undecodable header or body | connection closed (Kafka does the same) |
+//! | an API this broker does not implement yet        | connection closed                         |
+//! | acks=0 produce that fails                         | connection closed (the client learns of it that way, as in Kafka) |
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::os::fd::AsFd;
+
+use bytes::BytesMut;
+use kafka_protocol::messages::ApiKey;
+
+use super::handler::{self, api_versions};
+use super::Shared;
+use crate::protocol::fetch_response::FetchResponseFrame;
+use crate::protocol::frame::{self, ProtocolError};
+use crate::read_path::AnyReadPath;
+
+/// What a handler produced for one request.
+#[derive(Debug)]
+pub enum Response {
+    /// Nothing to send (Produce with acks=0).
+    None,
+    /// Close the connection without answering (the request cannot be answered in its protocol).
+    Close,
+    /// A whole response frame (size prefix included), encoded by `kafka-protocol`.
+    Encoded(BytesMut),
+    /// A hand-framed Fetch response whose record sets move through the read path.
+    Fetch(FetchResponseFrame),
+}
+
+/// Serves `stream` until the peer closes it, it sends something that cannot be answered, or an
+/// I/O error occurs. Errors are logged (with the peer address), never returned: one connection's
+/// failure is nobody else's business.
+pub fn serve(mut stream: TcpStream, shared: &Shared) {
+    let peer = stream.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "?".into());
+    if shared.is_shutting_down() {
+        return;
+    }
+    let _ = stream.set_nodelay(true);
+    let mut path = match shared.config.read_path.create(&shared.config.read_path_config) {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::error!("{peer}: cannot create read path {}: {e}; closing", shared.config.read_path);
+            return;
+        }
+    };
+    loop {
+        let payload = match frame::read_frame(&mut stream, shared.config.socket_request_max_bytes) {
+            Ok(Some(p)) => p,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!("{peer}: {e}; closing");
+                return;
+            }
+        };
+        let response = match frame::decode_request(payload) {
+            Ok(request) => handler::dispatch(shared, request),
+            Err(ProtocolError::UnsupportedVersion { api_key, api_version, correlation_id, .. })
+                if api_key == ApiKey::ApiVersions as i16 =>
+            {
+                tracing::info!("{peer}: ApiVersions v{api_version} not supported; answering with v0");
+                api_versions::unsupported_version_response(correlation_id)
+            }
+            Err(e) => {
+                tracing::warn!("{peer}: {e}; closing");
+                return;
+            }
+        };
+        if let Err(e) = write_response(&mut stream, &mut path, response) {
+            match e {
+                WriteEnd::Close => tracing::info!("{peer}: closing after a request that cannot be answered"),
+                WriteEnd::Io(e) => tracing::warn!("{peer}: writing a response: {e}; closing"),
+            }
+            return;
+        }
+    }
+}
+
+enum WriteEnd {
+    Close,
+    Io(std::io::Error),
+}
+
+fn write_response(stream: &mut TcpStream, path: &mut AnyReadPath, response: Response) -> Result<(), WriteEnd> {
+    match response {
+        Response::None => Ok(()),
+        Response::Close => Err(WriteEnd::Close),
+        Response::Encoded(bytes) => stream.write_all(&bytes).map_err(WriteEnd::Io),
+        Response::Fetch(frame) => frame.write_to(stream.as_fd(), path).map(|_| ()).map_err(WriteEnd::Io),
+    }
+}

@@ -1,0 +1,102 @@
+//! Fetch (API key 1), answered at once, its record sets moved by the configured read path.
+//!
+//! For each requested partition, in request order: [`PartitionLog::read`] names a
+//! [`FileSlice`](crate::log::FileSlice) starting at the batch holding the fetch offset, cut at
+//! `min(partition_max_bytes, bytes left of the response's max_bytes)`. KIP-74: only the first
+//! partition that returns data may exceed the limits (its first batch whole, `min_one_batch`);
+//! once the response's `max_bytes` is used up, later partitions return no records. The lock on
+//! the logs is released before any byte is written; the response is hand-framed by
+//! [`FetchResponse::encode`] and written by
+//! [`FetchResponseFrame::write_to`](crate::protocol::fetch_response::FetchResponseFrame::write_to),
+//! so record bytes are never copied into a user-space buffer by the broker itself (the `copy`
+//! and `direct` read paths do copy: that is what they measure).
+//!
+//! Every partition carries the high watermark, last stable offset (= high watermark: no
+//! transactions) and log start offset. Errors per partition: `UNKNOWN_TOPIC_OR_PARTITION`,
+//! `OFFSET_OUT_OF_RANGE` and the rest of [`errors::log_error_code`].
+//!
+//! Not yet (issue 4): long polling (`min_bytes` / `max_wait_ms` are ignored: the answer is
+//! immediate), fetch sessions (KIP-227: `session_id` is always 0, so clients send full fetches;
+//! a request naming a session gets `FETCH_SESSION_ID_NOT_FOUND`), v13+ (topic ids).
+
+use kafka_protocol::messages::FetchRequest;
+
+use crate::broker::connection::Response;
+use crate::broker::{errors, Shared};
+use crate::log::PartitionLog;
+use crate::protocol::fetch_response::{FetchResponse, FetchableTopic, PartitionData};
+
+/// `isolation_level` of a `read_committed` fetch (KIP-98).
+const READ_COMMITTED: i8 = 1;
+
+/// Builds the Fetch response for `request` and returns it ready to be written through the
+/// connection's read path. An encoding failure (a bug) closes the connection.
+pub fn handle(shared: &Shared, request: &FetchRequest, version: i16, correlation_id: i32) -> Response {
+    let response = build(shared, request);
+    match response.encode(version, correlation_id) {
+        Ok(frame) => Response::Fetch(frame),
+        Err(e) => {
+            tracing::error!("encoding Fetch v{version} (correlation id {correlation_id}): {e}; closing");
+            Response::Close
+        }
+    }
+}
+
+/// The response before encoding (exposed for tests and benches).
+pub fn build(shared: &Shared, request: &FetchRequest) -> FetchResponse {
+    let mut response = FetchResponse::default();
+    if request.session_id != 0 {
+        response.error_code = errors::FETCH_SESSION_ID_NOT_FOUND;
+        return response;
+    }
+    let read_committed = request.isolation_level == READ_COMMITTED;
+    // max_bytes exists from v3 on; kafka-protocol's default for older versions is i32::MAX.
+    let mut bytes_left = i64::from(request.max_bytes.max(0));
+    let mut got_data = false;
+    let guard = shared.logs();
+    for topic in &request.topics {
+        let name = topic.topic.0.as_str();
+        let mut out = FetchableTopic { name: name.to_string(), ..Default::default() };
+        for p in &topic.partitions {
+            let mut data = PartitionData {
+                partition_index: p.partition,
+                high_watermark: -1,
+                aborted_transactions: if read_committed { Some(Vec::new()) } else { None },
+                ..Default::default()
+            };
+            match guard.as_ref().and_then(|logs| logs.log(name, p.partition)) {
+                None => data.error_code = errors::UNKNOWN_TOPIC_OR_PARTITION,
+                Some(log) => {
+                    fill(&mut data, log);
+                    let limit = i64::from(p.partition_max_bytes.max(0)).min(bytes_left);
+                    if limit > 0 || !got_data {
+                        let max_bytes = u32::try_from(limit.max(0)).unwrap_or(u32::MAX);
+                        match log.read(p.fetch_offset, max_bytes, !got_data) {
+                            Ok(slice) => {
+                                if slice.len > 0 {
+                                    got_data = true;
+                                    bytes_left -= slice.len as i64;
+                                    data.records = Some(slice);
+                                }
+                            }
+                            Err(e) => {
+                                tracing::debug!("fetch {name}-{} at {}: {e}", p.partition, p.fetch_offset);
+                                data.error_code = errors::log_error_code(&e);
+                            }
+                        }
+                    }
+                }
+            }
+            out.partitions.push(data);
+        }
+        response.topics.push(out);
+    }
+    response
+}
+
+/// High watermark, last stable offset (= high watermark, no transactions) and log start offset.
+fn fill(data: &mut PartitionData, log: &PartitionLog) {
+    data.high_watermark = log.high_watermark();
+    data.last_stable_offset = log.high_watermark();
+    data.log_start_offset = log.log_start_offset();
+}

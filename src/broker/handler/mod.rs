@@ -1,0 +1,64 @@
+//! One handler per Kafka API, and the dispatch from a decoded request to it.
+//!
+//! Each handler takes the request body and version and returns the response body; this module
+//! checks the version against what the broker serves ([`api_versions::served_range`]) and
+//! encodes the answer. A request for an API or version the broker does not serve closes the
+//! connection, as Kafka does (except ApiVersions, which is answered; KIP-511).
+
+pub mod api_versions;
+pub mod fetch;
+pub mod list_offsets;
+pub mod metadata;
+pub mod produce;
+
+use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
+
+use super::connection::Response;
+use super::Shared;
+use crate::protocol::frame::{self, DecodedRequest};
+
+/// Runs the handler of `request` and returns what to send back.
+pub fn dispatch(shared: &Shared, request: DecodedRequest) -> Response {
+    let version = request.api_version();
+    let correlation_id = request.correlation_id();
+    let api_key = request.api_key;
+    let Some((min, max)) = api_versions::served_range(api_key) else {
+        tracing::warn!("{api_key:?} (v{version}, correlation id {correlation_id}) is not implemented; closing");
+        return Response::Close;
+    };
+    if version < min || version > max {
+        if api_key == ApiKey::ApiVersions {
+            return api_versions::unsupported_version_response(correlation_id);
+        }
+        tracing::warn!("{api_key:?} v{version} is not served (served {min}..={max}); closing");
+        return Response::Close;
+    }
+    let body = match request.body {
+        RequestKind::ApiVersions(r) => ResponseKind::ApiVersions(api_versions::handle(&r, version)),
+        RequestKind::Metadata(r) => ResponseKind::Metadata(metadata::handle(shared, &r, version)),
+        RequestKind::ListOffsets(r) => ResponseKind::ListOffsets(list_offsets::handle(shared, &r, version)),
+        RequestKind::Produce(r) => match produce::handle(shared, &r, version) {
+            produce::Outcome::Respond(resp) => ResponseKind::Produce(resp),
+            produce::Outcome::NoResponse => return Response::None,
+            produce::Outcome::Close => return Response::Close,
+        },
+        RequestKind::Fetch(r) => return fetch::handle(shared, &r, version, correlation_id),
+        _ => {
+            tracing::warn!("{api_key:?} has no handler; closing");
+            return Response::Close;
+        }
+    };
+    encode(api_key, version, correlation_id, &body)
+}
+
+/// Encodes a `kafka-protocol` response; an encoding failure (a bug: a field set that the version
+/// cannot carry) is logged and closes the connection.
+pub fn encode(api_key: ApiKey, version: i16, correlation_id: i32, body: &ResponseKind) -> Response {
+    match frame::encode_response(api_key, version, correlation_id, body) {
+        Ok(bytes) => Response::Encoded(bytes),
+        Err(e) => {
+            tracing::error!("{e}; closing");
+            Response::Close
+        }
+    }
+}
