@@ -270,6 +270,7 @@ fn garbage_closes_only_that_connection() {
 }
 
 #[test]
+#[ignore = "WIP: librdkafka needs more of the broker (issue 4); the kcat interop tests live in tests/it/kcat.rs"]
 fn kcat_produces_and_consumes() {
     let Ok(out) = std::process::Command::new("which").arg("kcat").output() else {
         eprintln!("SKIP: `which` not available");
