@@ -27,6 +27,14 @@ cargo --version
 # zstd-sys builds libzstd from C source.
 command -v cc >/dev/null || apt_install gcc libc6-dev
 cc --version | head -n 1
+# kcat (librdkafka) is the real client of the broker interop tests (tests/it/kcat.rs).
+if ! command -v kcat >/dev/null; then
+  if { [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; } || [ "${CI:-}" = "true" ]; then
+    apt_install kcat
+  else
+    echo "NOTICE: kcat not found: the kcat interop tests will SKIP (apt-get install kcat)"
+  fi
+fi
 # rustfmt and clippy ship with the default rustup profile; add them if this toolchain lacks them.
 if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then
   rustup component add rustfmt clippy

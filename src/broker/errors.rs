@@ -16,6 +16,8 @@ pub const OFFSET_OUT_OF_RANGE: i16 = 1;
 pub const CORRUPT_MESSAGE: i16 = 2;
 /// `UNKNOWN_TOPIC_OR_PARTITION`: this broker does not host the partition.
 pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+/// `COORDINATOR_NOT_AVAILABLE`: the group or transaction coordinator is not available (retriable).
+pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
 /// `MESSAGE_TOO_LARGE`: a batch is larger than `max.message.bytes`.
 pub const MESSAGE_TOO_LARGE: i16 = 10;
 /// `INVALID_TOPIC_EXCEPTION`: the topic name is not legal.

@@ -9,7 +9,8 @@
 //! ```text
 //! TcpListener --accept--> connection thread: protocol::frame::read_frame (size limit)
 //!                                            -> protocol::frame::decode_request
-//!                                            -> handler::{api_versions, metadata, produce, fetch, list_offsets}
+//!                                            -> handler::{api_versions, metadata, produce, fetch, list_offsets,
+//!                                                         find_coordinator}
 //!                                            -> frame::encode_response | FetchResponseFrame::write_to(read path)
 //! ```
 //!
@@ -19,8 +20,12 @@
 //! own [`ReadPath`](crate::read_path::ReadPath).
 //!
 //! Not yet here (issue 4): long polling (`fetch.min.bytes` / `fetch.max.wait.ms`), fetch
-//! sessions, CreateTopics, InitProducerId and idempotent produce, OffsetForLeaderEpoch, Fetch
-//! v13+ and Produce v13 (topic ids), a connection limit, signal handling.
+//! sessions, CreateTopics, InitProducerId and idempotent produce, OffsetForLeaderEpoch, group
+//! coordination (FindCoordinator always answers `COORDINATOR_NOT_AVAILABLE`), Fetch v13+ and
+//! Produce v13 (topic ids), a connection limit, signal handling.
+//!
+//! Tested with a real client: kcat (librdkafka 2.0.2) lists, produces (uncompressed, gzip,
+//! snappy, lz4, zstd) and consumes over every read path (`tests/it/kcat.rs`).
 
 pub mod connection;
 pub mod errors;

@@ -269,35 +269,6 @@ fn garbage_closes_only_that_connection() {
     broker.shutdown().unwrap();
 }
 
-#[test]
-#[ignore = "WIP: librdkafka needs more of the broker (issue 4); the kcat interop tests live in tests/it/kcat.rs"]
-fn kcat_produces_and_consumes() {
-    let Ok(out) = std::process::Command::new("which").arg("kcat").output() else {
-        eprintln!("SKIP: `which` not available");
-        return;
-    };
-    if !out.status.success() {
-        eprintln!("SKIP: kcat is not installed");
-        return;
-    }
-    let (_tmp, broker) = start(ReadPathKind::Sendfile);
-    let addr = broker.local_addr().to_string();
-    let mut child = std::process::Command::new("kcat")
-        .args(["-b", &addr, "-t", "kc", "-P", "-K:"])
-        .stdin(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(b"a:1\nb:2\nc:3\n").unwrap();
-    assert!(child.wait().unwrap().success());
-    let out = std::process::Command::new("kcat")
-        .args(["-b", &addr, "-t", "kc", "-C", "-o", "beginning", "-e", "-f", "%k:%s\n"])
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "a:1\nb:2\nc:3\n");
-    broker.shutdown().unwrap();
-}
-
 /// Fetches partitions 0 and 1 of `topic` from offset 0; returns each partition's record bytes length.
 fn fetch_two(client: &mut Client, topic: &str, max_bytes: i32, partition_max_bytes: i32) -> Vec<usize> {
     let partitions = (0..2)

@@ -10,6 +10,7 @@ mod consumer_offsets_corpus;
 mod dump_cli;
 mod fetch_response;
 mod index_corpus;
+mod kcat;
 mod log_engine;
 mod protocol_corpus;
 mod read_paths;

@@ -7,8 +7,10 @@
 //! range, so the client can retry with a version both know (KIP-511; Kafka's
 //! `ApiVersionsRequest.getErrorResponse`).
 //!
-//! Not yet: Kafka 4 also lists Produce v0-v2, which it refuses (KAFKA-18659), because older
-//! librdkafka only enables compression when they are listed.
+//! Like Kafka 4 (KAFKA-18659), Produce is advertised from v0 although v0-v2 are refused
+//! ([`ADVERTISED_REFUSED`]): librdkafka (kcat) only enables compression when those versions are
+//! listed. The codec (Kafka 4's specs) cannot decode Produce v0-v2, so such a request closes
+//! the connection, as any undecodable request does.
 
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse, ResponseKind};
@@ -19,14 +21,24 @@ use crate::broker::errors;
 
 /// The APIs with a handler and the versions the handler implements, inclusive: Produce v3-v12
 /// and Fetch v4-v12 address topics by name (v13+ by topic id, not yet); ListOffsets v1-v10;
-/// Metadata v0-v12; ApiVersions v0-v4.
-pub const HANDLED: [(ApiKey, i16, i16); 5] = [
+/// Metadata v0-v12; FindCoordinator v0-v6 (always `COORDINATOR_NOT_AVAILABLE`); ApiVersions v0-v4.
+pub const HANDLED: [(ApiKey, i16, i16); 6] = [
     (ApiKey::Produce, 3, 12),
     (ApiKey::Fetch, 4, 12),
     (ApiKey::ListOffsets, 1, 10),
     (ApiKey::Metadata, 0, 12),
+    (ApiKey::FindCoordinator, 0, 6),
     (ApiKey::ApiVersions, 0, 4),
 ];
+
+/// Versions advertised in ApiVersions below the served range but refused with
+/// `UNSUPPORTED_VERSION` (Kafka 4, KAFKA-18659): `(api, min, max)` inclusive.
+pub const ADVERTISED_REFUSED: [(ApiKey, i16, i16); 1] = [(ApiKey::Produce, 0, 2)];
+
+/// Whether `version` of `api_key` is advertised but refused ([`ADVERTISED_REFUSED`]).
+pub fn is_advertised_refused(api_key: ApiKey, version: i16) -> bool {
+    ADVERTISED_REFUSED.iter().any(|&(k, min, max)| k == api_key && (min..=max).contains(&version))
+}
 
 /// The versions of `api_key` this broker serves, `(min, max)` inclusive, or `None` when it
 /// does not serve the API (or the intersection with the codec's range is empty).
@@ -37,12 +49,17 @@ pub fn served_range(api_key: ApiKey) -> Option<(i16, i16)> {
     (min <= max).then_some((min, max))
 }
 
-/// Every served API with its range, in API key order.
+/// Every served API with its advertised range (the served one, extended down by
+/// [`ADVERTISED_REFUSED`]), in API key order.
 pub fn served_versions() -> Vec<ApiVersion> {
     let mut out: Vec<ApiVersion> = HANDLED
         .iter()
         .filter_map(|&(key, _, _)| {
             served_range(key).map(|(min, max)| {
+                let min = ADVERTISED_REFUSED
+                    .iter()
+                    .filter(|&&(k, _, hi)| k == key && hi + 1 >= min)
+                    .fold(min, |m, &(_, lo, _)| m.min(lo));
                 ApiVersion::default().with_api_key(key as i16).with_min_version(min).with_max_version(max)
             })
         })
@@ -79,9 +96,13 @@ mod tests {
         for v in served_versions() {
             let key = ApiKey::try_from(v.api_key).unwrap();
             let codec = key.valid_versions();
-            assert!(codec.min <= v.min_version && v.max_version <= codec.max, "{key:?}");
+            let min = served_range(key).unwrap().0;
+            assert!(codec.min <= min && v.max_version <= codec.max, "{key:?}");
         }
         assert_eq!(served_range(ApiKey::Produce), Some((3, 12)));
         assert_eq!(served_range(ApiKey::JoinGroup), None);
+        let produce = served_versions().into_iter().find(|v| v.api_key == ApiKey::Produce as i16).unwrap();
+        assert_eq!(produce.min_version, 0, "Produce v0-v2 advertised (KAFKA-18659)");
+        assert!(is_advertised_refused(ApiKey::Produce, 2) && !is_advertised_refused(ApiKey::Produce, 3));
     }
 }

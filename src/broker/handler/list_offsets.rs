@@ -7,7 +7,7 @@
 //! storage). A timestamp >= 0 gives the earliest offset whose record timestamp is >= it, looking
 //! inside batches ([`PartitionLog::fetch_offset_by_timestamp`]), or offset -1 and timestamp -1
 //! when there is none. Other negative timestamps (-3 max timestamp, KIP-734; -5 earliest
-//! pending upload) are not served yet: `INVALID_REQUEST`. Leader epoch is [`LEADER_EPOCH`] (v4+).
+//! pending upload) are not served yet: `INVALID_REQUEST`. Leader epoch is [`LEADER_EPOCH`] (v4+; the field does not exist before, so it stays -1 there).
 
 use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
 use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
@@ -20,7 +20,9 @@ use crate::log::PartitionLog;
 pub const EARLIEST_LOCAL_TIMESTAMP: i64 = -4;
 
 /// Answers every partition of the request, in request order.
-pub fn handle(shared: &Shared, request: &ListOffsetsRequest, _version: i16) -> ListOffsetsResponse {
+pub fn handle(shared: &Shared, request: &ListOffsetsRequest, version: i16) -> ListOffsetsResponse {
+    // The leader epoch field exists from v4 on; setting it at v1-v3 fails the encoding.
+    let leader_epoch = if version >= 4 { LEADER_EPOCH } else { -1 };
     let guard = shared.logs();
     let topics = request
         .topics
@@ -35,7 +37,7 @@ pub fn handle(shared: &Shared, request: &ListOffsetsRequest, _version: i16) -> L
                         .with_partition_index(p.partition_index)
                         .with_timestamp(-1)
                         .with_offset(-1)
-                        .with_leader_epoch(LEADER_EPOCH);
+                        .with_leader_epoch(leader_epoch);
                     match guard.as_ref().and_then(|logs| logs.log(name, p.partition_index)) {
                         None => resp.with_error_code(errors::UNKNOWN_TOPIC_OR_PARTITION),
                         Some(log) => match lookup(log, p.timestamp) {

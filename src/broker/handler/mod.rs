@@ -7,6 +7,7 @@
 
 pub mod api_versions;
 pub mod fetch;
+pub mod find_coordinator;
 pub mod list_offsets;
 pub mod metadata;
 pub mod produce;
@@ -36,6 +37,7 @@ pub fn dispatch(shared: &Shared, request: DecodedRequest) -> Response {
     let body = match request.body {
         RequestKind::ApiVersions(r) => ResponseKind::ApiVersions(api_versions::handle(&r, version)),
         RequestKind::Metadata(r) => ResponseKind::Metadata(metadata::handle(shared, &r, version)),
+        RequestKind::FindCoordinator(r) => ResponseKind::FindCoordinator(find_coordinator::handle(&r, version)),
         RequestKind::ListOffsets(r) => ResponseKind::ListOffsets(list_offsets::handle(shared, &r, version)),
         RequestKind::Produce(r) => match produce::handle(shared, &r, version) {
             produce::Outcome::Respond(resp) => ResponseKind::Produce(resp),
