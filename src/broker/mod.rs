@@ -19,15 +19,20 @@
 //! segment files open, and the bytes move after the lock is released, through the connection's
 //! own [`ReadPath`](crate::read_path::ReadPath).
 //!
-//! Not yet here (issue 4): long polling (`fetch.min.bytes` / `fetch.max.wait.ms`), fetch
-//! sessions, CreateTopics, InitProducerId and idempotent produce, OffsetForLeaderEpoch, group
-//! coordination (FindCoordinator always answers `COORDINATOR_NOT_AVAILABLE`), Fetch v13+ and
-//! Produce v13 (topic ids), a connection limit, signal handling.
+//! Long polling (`fetch.min.bytes` / `fetch.max.wait.ms`): a fetch short of data parks its
+//! connection thread on [`delayed_fetch::FetchWakeup`], holding no log lock; every produce that
+//! appends wakes it at once.
+//!
+//! Not yet here (issue 4): fetch sessions, CreateTopics, InitProducerId and idempotent
+//! produce, OffsetForLeaderEpoch, group coordination (FindCoordinator always answers
+//! `COORDINATOR_NOT_AVAILABLE`), Fetch v13+ and Produce v13 (topic ids), a connection limit,
+//! signal handling.
 //!
 //! Tested with a real client: kcat (librdkafka 2.0.2) lists, produces (uncompressed, gzip,
 //! snappy, lz4, zstd) and consumes over every read path (`tests/it/kcat.rs`).
 
 pub mod connection;
+pub mod delayed_fetch;
 pub mod errors;
 pub mod handler;
 
@@ -183,6 +188,7 @@ pub struct Shared {
     logs: Mutex<Option<LogManager>>,
     shutting_down: AtomicBool,
     connection_panics: AtomicU64,
+    fetch_wakeup: delayed_fetch::FetchWakeup,
 }
 
 impl Shared {
@@ -197,6 +203,11 @@ impl Shared {
     /// panic). The panic is caught, logged and closes only that connection; tests assert 0.
     pub fn connection_panics(&self) -> u64 {
         self.connection_panics.load(Ordering::SeqCst)
+    }
+
+    /// What parked fetches wait on; produce notifies it after an append (long polling).
+    pub fn fetch_wakeup(&self) -> &delayed_fetch::FetchWakeup {
+        &self.fetch_wakeup
     }
 
     /// Whether [`BrokerHandle::shutdown`] has begun.
@@ -272,6 +283,7 @@ impl Broker {
             logs: Mutex::new(Some(logs)),
             shutting_down: AtomicBool::new(false),
             connection_panics: AtomicU64::new(0),
+            fetch_wakeup: delayed_fetch::FetchWakeup::default(),
         });
         let accept_shared = Arc::clone(&shared);
         let accept = std::thread::Builder::new()
@@ -347,6 +359,8 @@ impl BrokerHandle {
     /// Errors: [`BrokerError::Log`].
     pub fn shutdown(mut self) -> Result<(), BrokerError> {
         self.shared.shutting_down.store(true, Ordering::SeqCst);
+        // Parked fetches answer now.
+        self.shared.fetch_wakeup.notify();
         // Wake the accept thread so it sees the flag.
         let _ = TcpStream::connect(self.shared.local_addr);
         if let Some(t) = self.accept.take() {

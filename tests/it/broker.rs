@@ -394,3 +394,87 @@ fn random_bodies_never_panic() {
     assert_eq!(broker.shared().connection_panics(), 0);
     broker.shutdown().unwrap();
 }
+
+/// A Fetch of `topic`-0 at `offset` with `max_wait_ms` and `min_bytes`; returns (elapsed, record
+/// bytes length).
+fn long_poll(client: &mut Client, topic: &str, offset: i64, max_wait_ms: i32, min_bytes: i32) -> (Duration, usize) {
+    let req = FetchRequest::default()
+        .with_max_wait_ms(max_wait_ms)
+        .with_min_bytes(min_bytes)
+        .with_max_bytes(1 << 20)
+        .with_topics(vec![FetchTopic::default().with_topic(name(topic)).with_partitions(vec![
+            FetchPartition::default().with_partition(0).with_fetch_offset(offset).with_partition_max_bytes(1 << 20),
+        ])]);
+    let start = std::time::Instant::now();
+    let ResponseKind::Fetch(r) = client.call(ApiKey::Fetch, 12, RequestKind::Fetch(req)) else { panic!() };
+    let elapsed = start.elapsed();
+    let p = &r.responses[0].partitions[0];
+    assert_eq!(p.error_code, 0);
+    (elapsed, p.records.as_ref().map_or(0, |b| b.len()))
+}
+
+#[test]
+fn long_poll_on_an_empty_partition_waits_about_max_wait() {
+    let (_tmp, broker) = start(ReadPathKind::Sendfile);
+    let mut c = Client::connect(broker.local_addr());
+    metadata(&mut c, "lp", 12);
+    let (elapsed, len) = long_poll(&mut c, "lp", 0, 500, 1);
+    assert_eq!(len, 0);
+    assert!(elapsed >= Duration::from_millis(400), "answered after {elapsed:?}");
+    assert!(elapsed < Duration::from_secs(3), "answered after {elapsed:?}");
+    broker.shutdown().unwrap();
+}
+
+#[test]
+fn long_poll_is_woken_by_a_produce_on_another_connection() {
+    let (_tmp, broker) = start(ReadPathKind::Sendfile);
+    let mut c = Client::connect(broker.local_addr());
+    metadata(&mut c, "lpw", 12);
+    let addr = broker.local_addr();
+    let producer = std::thread::spawn(move || {
+        let mut p = Client::connect(addr);
+        std::thread::sleep(Duration::from_millis(200));
+        produce(&mut p, "lpw", batch(1), 1)
+    });
+    let (elapsed, len) = long_poll(&mut c, "lpw", 0, 5000, 1);
+    assert_eq!(producer.join().unwrap(), Some((0, 0)));
+    assert!(len > 0, "the parked fetch returns the produced record");
+    assert!(elapsed < Duration::from_millis(2500), "answered after {elapsed:?}");
+    let (_, _, records) = fetch(&mut c, "lpw", 0, 12);
+    assert_eq!(records, vec![(0, "k0".to_string(), "v0".to_string())]);
+    broker.shutdown().unwrap();
+}
+
+#[test]
+fn long_poll_with_max_wait_zero_answers_at_once() {
+    let (_tmp, broker) = start(ReadPathKind::Sendfile);
+    let mut c = Client::connect(broker.local_addr());
+    metadata(&mut c, "lp0", 12);
+    let (elapsed, len) = long_poll(&mut c, "lp0", 0, 0, 1);
+    assert_eq!(len, 0);
+    assert!(elapsed < Duration::from_millis(300), "answered after {elapsed:?}");
+    broker.shutdown().unwrap();
+}
+
+#[test]
+fn a_parked_fetch_does_not_delay_other_connections() {
+    let (_tmp, broker) = start(ReadPathKind::Sendfile);
+    let mut c = Client::connect(broker.local_addr());
+    metadata(&mut c, "lpo", 12);
+    let addr = broker.local_addr();
+    let parked = std::thread::spawn(move || long_poll(&mut c, "lpo", 0, 2000, 1));
+    std::thread::sleep(Duration::from_millis(200));
+    let mut other = Client::connect(addr);
+    let start = std::time::Instant::now();
+    let ResponseKind::ApiVersions(r) =
+        other.call(ApiKey::ApiVersions, 3, RequestKind::ApiVersions(ApiVersionsRequest::default()))
+    else {
+        panic!()
+    };
+    let elapsed = start.elapsed();
+    assert_eq!(r.error_code, 0);
+    assert!(elapsed < Duration::from_millis(300), "ApiVersions answered after {elapsed:?}");
+    let (_, len) = parked.join().unwrap();
+    assert_eq!(len, 0);
+    broker.shutdown().unwrap();
+}

@@ -15,14 +15,18 @@
 //! transactions) and log start offset. Errors per partition: `UNKNOWN_TOPIC_OR_PARTITION`,
 //! `OFFSET_OUT_OF_RANGE` and the rest of [`errors::log_error_code`].
 //!
-//! Not yet (issue 4): long polling (`min_bytes` / `max_wait_ms` are ignored: the answer is
-//! immediate), fetch sessions (KIP-227: `session_id` is always 0, so clients send full fetches;
-//! a request naming a session gets `FETCH_SESSION_ID_NOT_FOUND`), v13+ (topic ids).
+//! Long polling: a fetch that finds fewer than `min_bytes` bytes (and no error) is parked for
+//! up to `max_wait_ms` and rebuilt when a produce appends ([`delayed_fetch`]).
+//!
+//! Not yet (issue 4): fetch sessions (KIP-227: `session_id` is always 0, so clients send full
+//! fetches; a request naming a session gets `FETCH_SESSION_ID_NOT_FOUND`), v13+ (topic ids).
+
+use std::time::Instant;
 
 use kafka_protocol::messages::FetchRequest;
 
 use crate::broker::connection::Response;
-use crate::broker::{errors, Shared};
+use crate::broker::{delayed_fetch, errors, Shared};
 use crate::log::PartitionLog;
 use crate::protocol::fetch_response::{FetchResponse, FetchableTopic, PartitionData};
 
@@ -30,9 +34,24 @@ use crate::protocol::fetch_response::{FetchResponse, FetchableTopic, PartitionDa
 const READ_COMMITTED: i8 = 1;
 
 /// Builds the Fetch response for `request` and returns it ready to be written through the
-/// connection's read path. An encoding failure (a bug) closes the connection.
+/// connection's read path. With fewer than `min_bytes` bytes available and no error, the
+/// calling (connection) thread waits for an append or `max_wait_ms`, without holding any log
+/// lock, and the response is rebuilt ([`delayed_fetch`]). An encoding failure (a bug) closes
+/// the connection.
 pub fn handle(shared: &Shared, request: &FetchRequest, version: i16, correlation_id: i32) -> Response {
-    let response = build(shared, request);
+    let deadline = delayed_fetch::deadline(Instant::now(), request.max_wait_ms);
+    let mut seen = shared.fetch_wakeup().generation();
+    let mut response = build(shared, request);
+    while delayed_fetch::should_park(available_bytes(&response), request.min_bytes, request.max_wait_ms)
+        && !has_error(&response)
+        && !shared.is_shutting_down()
+        && Instant::now() < deadline
+    {
+        // Drop the slices (and their open segment files) while parked.
+        drop(response);
+        seen = shared.fetch_wakeup().wait_past(seen, deadline);
+        response = build(shared, request);
+    }
     match response.encode(version, correlation_id) {
         Ok(frame) => Response::Fetch(frame),
         Err(e) => {
@@ -92,6 +111,17 @@ pub fn build(shared: &Shared, request: &FetchRequest) -> FetchResponse {
         response.topics.push(out);
     }
     response
+}
+
+/// Record bytes in the response, across its partitions.
+fn available_bytes(response: &FetchResponse) -> u64 {
+    let partitions = response.topics.iter().flat_map(|t| t.partitions.iter());
+    partitions.filter_map(|p| p.records.as_ref()).map(|slice| slice.len).sum()
+}
+
+/// Whether the response or any partition carries an error (answered at once, as Kafka does).
+fn has_error(response: &FetchResponse) -> bool {
+    response.error_code != 0 || response.topics.iter().flat_map(|t| t.partitions.iter()).any(|p| p.error_code != 0)
 }
 
 /// High watermark, last stable offset (= high watermark, no transactions) and log start offset.

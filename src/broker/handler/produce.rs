@@ -47,6 +47,7 @@ pub fn handle(shared: &Shared, request: &ProduceRequest, _version: i16) -> Outco
     };
     let now = now_ms();
     let mut any_error = false;
+    let mut appended = false;
     let mut topics = Vec::with_capacity(request.topic_data.len());
     let mut guard = shared.logs();
     for topic in &request.topic_data {
@@ -70,6 +71,7 @@ pub fn handle(shared: &Shared, request: &ProduceRequest, _version: i16) -> Outco
             };
             match result {
                 Ok((base_offset, log_append_time_ms, log_start_offset)) => {
+                    appended = true;
                     resp = resp
                         .with_base_offset(base_offset)
                         .with_log_append_time_ms(log_append_time_ms)
@@ -86,6 +88,10 @@ pub fn handle(shared: &Shared, request: &ProduceRequest, _version: i16) -> Outco
         topics.push(TopicProduceResponse::default().with_name(topic.name.clone()).with_partition_responses(partitions));
     }
     drop(guard);
+    if appended {
+        // Wake parked fetches at once (long polling), after the log lock is released.
+        shared.fetch_wakeup().notify();
+    }
     match acks {
         0 if any_error => Outcome::Close,
         0 => Outcome::NoResponse,
