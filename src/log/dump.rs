@@ -534,6 +534,69 @@ fn log_entries<'a>(cache: &'a mut HashMap<PathBuf, Vec<Entry>>, log: &Path) -> i
     Ok(cache.get(log))
 }
 
+/// What both index dumps need.
+struct OpenedIndex<'c, I> {
+    /// Base offset from the file name.
+    base: i64,
+    /// The index, read-only.
+    idx: I,
+    /// Batch headers of the `.log` beside it (`None` without one, reported as one problem).
+    entries: Option<&'c Vec<Entry>>,
+    /// Problems recorded before this file.
+    problems_before: usize,
+}
+
+/// Opens an index for dumping: prints its name, finds its `.log`, reports what is missing.
+/// `None` when the index cannot be opened (reported as a problem).
+fn open_index<'c, I: IndexEntries>(
+    path: &Path,
+    opts: &DumpOptions,
+    out: &mut dyn Write,
+    summary: &mut DumpSummary,
+    cache: &'c mut HashMap<PathBuf, Vec<Entry>>,
+    open: fn(&Path, i64) -> Result<I, LogError>,
+    suffix: &str,
+) -> Result<Option<OpenedIndex<'c, I>>, Failure> {
+    if !opts.verify {
+        writeln!(out, "Dumping {}", path.display())?;
+    }
+    let problems_before = summary.problems.len();
+    let mut problem = |message: String| {
+        summary.problems.push(Problem { path: path.to_path_buf(), position: 0, message });
+    };
+    let Some((log, base)) = companion_log(path) else {
+        problem(format!("name is not <20-digit base offset>.{suffix}"));
+        return Ok(None);
+    };
+    let idx = match open(path, base) {
+        Ok(i) => i,
+        Err(e) => {
+            problem(e.to_string());
+            return Ok(None);
+        }
+    };
+    let entries = log_entries(cache, &log).map_err(Failure::Input)?;
+    if entries.is_none() {
+        problem(format!("no {} beside this index: its {} entries were not checked", log.display(), idx.entry_count()));
+    }
+    Ok(Some(OpenedIndex { base, idx, entries, problems_before }))
+}
+
+/// The entry count of either index kind.
+trait IndexEntries {
+    fn entry_count(&self) -> usize;
+}
+impl IndexEntries for OffsetIndex {
+    fn entry_count(&self) -> usize {
+        self.entries()
+    }
+}
+impl IndexEntries for TimeIndex {
+    fn entry_count(&self) -> usize {
+        self.entries()
+    }
+}
+
 fn dump_offset_index(
     path: &Path,
     opts: &DumpOptions,
@@ -541,28 +604,14 @@ fn dump_offset_index(
     summary: &mut DumpSummary,
     cache: &mut HashMap<PathBuf, Vec<Entry>>,
 ) -> Result<(), Failure> {
-    if !opts.verify {
-        writeln!(out, "Dumping {}", path.display())?;
-    }
-    let problems_before = summary.problems.len();
+    let Some(OpenedIndex { base, idx, entries, problems_before }) =
+        open_index(path, opts, out, summary, cache, OffsetIndex::open_read_only, "index")?
+    else {
+        return Ok(());
+    };
     let mut problem = |position: u64, message: String| {
         summary.problems.push(Problem { path: path.to_path_buf(), position, message });
     };
-    let Some((log, base)) = companion_log(path) else {
-        problem(0, "name is not <20-digit base offset>.index".into());
-        return Ok(());
-    };
-    let idx = match OffsetIndex::open_read_only(path, base) {
-        Ok(i) => i,
-        Err(e) => {
-            problem(0, e.to_string());
-            return Ok(());
-        }
-    };
-    let entries = log_entries(cache, &log).map_err(Failure::Input)?;
-    if entries.is_none() {
-        problem(0, format!("no {} beside this index: its {} entries were not checked", log.display(), idx.entries()));
-    }
     let mut checked = 0;
     let mut prev = None;
     for (i, entry) in idx.iter().enumerate() {
@@ -625,28 +674,14 @@ fn dump_time_index(
     summary: &mut DumpSummary,
     cache: &mut HashMap<PathBuf, Vec<Entry>>,
 ) -> Result<(), Failure> {
-    if !opts.verify {
-        writeln!(out, "Dumping {}", path.display())?;
-    }
-    let problems_before = summary.problems.len();
+    let Some(OpenedIndex { base, idx, entries, problems_before }) =
+        open_index(path, opts, out, summary, cache, TimeIndex::open_read_only, "timeindex")?
+    else {
+        return Ok(());
+    };
     let mut problem = |position: u64, message: String| {
         summary.problems.push(Problem { path: path.to_path_buf(), position, message });
     };
-    let Some((log, base)) = companion_log(path) else {
-        problem(0, "name is not <20-digit base offset>.timeindex".into());
-        return Ok(());
-    };
-    let idx = match TimeIndex::open_read_only(path, base) {
-        Ok(i) => i,
-        Err(e) => {
-            problem(0, e.to_string());
-            return Ok(());
-        }
-    };
-    let entries = log_entries(cache, &log).map_err(Failure::Input)?;
-    if entries.is_none() {
-        problem(0, format!("no {} beside this index: its {} entries were not checked", log.display(), idx.entries()));
-    }
     let mut checked = 0;
     let mut prev_ts = i64::MIN;
     for (i, entry) in idx.iter().enumerate() {
