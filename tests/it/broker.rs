@@ -1,5 +1,6 @@
 //! The single-node broker over TCP: requests built with kafka-protocol types and
-//! `frame::encode_request`, responses decoded with `frame::decode_response`.
+//! `frame::encode_request`, responses decoded with `frame::decode_response`. The test client
+//! ([`Client`]) and the request helpers are shared with the other broker test modules.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -21,7 +22,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-fn start(kind: ReadPathKind) -> (tempfile::TempDir, BrokerHandle) {
+pub(crate) fn start(kind: ReadPathKind) -> (tempfile::TempDir, BrokerHandle) {
     let tmp = tempfile::tempdir().unwrap();
     let config = BrokerConfig::new("127.0.0.1:0".parse().unwrap(), tmp.path().join("logs"), kind);
     let handle = Broker::start(config).unwrap();
@@ -29,19 +30,19 @@ fn start(kind: ReadPathKind) -> (tempfile::TempDir, BrokerHandle) {
 }
 
 /// A test client: one connection, sequential correlation ids.
-struct Client {
-    stream: TcpStream,
-    next_correlation_id: i32,
+pub(crate) struct Client {
+    pub(crate) stream: TcpStream,
+    pub(crate) next_correlation_id: i32,
 }
 
 impl Client {
-    fn connect(addr: SocketAddr) -> Client {
+    pub(crate) fn connect(addr: SocketAddr) -> Client {
         let stream = TcpStream::connect(addr).unwrap();
         stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
         Client { stream, next_correlation_id: 1 }
     }
 
-    fn send(&mut self, api_key: ApiKey, version: i16, body: RequestKind) -> i32 {
+    pub(crate) fn send(&mut self, api_key: ApiKey, version: i16, body: RequestKind) -> i32 {
         let correlation_id = self.next_correlation_id;
         self.next_correlation_id += 1;
         let header = RequestHeader::default()
@@ -54,24 +55,24 @@ impl Client {
         correlation_id
     }
 
-    fn receive(&mut self, api_key: ApiKey, version: i16, correlation_id: i32) -> ResponseKind {
+    pub(crate) fn receive(&mut self, api_key: ApiKey, version: i16, correlation_id: i32) -> ResponseKind {
         let payload = frame::read_frame(&mut self.stream, 64 << 20).unwrap().expect("a response");
         let decoded = frame::decode_response(payload, api_key, version).unwrap();
         assert_eq!(decoded.header.correlation_id, correlation_id);
         decoded.body
     }
 
-    fn call(&mut self, api_key: ApiKey, version: i16, body: RequestKind) -> ResponseKind {
+    pub(crate) fn call(&mut self, api_key: ApiKey, version: i16, body: RequestKind) -> ResponseKind {
         let id = self.send(api_key, version, body);
         self.receive(api_key, version, id)
     }
 }
 
-fn name(s: &str) -> TopicName {
+pub(crate) fn name(s: &str) -> TopicName {
     TopicName(StrBytes::from_string(s.to_string()))
 }
 
-fn metadata(client: &mut Client, topic: &str, version: i16) -> kafka_protocol::messages::MetadataResponse {
+pub(crate) fn metadata(client: &mut Client, topic: &str, version: i16) -> kafka_protocol::messages::MetadataResponse {
     let req = MetadataRequest::default()
         .with_topics(Some(vec![MetadataRequestTopic::default().with_name(Some(name(topic)))]))
         .with_allow_auto_topic_creation(true);
@@ -81,7 +82,7 @@ fn metadata(client: &mut Client, topic: &str, version: i16) -> kafka_protocol::m
     }
 }
 
-fn batch(n: usize) -> Vec<u8> {
+pub(crate) fn batch(n: usize) -> Vec<u8> {
     let mut b = BatchBuilder::new(0, Compression::None);
     for i in 0..n {
         b.append(1_700_000_000_000 + i as i64, Some(format!("k{i}").as_bytes()), Some(format!("v{i}").as_bytes()), &[]);
@@ -89,7 +90,7 @@ fn batch(n: usize) -> Vec<u8> {
     b.build().unwrap()
 }
 
-fn produce(client: &mut Client, topic: &str, records: Vec<u8>, acks: i16) -> Option<(i16, i64)> {
+pub(crate) fn produce(client: &mut Client, topic: &str, records: Vec<u8>, acks: i16) -> Option<(i16, i64)> {
     let req = ProduceRequest::default().with_acks(acks).with_timeout_ms(5000).with_topic_data(vec![
         TopicProduceData::default().with_name(name(topic)).with_partition_data(vec![PartitionProduceData::default()
             .with_index(0)
@@ -109,7 +110,12 @@ fn produce(client: &mut Client, topic: &str, records: Vec<u8>, acks: i16) -> Opt
 }
 
 /// Fetches `topic`-0 from `offset` and returns (error code, high watermark, (offset, key, value)s).
-fn fetch(client: &mut Client, topic: &str, offset: i64, version: i16) -> (i16, i64, Vec<(i64, String, String)>) {
+pub(crate) fn fetch(
+    client: &mut Client,
+    topic: &str,
+    offset: i64,
+    version: i16,
+) -> (i16, i64, Vec<(i64, String, String)>) {
     let req = FetchRequest::default().with_max_wait_ms(0).with_min_bytes(1).with_max_bytes(1 << 20).with_topics(vec![
         FetchTopic::default().with_topic(name(topic)).with_partitions(vec![FetchPartition::default()
             .with_partition(0)
@@ -132,7 +138,7 @@ fn fetch(client: &mut Client, topic: &str, offset: i64, version: i16) -> (i16, i
     (p.error_code, p.high_watermark, out)
 }
 
-fn list_offset(client: &mut Client, topic: &str, timestamp: i64) -> (i16, i64) {
+pub(crate) fn list_offset(client: &mut Client, topic: &str, timestamp: i64) -> (i16, i64) {
     let req = ListOffsetsRequest::default().with_replica_id((-1).into()).with_topics(vec![ListOffsetsTopic::default()
         .with_name(name(topic))
         .with_partitions(vec![ListOffsetsPartition::default().with_partition_index(0).with_timestamp(timestamp)])]);
@@ -397,7 +403,13 @@ fn random_bodies_never_panic() {
 
 /// A Fetch of `topic`-0 at `offset` with `max_wait_ms` and `min_bytes`; returns (elapsed, record
 /// bytes length).
-fn long_poll(client: &mut Client, topic: &str, offset: i64, max_wait_ms: i32, min_bytes: i32) -> (Duration, usize) {
+pub(crate) fn long_poll(
+    client: &mut Client,
+    topic: &str,
+    offset: i64,
+    max_wait_ms: i32,
+    min_bytes: i32,
+) -> (Duration, usize) {
     let req = FetchRequest::default()
         .with_max_wait_ms(max_wait_ms)
         .with_min_bytes(min_bytes)
