@@ -2,7 +2,8 @@
 # The test command: installs what the tests need, then runs every check CI runs.
 # Usage: scripts/test.sh            (from anywhere; works on a fresh Debian/Ubuntu machine as root)
 # Env:   FETCHBENCH_CORPUS=DIR      real Kafka data (default ../shared/corpus beside the project)
-#        CI=true                    a missing corpus fails the corpus tests instead of skipping them
+#        CI=true                    a missing corpus, kcat or Python client fails its tests instead of skipping them
+# Sets:  FETCHBENCH_PYTHON          the .venv Python with the pinned Kafka clients (tests/it/python_clients.rs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
@@ -34,6 +35,31 @@ if ! command -v kcat >/dev/null; then
   else
     echo "NOTICE: kcat not found: the kcat interop tests will SKIP (apt-get install kcat)"
   fi
+fi
+# The Python Kafka clients of the interop tests (tests/it/python_clients.rs): a virtualenv at
+# .venv with pinned confluent-kafka (manylinux wheel bundling librdkafka) and kafka-python.
+py_pins=(confluent-kafka==2.16.1 kafka-python==3.0.12)
+py_check='import confluent_kafka, kafka, sys; sys.exit(confluent_kafka.__version__ != "2.16.1" or kafka.__version__ != "3.0.12")'
+if ! { [ -x .venv/bin/python ] && .venv/bin/python -c "$py_check" 2>/dev/null; }; then
+  # python3 -m venv needs venv and ensurepip (Debian: python3-venv); install them as kcat is.
+  if ! python3 -c 'import venv, ensurepip' 2>/dev/null &&
+    { { [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; } || [ "${CI:-}" = "true" ]; }; then
+    apt_install python3 python3-venv
+  fi
+  if python3 -c 'import venv, ensurepip' 2>/dev/null; then
+    { .venv/bin/python -c "" 2>/dev/null || python3 -m venv --clear .venv; } &&
+      .venv/bin/python -m pip install -q --disable-pip-version-check "${py_pins[@]}" ||
+      echo "creating .venv with ${py_pins[*]} failed" >&2
+  fi
+fi
+if [ -x .venv/bin/python ] && .venv/bin/python -c "$py_check" 2>/dev/null; then
+  FETCHBENCH_PYTHON="$(pwd)/.venv/bin/python"
+  export FETCHBENCH_PYTHON
+  echo "Python clients: $("$FETCHBENCH_PYTHON" -c 'import confluent_kafka as c, kafka; print("confluent-kafka", c.__version__, "(librdkafka", c.libversion()[0] + "), kafka-python", kafka.__version__)')"
+elif [ "${CI:-}" = "true" ]; then
+  echo "Python clients NOT INSTALLED (.venv with ${py_pins[*]}): CI fails the Python interop tests" >&2
+else
+  echo "NOTICE: Python clients not installed in .venv: the Python interop tests will SKIP"
 fi
 # rustfmt and clippy ship with the default rustup profile; add them if this toolchain lacks them.
 if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then

@@ -31,25 +31,36 @@ enum Command {
     ReadPaths(ReadPathsArgs),
     /// Run a single-node Kafka broker (node 0, leader of every partition) on the wire protocol:
     /// ApiVersions, Metadata (auto-creating topics), Produce, Fetch (through `--read-path`) and
-    /// ListOffsets. Runs until killed.
+    /// ListOffsets. Runs until SIGINT or SIGTERM, then shuts down cleanly (logs flushed,
+    /// checkpoints and `.kafka_cleanshutdown` written) and exits 0; a second signal during that
+    /// shutdown is ignored (SIGKILL stops at once, and the next start recovers).
     Serve(ServeArgs),
 }
 
 #[derive(Args)]
 struct ServeArgs {
-    /// Address to listen on (port 0: any free port, printed at start).
-    #[arg(long, default_value = "127.0.0.1:9092")]
-    listen: std::net::SocketAddr,
-    /// The log directory (Kafka's `log.dirs`, one directory; created when missing).
+    /// Address to listen on (port 0: any free port, printed at start). Default: the first
+    /// PLAINTEXT entry of `listeners` in the config, else 127.0.0.1:9092.
     #[arg(long)]
-    log_dir: PathBuf,
+    listen: Option<std::net::SocketAddr>,
+    /// The log directory (created when missing). Default: the first of `log.dirs` (or `log.dir`)
+    /// in the config; one of the two is required.
+    #[arg(long)]
+    log_dir: Option<PathBuf>,
+    /// A Kafka `server.properties` file (Java properties). Its keys are applied as `-X` keys are,
+    /// and `-X` wins over it; Kafka keys that do not apply to one node (replication, KRaft,
+    /// threads, ...) are logged once each and ignored, unknown keys are refused.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
     /// How Fetch responses move record bytes: null, copy, mmap, sendfile, uring-splice, direct.
     #[arg(long, default_value = "sendfile")]
     read_path: ReadPathKind,
     /// A broker config with Kafka's name, `key=value` (repeatable): `num.partitions`,
-    /// `auto.create.topics.enable`, `socket.request.max.bytes`, `log.*`.
+    /// `auto.create.topics.enable`, `socket.request.max.bytes`, `max.connections`,
+    /// `max.connections.per.ip`, `group.*`, `offsets.topic.num.partitions`, `log.dirs`,
+    /// `listeners`, `log.*`.
     #[arg(short = 'X', value_name = "KEY=VALUE")]
-    config: Vec<String>,
+    overrides: Vec<String>,
 }
 
 #[derive(Subcommand)]
@@ -202,21 +213,65 @@ fn log_dump(a: DumpArgs) -> ExitCode {
     }
 }
 
-/// `fetchbench serve`: start the broker and serve until the process is killed.
+/// `fetchbench serve`: start the broker, serve until SIGINT or SIGTERM, then shut down cleanly.
+///
+/// Signals: SIGINT and SIGTERM are blocked here, before the broker starts any thread (every
+/// thread inherits the mask, so none of them takes the signal), and this thread waits for them
+/// with `sigwait` ([`SigSet::wait`]): no signal handler runs, so nothing async-signal-unsafe can
+/// happen in one. After the first signal the signals stay blocked: a second one during the
+/// shutdown is ignored and the shutdown finishes (it is bounded: flush, checkpoints, marker);
+/// SIGKILL ends the process at once, and the next start recovers the logs.
 fn serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
-    use fetchbench::broker::{Broker, BrokerConfig};
+    use anyhow::Context;
+    use fetchbench::broker::{Broker, BrokerConfig, DEFAULT_LISTEN};
+    use nix::sys::signal::{SigSet, Signal};
+
+    let mut signals = SigSet::empty();
+    signals.add(Signal::SIGINT);
+    signals.add(Signal::SIGTERM);
+    signals.thread_block().context("blocking SIGINT and SIGTERM")?;
+
     let mut props = std::collections::BTreeMap::new();
-    for kv in &a.config {
+    if let Some(path) = &a.config {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading --config {}", path.display()))?;
+        props = fetchbench::log::config::parse_properties(&text);
+    }
+    for kv in &a.overrides {
         let Some((key, value)) = kv.split_once('=') else {
             anyhow::bail!("-X {kv}: expected key=value");
         };
         props.insert(key.trim().to_string(), value.trim().to_string());
     }
-    let mut config = BrokerConfig::new(a.listen, a.log_dir, a.read_path);
-    config.apply_props(&props)?;
+    let default_listen = DEFAULT_LISTEN.parse().expect("DEFAULT_LISTEN is an address");
+    let mut config = BrokerConfig::new(default_listen, PathBuf::new(), a.read_path);
+    config.apply_props(&props).with_context(|| match &a.config {
+        Some(path) => format!("broker config (--config {} and -X)", path.display()),
+        None => "broker config (-X)".to_string(),
+    })?;
+    if let Some(listen) = a.listen {
+        config.listen = listen;
+    }
+    if let Some(dir) = a.log_dir {
+        config.log_dir = dir;
+    }
+    if config.log_dir.as_os_str().is_empty() {
+        anyhow::bail!("no log directory: give --log-dir, or log.dirs in --config or -X");
+    }
+    let log_dir = config.log_dir.clone();
     let handle = Broker::start(config)?;
+    say(format_args!(
+        "fetchbench broker: opened log directory {} ({} partitions, {})",
+        log_dir.display(),
+        handle.partitions_loaded(),
+        if handle.had_clean_shutdown() { "clean shutdown" } else { "recovered: no clean shutdown marker" }
+    ));
     say(format_args!("fetchbench broker listening on {} (read path {})", handle.local_addr(), a.read_path));
-    handle.join();
+    let signal = signals.wait().context("waiting for SIGINT or SIGTERM")?;
+    say(format_args!("fetchbench broker: {}: shutting down (a second signal is ignored)", signal.as_str()));
+    handle.shutdown()?;
+    say(format_args!(
+        "fetchbench broker: shut down cleanly (logs flushed, checkpoints and .kafka_cleanshutdown written)"
+    ));
     Ok(ExitCode::SUCCESS)
 }
 

@@ -11,6 +11,12 @@
 //! | unknown API key, other unsupported version, undecodable header or body | connection closed (Kafka does the same) |
 //! | an API this broker does not implement yet        | connection closed                         |
 //! | acks=0 produce that fails                         | connection closed (the client learns of it that way, as in Kafka) |
+//!
+//! Every close is logged with the peer address and the reason (a frame over
+//! `socket.request.max.bytes` names that limit). A connection past `max.connections` or
+//! `max.connections.per.ip` never gets here: the accept loop closes it at once, unread, with a
+//! warning naming the limit (see [`super`]); the place this connection holds in those limits is
+//! freed when [`serve`] returns.
 
 use std::io::Write;
 use std::net::TcpStream;
@@ -43,6 +49,7 @@ pub enum Response {
 /// failure is nobody else's business.
 pub fn serve(mut stream: TcpStream, shared: &Shared) {
     let peer = stream.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "?".into());
+    crate::broker::coordinator::handlers::set_client_host(stream.peer_addr().ok());
     if shared.is_shutting_down() {
         return;
     }

@@ -28,11 +28,26 @@ pub const RECORD_LIST_TOO_LARGE: i16 = 18;
 pub const INVALID_REQUIRED_ACKS: i16 = 21;
 /// `UNSUPPORTED_VERSION`: the API version is not served.
 pub const UNSUPPORTED_VERSION: i16 = 35;
+/// `TOPIC_ALREADY_EXISTS`: CreateTopics named a topic that exists.
+pub const TOPIC_ALREADY_EXISTS: i16 = 36;
+/// `INVALID_PARTITIONS`: CreateTopics asked for a non-positive (other than -1) partition count.
+pub const INVALID_PARTITIONS: i16 = 37;
+/// `INVALID_REPLICATION_FACTOR`: a replication factor other than -1 or 1 (one broker).
+pub const INVALID_REPLICATION_FACTOR: i16 = 38;
+/// `INVALID_REPLICA_ASSIGNMENT`: a manual assignment names another broker, or is malformed.
+pub const INVALID_REPLICA_ASSIGNMENT: i16 = 39;
 /// `INVALID_CONFIG`: a configuration value is not valid.
 pub const INVALID_CONFIG: i16 = 40;
 /// `INVALID_REQUEST`: the request is malformed or asks for something not served.
 pub const INVALID_REQUEST: i16 = 42;
-/// `TRANSACTIONAL_ID_AUTHORIZATION_FAILED`: transactional produce (not supported here).
+/// `OUT_OF_ORDER_SEQUENCE_NUMBER`: an idempotent batch's sequence does not follow its
+/// producer's last one (Kafka's `OutOfOrderSequenceException`).
+pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
+/// `INVALID_PRODUCER_EPOCH`: an idempotent batch's epoch is older than its producer's latest
+/// (Kafka's `InvalidProducerEpochException`, since 2.7 instead of `PRODUCER_FENCED` on produce).
+pub const INVALID_PRODUCER_EPOCH: i16 = 47;
+/// `TRANSACTIONAL_ID_AUTHORIZATION_FAILED`: transactional produce or InitProducerId with a
+/// transactional id (transactions are not supported here; clients treat it as fatal).
 pub const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
 /// `KAFKA_STORAGE_ERROR`: a disk error while reading or writing the log.
 pub const KAFKA_STORAGE_ERROR: i16 = 56;
@@ -40,6 +55,44 @@ pub const KAFKA_STORAGE_ERROR: i16 = 56;
 pub const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
 /// `INVALID_RECORD`: a record inside a valid batch is invalid (KIP-467).
 pub const INVALID_RECORD: i16 = 87;
+/// `FENCED_LEADER_EPOCH`: the request's current leader epoch is older than the broker's (KIP-320).
+pub const FENCED_LEADER_EPOCH: i16 = 74;
+/// `UNKNOWN_LEADER_EPOCH`: the request's current leader epoch is newer than the broker's (KIP-320).
+pub const UNKNOWN_LEADER_EPOCH: i16 = 76;
+/// `UNKNOWN_TOPIC_ID`: a request named a topic id this broker does not have (KIP-516).
+pub const UNKNOWN_TOPIC_ID: i16 = 100;
+
+// Group coordinator errors (Kafka's `Errors`).
+/// `OFFSET_METADATA_TOO_LARGE`: a committed offset's metadata exceeds `offset.metadata.max.bytes`.
+pub const OFFSET_METADATA_TOO_LARGE: i16 = 12;
+/// `COORDINATOR_LOAD_IN_PROGRESS`: the coordinator is still loading `__consumer_offsets`.
+pub const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
+/// `NOT_COORDINATOR`: this broker is not the group's coordinator.
+pub const NOT_COORDINATOR: i16 = 16;
+/// `ILLEGAL_GENERATION`: the member's generation is not the group's.
+pub const ILLEGAL_GENERATION: i16 = 22;
+/// `INCONSISTENT_GROUP_PROTOCOL`: no protocol in common with the group (or a different type).
+pub const INCONSISTENT_GROUP_PROTOCOL: i16 = 23;
+/// `INVALID_GROUP_ID`: an empty group id where one is required.
+pub const INVALID_GROUP_ID: i16 = 24;
+/// `UNKNOWN_MEMBER_ID`: the member id is not in the group.
+pub const UNKNOWN_MEMBER_ID: i16 = 25;
+/// `INVALID_SESSION_TIMEOUT`: outside `group.min.session.timeout.ms`..`group.max.session.timeout.ms`.
+pub const INVALID_SESSION_TIMEOUT: i16 = 26;
+/// `REBALANCE_IN_PROGRESS`: the group is rebalancing; the member must rejoin.
+pub const REBALANCE_IN_PROGRESS: i16 = 27;
+/// `INVALID_COMMIT_OFFSET_SIZE`: the offset commit batch is too large for the log.
+pub const INVALID_COMMIT_OFFSET_SIZE: i16 = 28;
+/// `NON_EMPTY_GROUP`: DeleteGroups on a group that has members.
+pub const NON_EMPTY_GROUP: i16 = 68;
+/// `GROUP_ID_NOT_FOUND`: DeleteGroups on a group that does not exist.
+pub const GROUP_ID_NOT_FOUND: i16 = 69;
+/// `MEMBER_ID_REQUIRED`: JoinGroup v4+ must be retried with the member id given (KIP-394).
+pub const MEMBER_ID_REQUIRED: i16 = 79;
+/// `GROUP_MAX_SIZE_REACHED`: the group has `group.max.size` members.
+pub const GROUP_MAX_SIZE_REACHED: i16 = 81;
+/// `FENCED_INSTANCE_ID`: another member now holds this `group.instance.id` (KIP-345).
+pub const FENCED_INSTANCE_ID: i16 = 82;
 
 /// The Kafka error code for a storage error.
 ///
@@ -52,6 +105,11 @@ pub const INVALID_RECORD: i16 = 87;
 /// | `Io`, `CorruptIndex`                | `KAFKA_STORAGE_ERROR` (56)  |
 /// | `Layout`                            | `INVALID_TOPIC_EXCEPTION` (17) |
 /// | `InvalidConfig`                     | `INVALID_CONFIG` (40)       |
+/// | `OutOfOrderSequence`                | `OUT_OF_ORDER_SEQUENCE_NUMBER` (45) |
+/// | `InvalidProducerEpoch`              | `INVALID_PRODUCER_EPOCH` (47) |
+///
+/// `UNKNOWN_PRODUCER_ID` (59) is never returned: like Kafka 4 (KIP-360), a producer the partition
+/// does not know is accepted at any sequence.
 pub fn log_error_code(error: &LogError) -> i16 {
     match error {
         LogError::Batch { source, .. } => batch_error_code(source),
@@ -61,6 +119,8 @@ pub fn log_error_code(error: &LogError) -> i16 {
         LogError::Io { .. } | LogError::CorruptIndex { .. } => KAFKA_STORAGE_ERROR,
         LogError::Layout { .. } => INVALID_TOPIC_EXCEPTION,
         LogError::InvalidConfig { .. } => INVALID_CONFIG,
+        LogError::OutOfOrderSequence { .. } => OUT_OF_ORDER_SEQUENCE_NUMBER,
+        LogError::InvalidProducerEpoch { .. } => INVALID_PRODUCER_EPOCH,
     }
 }
 
@@ -84,5 +144,26 @@ mod tests {
         assert_eq!(log_error_code(&e), OFFSET_OUT_OF_RANGE);
         let e = LogError::io("read", "/x", std::io::Error::other("boom"));
         assert_eq!(log_error_code(&e), KAFKA_STORAGE_ERROR);
+    }
+
+    #[test]
+    fn producer_errors_map_to_kafka_codes() {
+        let e = LogError::OutOfOrderSequence {
+            partition: "t-0".into(),
+            producer_id: 1,
+            producer_epoch: 0,
+            sequence: 7,
+            offset: 3,
+            reason: "6 (current end sequence number)".into(),
+        };
+        assert_eq!(log_error_code(&e), OUT_OF_ORDER_SEQUENCE_NUMBER);
+        let e = LogError::InvalidProducerEpoch {
+            partition: "t-0".into(),
+            producer_id: 1,
+            producer_epoch: 0,
+            current_epoch: 1,
+            offset: 3,
+        };
+        assert_eq!(log_error_code(&e), INVALID_PRODUCER_EPOCH);
     }
 }

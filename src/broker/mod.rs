@@ -25,20 +25,26 @@
 //!
 //! Not yet here (issue 4): fetch sessions, CreateTopics, InitProducerId and idempotent
 //! produce, OffsetForLeaderEpoch, group coordination (FindCoordinator always answers
-//! `COORDINATOR_NOT_AVAILABLE`), Fetch v13+ and Produce v13 (topic ids), a connection limit,
-//! signal handling.
+//! `COORDINATOR_NOT_AVAILABLE`), Fetch v13+ and Produce v13 (topic ids).
+//!
+//! Connection limits (Kafka's `ConnectionQuotas`): `max.connections` and
+//! `max.connections.per.ip`; a connection past either is closed at once, before it is read, with
+//! a warning naming the limit; open connections are unaffected and a closed one frees its place.
+//! Signals are handled by `fetchbench serve` (SIGINT/SIGTERM -> [`BrokerHandle::shutdown`]).
 //!
 //! Tested with a real client: kcat (librdkafka 2.0.2) lists, produces (uncompressed, gzip,
 //! snappy, lz4, zstd) and consumes over every read path (`tests/it/kcat.rs`).
 
 pub mod connection;
+pub mod coordinator;
 pub mod delayed_fetch;
 pub mod errors;
 pub mod handler;
+pub mod topics;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -116,7 +122,78 @@ pub struct BrokerConfig {
     /// `socket.request.max.bytes` (Kafka default 100 MiB): the largest request frame, in bytes
     /// after the 4-byte size.
     pub socket_request_max_bytes: usize,
+    /// `max.connections` (Kafka default `Int.MaxValue`): open client connections, broker-wide.
+    /// A connection past the limit is closed at once with a warning (Kafka instead stops
+    /// accepting until a slot frees; one node has no inter-broker listener to exempt).
+    pub max_connections: usize,
+    /// `max.connections.per.ip` (Kafka default `Int.MaxValue`): open connections from one IP
+    /// address; a connection past it is closed at once with a warning, as Kafka's
+    /// `ConnectionQuotas` does (`TooManyConnectionsException`).
+    pub max_connections_per_ip: usize,
+    /// `group.initial.rebalance.delay.ms` (Kafka default 3000): how long the group coordinator
+    /// waits for more members before the first rebalance of an empty group.
+    pub group_initial_rebalance_delay_ms: i32,
+    /// `group.min.session.timeout.ms` (Kafka default 6000): the smallest session timeout a
+    /// member may ask for (`INVALID_SESSION_TIMEOUT` below it).
+    pub group_min_session_timeout_ms: i32,
+    /// `group.max.session.timeout.ms` (Kafka default 1800000): the largest session timeout a
+    /// member may ask for.
+    pub group_max_session_timeout_ms: i32,
+    /// `group.max.size` (Kafka default `Int.MaxValue`): members per consumer group
+    /// (`GROUP_MAX_SIZE_REACHED` past it).
+    pub group_max_size: i32,
+    /// `offsets.topic.num.partitions` (Kafka default 50): partitions of `__consumer_offsets`,
+    /// the modulus of the coordinator choice `abs(groupId.hashCode()) % n`.
+    pub offsets_topic_num_partitions: i32,
 }
+
+/// Kafka broker configs that `apply_props` accepts but does not apply, because they concern
+/// replication, KRaft, security, threads or other brokers (a single node has none of those), with
+/// the reason given in the warning logged once per key. A `server.properties` shipped with Kafka
+/// 4 (`config/server.properties`) or 3.x (`config/kraft/server.properties`, the ZooKeeper
+/// `config/server.properties`) loads with only these warnings; any key neither applied nor
+/// listed here is refused, so a typo is not silently ignored.
+pub const NOT_APPLICABLE_KEYS: &[(&str, &str)] = &[
+    ("process.roles", "KRaft roles: this broker is its own controller"),
+    ("node.id", "the node id is always 0"),
+    ("broker.id", "the node id is always 0"),
+    ("controller.quorum.voters", "no KRaft quorum"),
+    ("controller.quorum.bootstrap.servers", "no KRaft quorum"),
+    ("controller.listener.names", "no controller listener"),
+    ("inter.broker.listener.name", "no other brokers"),
+    ("advertised.listeners", "Metadata advertises the bound listen address"),
+    ("listener.security.protocol.map", "only PLAINTEXT is served"),
+    ("security.inter.broker.protocol", "no other brokers"),
+    ("num.network.threads", "one thread per connection"),
+    ("num.io.threads", "requests run on their connection's thread"),
+    ("num.replica.fetchers", "no replication"),
+    ("socket.send.buffer.bytes", "kernel defaults are used"),
+    ("socket.receive.buffer.bytes", "kernel defaults are used"),
+    ("num.recovery.threads.per.data.dir", "recovery runs on one thread"),
+    ("log.retention.check.interval.ms", "no background retention thread"),
+    ("log.cleaner.enable", "no background cleaner thread"),
+    ("log.cleaner.threads", "no background cleaner thread"),
+    ("offsets.topic.replication.factor", "one replica"),
+    ("transaction.state.log.replication.factor", "one replica"),
+    ("transaction.state.log.min.isr", "one replica"),
+    ("transaction.state.log.num.partitions", "no transaction coordinator"),
+    ("share.coordinator.state.topic.replication.factor", "one replica; no share groups"),
+    ("share.coordinator.state.topic.min.isr", "one replica; no share groups"),
+    ("default.replication.factor", "one replica"),
+    ("min.insync.replicas", "one replica"),
+    ("unclean.leader.election.enable", "one replica"),
+    ("auto.leader.rebalance.enable", "one leader"),
+    ("controlled.shutdown.enable", "no controller to hand leadership to"),
+    ("delete.topic.enable", "topics are not deleted"),
+    ("metadata.log.dir", "no KRaft metadata log"),
+    ("zookeeper.connect", "no ZooKeeper"),
+    ("zookeeper.connection.timeout.ms", "no ZooKeeper"),
+    ("broker.rack", "one rack"),
+];
+
+/// The listen address when neither `--listen` nor `listeners` gives one (Kafka's 9092, on
+/// loopback).
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:9092";
 
 impl BrokerConfig {
     /// Kafka's defaults, listening on `listen`, storing in `log_dir`, serving with `read_path`.
@@ -130,12 +207,34 @@ impl BrokerConfig {
             auto_create_topics_enable: true,
             num_partitions: 1,
             socket_request_max_bytes: DEFAULT_SOCKET_REQUEST_MAX_BYTES,
+            max_connections: i32::MAX as usize,
+            max_connections_per_ip: i32::MAX as usize,
+            group_initial_rebalance_delay_ms: 3000,
+            group_min_session_timeout_ms: 6000,
+            group_max_session_timeout_ms: 1_800_000,
+            group_max_size: i32::MAX,
+            offsets_topic_num_partitions: 50,
         }
     }
 
-    /// Applies broker properties (`server.properties` names): `auto.create.topics.enable`,
-    /// `num.partitions`, `socket.request.max.bytes`, and every `log.*` synonym that
-    /// [`LogConfig::from_broker_props`] knows. Other keys are refused, so a typo is not ignored.
+    /// Applies broker properties (`server.properties` names, as `--config` and `-X` give them):
+    ///
+    /// - `auto.create.topics.enable`, `num.partitions`, `socket.request.max.bytes`,
+    ///   `max.connections`, `max.connections.per.ip`;
+    /// - the group coordinator's `group.initial.rebalance.delay.ms`,
+    ///   `group.min.session.timeout.ms`, `group.max.session.timeout.ms`, `group.max.size`,
+    ///   `offsets.topic.num.partitions`;
+    /// - `log.dirs` (comma-separated; the first directory is served, more are warned about) or
+    ///   `log.dir` (used when `log.dirs` is absent, as in Kafka) sets [`Self::log_dir`];
+    /// - `listeners`: the first listener that is not a controller listener
+    ///   (`controller.listener.names`) and whose security protocol is PLAINTEXT (through
+    ///   `listener.security.protocol.map`, else its name) sets [`Self::listen`]; an empty host
+    ///   (`PLAINTEXT://:9092`) binds every interface, as in Kafka;
+    /// - every `log.*` synonym that [`LogConfig::from_broker_props`] knows;
+    /// - the keys in [`NOT_APPLICABLE_KEYS`]: one warning each, otherwise ignored.
+    ///
+    /// Other keys are refused, so a typo is not ignored. Command-line flags (`--listen`,
+    /// `--log-dir`) are applied after this by the caller and win.
     ///
     /// Errors: [`BrokerError::Config`] naming the key; [`BrokerError::Log`] for a bad `log.*` value.
     pub fn apply_props(&mut self, props: &BTreeMap<String, String>) -> Result<(), BrokerError> {
@@ -144,6 +243,13 @@ impl BrokerConfig {
             value: value.to_string(),
             reason: reason.to_string(),
         };
+        let int = |key: &str, value: &str, min: i32| -> Result<i32, BrokerError> {
+            let n: i32 = value.trim().parse().map_err(|_| bad(key, value, "expected a 32-bit integer"))?;
+            if n < min {
+                return Err(bad(key, value, &format!("must be at least {min}")));
+            }
+            Ok(n)
+        };
         let mut log_props = BTreeMap::new();
         for (key, value) in props {
             match key.as_str() {
@@ -151,31 +257,80 @@ impl BrokerConfig {
                     self.auto_create_topics_enable =
                         value.trim().parse().map_err(|_| bad(key, value, "expected true or false"))?;
                 }
-                "num.partitions" => {
-                    let n: i32 = value.trim().parse().map_err(|_| bad(key, value, "expected an integer"))?;
-                    if n < 1 {
-                        return Err(bad(key, value, "must be at least 1"));
-                    }
-                    self.num_partitions = n;
-                }
-                "socket.request.max.bytes" => {
-                    let n: usize = value.trim().parse().map_err(|_| bad(key, value, "expected a byte count"))?;
-                    if n < 1 || n > i32::MAX as usize {
-                        return Err(bad(key, value, "must be in 1..=2147483647"));
-                    }
-                    self.socket_request_max_bytes = n;
-                }
+                "num.partitions" => self.num_partitions = int(key, value, 1)?,
+                "socket.request.max.bytes" => self.socket_request_max_bytes = int(key, value, 1)? as usize,
+                "max.connections" => self.max_connections = int(key, value, 0)? as usize,
+                "max.connections.per.ip" => self.max_connections_per_ip = int(key, value, 0)? as usize,
+                "group.initial.rebalance.delay.ms" => self.group_initial_rebalance_delay_ms = int(key, value, 0)?,
+                "group.min.session.timeout.ms" => self.group_min_session_timeout_ms = int(key, value, 0)?,
+                "group.max.session.timeout.ms" => self.group_max_session_timeout_ms = int(key, value, 0)?,
+                "group.max.size" => self.group_max_size = int(key, value, 1)?,
+                "offsets.topic.num.partitions" => self.offsets_topic_num_partitions = int(key, value, 1)?,
+                // Applied after the loop: they depend on other keys.
+                "log.dirs" | "log.dir" | "listeners" => {}
                 k if crate::log::config::is_log_config_key(k) => {
                     log_props.insert(key.clone(), value.clone());
                 }
-                _ => return Err(bad(key, value, "unknown broker config")),
+                k => match NOT_APPLICABLE_KEYS.iter().find(|(name, _)| *name == k) {
+                    Some((_, reason)) => {
+                        tracing::warn!(
+                            "broker config {key}={value} does not apply to one fetchbench node ({reason}); ignored"
+                        )
+                    }
+                    None => return Err(bad(key, value, "unknown broker config")),
+                },
             }
+        }
+        if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms {
+            let value = self.group_min_session_timeout_ms.to_string();
+            return Err(bad("group.min.session.timeout.ms", &value, "larger than group.max.session.timeout.ms"));
+        }
+        if let Some((key, value)) = props.get_key_value("log.dirs").or_else(|| props.get_key_value("log.dir")) {
+            let mut dirs = value.split(',').map(str::trim).filter(|d| !d.is_empty());
+            let first = dirs.next().ok_or_else(|| bad(key, value, "no directory given"))?;
+            let rest: Vec<&str> = dirs.collect();
+            if !rest.is_empty() {
+                tracing::warn!("{key}={value}: only the first directory, {first}, is served; ignoring {rest:?}");
+            }
+            self.log_dir = PathBuf::from(first);
+        }
+        if let Some(value) = props.get("listeners") {
+            self.listen = plaintext_listener(value, props).map_err(|reason| bad("listeners", value, &reason))?;
         }
         if !log_props.is_empty() {
             self.log_config = LogConfig::from_broker_props(&log_props)?;
         }
         Ok(())
     }
+}
+
+/// The address of the first PLAINTEXT client listener in Kafka's `listeners` list
+/// (`NAME://host:port,...`), as described at [`BrokerConfig::apply_props`].
+fn plaintext_listener(value: &str, props: &BTreeMap<String, String>) -> Result<SocketAddr, String> {
+    let list = |key: &str| -> Vec<String> {
+        props.get(key).map(|v| v.split(',').map(|s| s.trim().to_string()).collect()).unwrap_or_default()
+    };
+    let controllers = list("controller.listener.names");
+    let protocols: BTreeMap<String, String> = list("listener.security.protocol.map")
+        .iter()
+        .filter_map(|e| e.split_once(':').map(|(n, p)| (n.trim().to_string(), p.trim().to_string())))
+        .collect();
+    for entry in value.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let (name, host_port) = entry.split_once("://").ok_or_else(|| format!("{entry:?} is not NAME://host:port"))?;
+        let protocol = protocols.get(name).map(String::as_str).unwrap_or(name);
+        if controllers.iter().any(|c| c == name) || !protocol.eq_ignore_ascii_case("PLAINTEXT") {
+            continue;
+        }
+        let (host, port) = host_port.rsplit_once(':').ok_or_else(|| format!("{entry:?} has no port"))?;
+        let port: u16 = port.parse().map_err(|_| format!("{entry:?}: bad port {port:?}"))?;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let host = if host.is_empty() { "0.0.0.0" } else { host };
+        return std::net::ToSocketAddrs::to_socket_addrs(&(host, port))
+            .map_err(|e| format!("{entry:?}: resolving {host}: {e}"))?
+            .next()
+            .ok_or_else(|| format!("{entry:?}: {host} has no address"));
+    }
+    Err("no PLAINTEXT client listener (only PLAINTEXT is served)".into())
 }
 
 /// State shared by every connection thread.
@@ -189,6 +344,36 @@ pub struct Shared {
     shutting_down: AtomicBool,
     connection_panics: AtomicU64,
     fetch_wakeup: delayed_fetch::FetchWakeup,
+    connections: Mutex<ConnectionCounts>,
+    coordinator: coordinator::GroupCoordinator,
+}
+
+/// Open connections, counted against `max.connections` and `max.connections.per.ip`.
+#[derive(Debug, Default)]
+struct ConnectionCounts {
+    total: usize,
+    per_ip: HashMap<IpAddr, usize>,
+}
+
+/// One open connection's place in the connection limits; dropping it (when the connection's
+/// thread ends) frees the place.
+#[derive(Debug)]
+struct ConnectionSlot {
+    shared: Arc<Shared>,
+    ip: IpAddr,
+}
+
+impl Drop for ConnectionSlot {
+    fn drop(&mut self) {
+        let mut counts = self.shared.connection_counts();
+        counts.total = counts.total.saturating_sub(1);
+        if let Some(n) = counts.per_ip.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                counts.per_ip.remove(&self.ip);
+            }
+        }
+    }
 }
 
 impl Shared {
@@ -210,9 +395,41 @@ impl Shared {
         &self.fetch_wakeup
     }
 
+    /// The group coordinator (every group of this broker: one node coordinates them all).
+    pub fn coordinator(&self) -> &coordinator::GroupCoordinator {
+        &self.coordinator
+    }
+
     /// Whether [`BrokerHandle::shutdown`] has begun.
     pub fn is_shutting_down(&self) -> bool {
         self.shutting_down.load(Ordering::SeqCst)
+    }
+
+    /// Client connections open now (those counted against `max.connections`).
+    pub fn open_connections(&self) -> usize {
+        self.connection_counts().total
+    }
+
+    fn connection_counts(&self) -> MutexGuard<'_, ConnectionCounts> {
+        // The counts are updated in single statements: a poisoned lock still holds valid counts.
+        self.connections.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Takes a place for a connection from `ip`, or says which limit is reached.
+    fn acquire_slot(shared: &Arc<Shared>, ip: IpAddr) -> Result<ConnectionSlot, String> {
+        let mut counts = shared.connection_counts();
+        let max = shared.config.max_connections;
+        if counts.total >= max {
+            return Err(format!("max.connections={max} reached ({} open)", counts.total));
+        }
+        let from_ip = counts.per_ip.get(&ip).copied().unwrap_or(0);
+        let max_ip = shared.config.max_connections_per_ip;
+        if from_ip >= max_ip {
+            return Err(format!("max.connections.per.ip={max_ip} reached for {ip} ({from_ip} open)"));
+        }
+        counts.total += 1;
+        *counts.per_ip.entry(ip).or_insert(0) += 1;
+        Ok(ConnectionSlot { shared: Arc::clone(shared), ip })
     }
 }
 
@@ -277,6 +494,7 @@ impl Broker {
         let listener =
             TcpListener::bind(config.listen).map_err(|source| BrokerError::Bind { addr: config.listen, source })?;
         let local_addr = listener.local_addr().map_err(|source| BrokerError::Bind { addr: config.listen, source })?;
+        let coordinator_config = config.coordinator_config();
         let shared = Arc::new(Shared {
             config,
             local_addr,
@@ -284,14 +502,33 @@ impl Broker {
             shutting_down: AtomicBool::new(false),
             connection_panics: AtomicU64::new(0),
             fetch_wakeup: delayed_fetch::FetchWakeup::default(),
+            connections: Mutex::new(ConnectionCounts::default()),
+            coordinator: coordinator::GroupCoordinator::new(coordinator_config),
         });
         let accept_shared = Arc::clone(&shared);
         let accept = std::thread::Builder::new()
             .name("fetchbench-accept".into())
             .spawn(move || accept_loop(listener, accept_shared))
             .map_err(|source| BrokerError::Bind { addr: local_addr, source })?;
+        // The coordinator replays __consumer_offsets (COORDINATOR_LOAD_IN_PROGRESS until done),
+        // then its timer thread fires session, rebalance and retention deadlines.
+        let coordinator_shared = Arc::clone(&shared);
+        std::thread::Builder::new()
+            .name("fetchbench-group-coordinator".into())
+            .spawn(move || {
+                coordinator::storage::load(&coordinator_shared);
+                coordinator_shared
+                    .coordinator()
+                    .run_timers(&coordinator::storage::LogStorage { shared: &coordinator_shared });
+            })
+            .map_err(|source| BrokerError::Bind { addr: local_addr, source })?;
         tracing::info!("broker listening on {local_addr}");
-        Ok(BrokerHandle { shared, accept: Some(accept) })
+        Ok(BrokerHandle {
+            shared,
+            accept: Some(accept),
+            had_clean_shutdown: report.had_clean_shutdown,
+            partitions_loaded: report.partitions.len(),
+        })
     }
 }
 
@@ -309,18 +546,34 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
                 continue;
             }
         };
+        let peer = match stream.peer_addr() {
+            Ok(peer) => peer,
+            Err(e) => {
+                tracing::warn!("accepted a connection without a peer address ({e}); closed");
+                continue;
+            }
+        };
+        // Past a limit the connection is closed at once (dropped unread); others go on.
+        let slot = match Shared::acquire_slot(&shared, peer.ip()) {
+            Ok(slot) => slot,
+            Err(limit) => {
+                tracing::warn!("connection from {peer} closed: {limit}");
+                continue;
+            }
+        };
         let conn_shared = Arc::clone(&shared);
-        let peer = stream.peer_addr().ok();
         let spawned = std::thread::Builder::new().name("fetchbench-conn".into()).spawn(move || {
+            // Freed when the connection ends, however it ends.
+            let _slot = slot;
             let served =
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| connection::serve(stream, &conn_shared)));
             if served.is_err() {
                 conn_shared.connection_panics.fetch_add(1, Ordering::SeqCst);
-                tracing::error!("connection from {peer:?} panicked (a bug); closed");
+                tracing::error!("connection from {peer} panicked (a bug); closed");
             }
         });
         if let Err(e) = spawned {
-            tracing::warn!("no thread for connection from {peer:?}: {e}; closed");
+            tracing::warn!("no thread for connection from {peer}: {e}; closed");
         }
     }
 }
@@ -331,6 +584,8 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
 pub struct BrokerHandle {
     shared: Arc<Shared>,
     accept: Option<JoinHandle<()>>,
+    had_clean_shutdown: bool,
+    partitions_loaded: usize,
 }
 
 impl BrokerHandle {
@@ -344,8 +599,19 @@ impl BrokerHandle {
         &self.shared
     }
 
+    /// Whether the log directory held `.kafka_cleanshutdown` at start (the last shutdown was
+    /// clean, so no partition was recovered).
+    pub fn had_clean_shutdown(&self) -> bool {
+        self.had_clean_shutdown
+    }
+
+    /// Partitions loaded from the log directory at start.
+    pub fn partitions_loaded(&self) -> usize {
+        self.partitions_loaded
+    }
+
     /// Blocks until the accept thread ends (it ends only after [`Self::shutdown`] from another
-    /// handle, or when accepting fails for good); for `fetchbench serve`.
+    /// handle, or when accepting fails for good).
     pub fn join(mut self) {
         if let Some(t) = self.accept.take() {
             let _ = t.join();
@@ -361,6 +627,7 @@ impl BrokerHandle {
         self.shared.shutting_down.store(true, Ordering::SeqCst);
         // Parked fetches answer now.
         self.shared.fetch_wakeup.notify();
+        self.shared.coordinator.shutdown();
         // Wake the accept thread so it sees the flag.
         let _ = TcpStream::connect(self.shared.local_addr);
         if let Some(t) = self.accept.take() {

@@ -69,6 +69,40 @@ pub enum LogError {
         /// Why it was refused.
         reason: String,
     },
+    /// An idempotent batch's sequence does not follow its producer's last one (Kafka's
+    /// `OutOfOrderSequenceException` from `ProducerAppendInfo.checkSequence`; see
+    /// [`producer_state`](super::producer_state)). Nothing was appended.
+    #[error("{partition}: out of order sequence number for producer {producer_id} (epoch {producer_epoch}) at offset {offset}: {sequence} (incoming seq. number), {reason}")]
+    OutOfOrderSequence {
+        /// The partition (`topic-partition`).
+        partition: String,
+        /// The producer id of the batch.
+        producer_id: i64,
+        /// The producer epoch of the batch.
+        producer_epoch: i16,
+        /// The batch's first sequence.
+        sequence: i32,
+        /// The offset the batch would have had.
+        offset: i64,
+        /// What was expected.
+        reason: String,
+    },
+    /// An idempotent batch carries an epoch below its producer's latest (a fenced, zombie producer:
+    /// Kafka's `InvalidProducerEpochException` from `ProducerAppendInfo.checkProducerEpoch`).
+    /// Nothing was appended.
+    #[error("{partition}: epoch of producer {producer_id} at offset {offset} is {producer_epoch}, which is smaller than the last seen epoch {current_epoch}")]
+    InvalidProducerEpoch {
+        /// The partition (`topic-partition`).
+        partition: String,
+        /// The producer id of the batch.
+        producer_id: i64,
+        /// The epoch of the batch.
+        producer_epoch: i16,
+        /// The latest epoch the partition has seen for this producer.
+        current_epoch: i16,
+        /// The offset the batch would have had.
+        offset: i64,
+    },
     /// A file or directory name does not follow Kafka's `log.dirs` layout.
     #[error("{path}: {reason}")]
     Layout {

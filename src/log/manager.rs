@@ -11,6 +11,8 @@
 //!   replication-offset-checkpoint        per partition: high watermark (left as written: on one
 //!                                        replica the high watermark is the log end offset)
 //!   meta.properties                      cluster and node id (left untouched)
+//!   producer-id-block                    fetchbench's: the next free producer id block
+//!                                        (InitProducerId; see `producer_id`)
 //!   <topic>-<partition>/                 one PartitionLog each
 //!   <topic>-<partition>.<uuid>-delete/   a deleted partition: removed at start-up
 //!   __cluster_metadata-0/                KRaft's metadata log: not a client topic, skipped
@@ -29,6 +31,7 @@ use super::checkpoint::{
     LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_OFFSET_CHECKPOINT,
 };
 use super::partition::{now_ms, parse_topic_partition, LoadReport, OpenOptions, PartitionLog};
+use super::producer_id::ProducerIdManager;
 use super::{LogConfig, LogError};
 
 /// Name of KRaft's metadata log directory prefix (`__cluster_metadata-0`).
@@ -55,6 +58,7 @@ pub struct LogManager {
     config: LogConfig,
     logs: BTreeMap<(String, i32), PartitionLog>,
     read_only: bool,
+    producer_ids: ProducerIdManager,
 }
 
 impl LogManager {
@@ -120,7 +124,8 @@ impl LogManager {
             report.partitions.push((key.clone(), load));
             logs.insert(key, log);
         }
-        let mgr = LogManager { dir: dir.to_path_buf(), config, logs, read_only };
+        let producer_ids = ProducerIdManager::new(dir);
+        let mgr = LogManager { dir: dir.to_path_buf(), config, logs, read_only, producer_ids };
         if !read_only {
             mgr.checkpoint()?;
         }
@@ -174,6 +179,24 @@ impl LogManager {
             self.logs.insert(key.clone(), log);
         }
         Ok(self.logs.get_mut(&key).expect("inserted"))
+    }
+
+    /// A new producer id for an idempotent producer (InitProducerId without a transactional id),
+    /// unique across restarts: taken from a block of 1000 persisted in `producer-id-block` before
+    /// use, each block starting above the largest producer id in any partition's producer state
+    /// (Kafka's `ProducerIdManager`; see [`super::producer_id`]).
+    ///
+    /// Errors: [`LogError::InvalidAppend`] when the directory is open read-only; the errors of
+    /// [`ProducerIdManager::generate`].
+    pub fn generate_producer_id(&mut self) -> Result<i64, LogError> {
+        if self.read_only {
+            return Err(LogError::InvalidAppend {
+                path: self.dir.clone(),
+                reason: "log directory is open read-only: no producer ids".into(),
+            });
+        }
+        let logs = &self.logs;
+        self.producer_ids.generate(|| logs.values().filter_map(|l| l.producer_state().max_producer_id()).max())
     }
 
     /// Writes `recovery-point-offset-checkpoint` and `log-start-offset-checkpoint` atomically.

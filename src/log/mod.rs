@@ -9,6 +9,8 @@
 //! | [`time_index`] | `TimeIndex` | sparse `.timeindex`: timestamp -> relative offset |
 //! | [`segment`] | `LogSegment`, `FileRecords` | one `.log` with its indexes: append, scan, recover |
 //! | [`partition`] | `UnifiedLog`, `LocalLog` | ordered segments, offsets, read -> [`FileSlice`] |
+//! | [`producer_state`] | `ProducerStateManager`, `ProducerStateEntry` | idempotent producers: epochs, last 5 batches, sequence checks |
+//! | [`producer_id`] | `ProducerIdManager` | producer id blocks for InitProducerId, persisted in the log dir |
 //! | [`cleaner`] | `LogCleaner`, retention in `UnifiedLog` | retention and compaction |
 //! | [`config`] | `LogConfig` | topic and broker configs with Kafka's names and defaults |
 //! | [`manager`] | `LogManager` | a `log.dirs` directory: partitions, checkpoints, clean-shutdown marker |
@@ -26,6 +28,8 @@ mod error;
 pub mod manager;
 pub mod offset_index;
 pub mod partition;
+pub mod producer_id;
+pub mod producer_state;
 pub mod segment;
 pub mod time_index;
 

@@ -22,6 +22,10 @@ use super::checkpoint::{
     EpochEntry, TopicId, LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA,
 };
 use super::config::{LogConfig, TimestampType};
+use super::producer_state::{
+    ProducerCheck, ProducerStateManager, DEFAULT_PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS,
+    DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+};
 use super::segment::{self, Segment, SegmentConfig};
 use super::time_index::TimestampOffset;
 use super::LogError;
@@ -45,6 +49,12 @@ pub struct LogOffsetMetadata {
 }
 
 /// What an append did.
+///
+/// When `duplicate` is true the record set was a retry of idempotent batches already in the log
+/// (Kafka's duplicate detection, see [`producer_state`](super::producer_state)): NOTHING was
+/// appended, `first_offset` / `last_offset` / `max_timestamp` are those of the ORIGINAL batches
+/// (what Kafka's `UnifiedLog.append` answers), `offset_of_max_timestamp` is `last_offset`, and
+/// `batches` and `bytes` are 0.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AppendInfo {
     /// Offset of the first record appended.
@@ -61,6 +71,8 @@ pub struct AppendInfo {
     pub bytes: u32,
     /// Log start offset after the append.
     pub log_start_offset: i64,
+    /// The set repeated batches already written: nothing was appended (see above).
+    pub duplicate: bool,
 }
 
 /// How [`PartitionLog::open`] should treat the directory.
@@ -145,6 +157,8 @@ pub struct PartitionLog {
     topic_id: Option<TopicId>,
     leader_epochs: Vec<EpochEntry>,
     leader_epoch: i32,
+    producer_state: ProducerStateManager,
+    last_producer_expiry_check_ms: i64,
 }
 
 /// Splits a partition directory name `topic-partition` at its last dash (topics may contain
@@ -164,7 +178,10 @@ impl PartitionLog {
     /// segments completed, each segment opened with its indexes sanity-checked (rebuilt when missing
     /// or inconsistent), segments from the recovery point recovered after an unclean shutdown (torn
     /// or corrupt tails truncated, later segments deleted), producer snapshots past the log end
-    /// removed. An empty directory gets one empty segment at offset 0.
+    /// removed. An empty directory gets one empty segment at offset 0. Finally the idempotent
+    /// producers' state is rebuilt by replaying the batch headers of the recovered log (Kafka reads
+    /// its `.snapshot` files instead; see [`producer_state`](super::producer_state)); read-only
+    /// opens skip it (they take no appends).
     ///
     /// Errors: [`LogError::Layout`] when the directory name is not `topic-partition`;
     /// [`LogError::Io`]; [`LogError::Batch`] / [`LogError::CorruptIndex`] only in read-only mode
@@ -291,6 +308,10 @@ impl PartitionLog {
         if leader_epochs != stored_epochs && !opts.read_only {
             write_leader_epoch_checkpoint(&epoch_path, &leader_epochs)?;
         }
+        let mut producer_state = ProducerStateManager::new(format!("{topic}-{partition}"));
+        if !opts.read_only {
+            rebuild_producer_state(&segments, log_start_offset, &mut producer_state);
+        }
         let log = PartitionLog {
             dir: dir.to_path_buf(),
             topic,
@@ -307,6 +328,8 @@ impl PartitionLog {
             topic_id,
             leader_epoch: leader_epochs.last().map_or(0, |e| e.epoch),
             leader_epochs,
+            producer_state,
+            last_producer_expiry_check_ms: now_ms,
         };
         Ok((log, report))
     }
@@ -395,12 +418,18 @@ impl PartitionLog {
     }
 
     /// Appends v2 batches as a leader does: validates each (length, magic, CRC), assigns offsets
-    /// from the log end offset by rewriting each base offset (outside the CRC), rolls first when
-    /// the append would not fit the active segment, and moves the high watermark to the new LEO.
-    /// `records` holds one or more whole batches (a produce request's record set).
+    /// from the log end offset by rewriting each base offset (outside the CRC), checks idempotent
+    /// producers' epochs and sequences ([`producer_state`](super::producer_state), Kafka's
+    /// `analyzeAndValidateProducerState`), rolls first when the append would not fit the active
+    /// segment, and moves the high watermark to the new LEO. `records` holds one or more whole
+    /// batches (a produce request's record set). Every batch is checked before anything is
+    /// written. A set that repeats batches already written (a producer's retry) appends nothing
+    /// and returns the original offsets with [`AppendInfo::duplicate`] set.
     ///
-    /// Errors: [`LogError::Batch`] for an invalid batch (nothing is appended then);
-    /// [`LogError::InvalidAppend`] for an empty or oversized append or a read-only log; [`LogError::Io`].
+    /// Errors: [`LogError::Batch`] for an invalid batch; [`LogError::OutOfOrderSequence`] /
+    /// [`LogError::InvalidProducerEpoch`] for a producer's batch that breaks its sequence or epoch
+    /// (nothing is appended then); [`LogError::InvalidAppend`] for an empty or oversized append or
+    /// a read-only log; [`LogError::Io`].
     pub fn append(&mut self, records: &[u8], now_ms: i64) -> Result<AppendInfo, LogError> {
         let mut owned = records.to_vec();
         let mut next = self.log_end_offset.offset;
@@ -412,12 +441,19 @@ impl PartitionLog {
         if walked != records.len() || positions.is_empty() {
             return Err(self.invalid_batch_at(records, walked));
         }
+        let mut headers = Vec::with_capacity(positions.len());
         for &(pos, size) in &positions {
             let batch = &mut owned[pos..pos + size];
             let parsed = RecordBatch::parse(batch).map_err(|e| self.batch_error(pos, e))?;
             parsed.verify_crc().map_err(|e| self.batch_error(pos, e))?;
             self.validate_client_batch(&parsed).map_err(|e| self.batch_error(pos, e))?;
-            let delta = parsed.header().last_offset_delta as i64;
+            let mut header = *parsed.header();
+            let delta = header.last_offset_delta as i64;
+            header.base_offset = next;
+            if self.config.message_timestamp_type == TimestampType::LogAppendTime {
+                header.max_timestamp = now_ms;
+            }
+            headers.push(header);
             // The leader assigns offsets and stamps its epoch (both outside the CRC) and, for
             // `message.timestamp.type=LogAppendTime`, the batch timestamp (inside it).
             set_base_offset(batch, next);
@@ -427,17 +463,65 @@ impl PartitionLog {
             }
             next += delta + 1;
         }
-        self.append_assigned(&owned, now_ms)
+        let update = match self.producer_state.check_append(&headers)? {
+            ProducerCheck::Duplicate(original) => {
+                tracing::debug!(
+                    "{}-{}: duplicate of offsets {}..={} (a producer's retry); nothing appended",
+                    self.topic,
+                    self.partition,
+                    original.first_offset,
+                    original.last_offset
+                );
+                return Ok(AppendInfo {
+                    first_offset: original.first_offset,
+                    last_offset: original.last_offset,
+                    max_timestamp: original.max_timestamp,
+                    offset_of_max_timestamp: original.last_offset,
+                    batches: 0,
+                    bytes: 0,
+                    log_start_offset: self.log_start_offset,
+                    duplicate: true,
+                });
+            }
+            ProducerCheck::Append(update) => update,
+        };
+        let info = self.append_assigned(&owned, now_ms)?;
+        self.producer_state.apply(update);
+        if now_ms.saturating_sub(self.last_producer_expiry_check_ms) >= DEFAULT_PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS
+        {
+            self.remove_expired_producers(now_ms);
+        }
+        Ok(info)
+    }
+
+    /// The producer state of this partition (idempotent producers; empty for a read-only log).
+    pub fn producer_state(&self) -> &ProducerStateManager {
+        &self.producer_state
+    }
+
+    /// Forgets producers whose last batch is older than `producer.id.expiration.ms` (Kafka's
+    /// default, 24 h) at `now_ms` (Kafka's `UnifiedLog.removeExpiredProducers`; [`Self::append`]
+    /// runs it every `producer.id.expiration.check.interval.ms`, 10 min). Returns how many went.
+    pub fn remove_expired_producers(&mut self, now_ms: i64) -> usize {
+        self.last_producer_expiry_check_ms = now_ms;
+        let removed = self.producer_state.remove_expired(now_ms, DEFAULT_PRODUCER_ID_EXPIRATION_MS);
+        if removed > 0 {
+            tracing::info!("{}-{}: {removed} producer id(s) expired", self.topic, self.partition);
+        }
+        removed
     }
 
     /// Appends v2 batches keeping the offsets they carry (replication, the cleaner's tests, copying
     /// data between logs). Offsets must start at or above the log end offset and increase.
     ///
-    /// Errors: as [`PartitionLog::append`], plus [`LogError::InvalidAppend`] when offsets go
-    /// backwards.
+    /// Producer state is updated without sequence checks (Kafka's `AppendOrigin.REPLICATION`).
+    ///
+    /// Errors: as [`PartitionLog::append`] (but never a producer error), plus
+    /// [`LogError::InvalidAppend`] when offsets go backwards.
     pub fn append_with_offsets(&mut self, records: &[u8], now_ms: i64) -> Result<AppendInfo, LogError> {
         let mut expected_min = self.log_end_offset.offset;
         let mut walked = 0;
+        let mut headers = Vec::new();
         for b in BatchBoundaries::new(records) {
             let parsed = RecordBatch::parse(&records[b.position..b.position + b.size])
                 .map_err(|e| self.batch_error(b.position, e))?;
@@ -465,11 +549,16 @@ impl PartitionLog {
             }
             expected_min = parsed.next_offset();
             walked += b.size;
+            headers.push(*h);
         }
         if walked != records.len() || walked == 0 {
             return Err(self.invalid_batch_at(records, walked));
         }
-        self.append_assigned(records, now_ms)
+        let info = self.append_assigned(records, now_ms)?;
+        for h in &headers {
+            self.producer_state.replay(h);
+        }
+        Ok(info)
     }
 
     /// Kafka's `LogValidator` checks for a batch from a client: no control batches, a record count
@@ -561,6 +650,7 @@ impl PartitionLog {
             batches: 0,
             bytes: records.len() as u32,
             log_start_offset: self.log_start_offset,
+            duplicate: false,
         };
         let mut messages = 0u64;
         let epochs_before = self.leader_epochs.len();
@@ -873,6 +963,31 @@ fn set_log_append_time(batch: &mut [u8], now_ms: i64) -> Result<(), super::Batch
     let crc = crc32c::crc32c(&batch[ATTRIBUTES_OFFSET..]);
     batch[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
     Ok(())
+}
+
+/// Replays the batch headers of every segment into `state` (Kafka reads `.snapshot` files and
+/// replays only the batches after the latest one; fetchbench keeps no snapshots and replays the
+/// whole log: a header-only scan, 61 bytes read per batch, no record bytes). Batches below
+/// `log_start_offset` and batches without a producer id are skipped. A header that cannot be read
+/// (possible only in a segment not recovered) ends that segment's replay with a warning: reads
+/// there fail anyway.
+fn rebuild_producer_state(segments: &BTreeMap<i64, Segment>, log_start_offset: i64, state: &mut ProducerStateManager) {
+    for seg in segments.values() {
+        for info in seg.batches_from(0) {
+            match info {
+                Ok(info) => {
+                    if let Some(h) = info.header.filter(|h| h.producer_id >= 0 && info.last_offset >= log_start_offset)
+                    {
+                        state.replay(&h);
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!("{}: producer state replay stopped: {e}", seg.log_path().display());
+                    break;
+                }
+            }
+        }
+    }
 }
 
 /// Kafka's `LeaderEpochFileCache.assign`: a new entry only for an epoch above the latest one.

@@ -161,8 +161,11 @@ fn api_versions_lists_served_apis_and_answers_unknown_versions_with_v0() {
         };
         assert_eq!(r.error_code, 0);
         let fetch = r.api_keys.iter().find(|k| k.api_key == ApiKey::Fetch as i16).unwrap();
-        assert_eq!((fetch.min_version, fetch.max_version), (4, 12));
-        assert!(!r.api_keys.iter().any(|k| k.api_key == ApiKey::JoinGroup as i16));
+        assert_eq!((fetch.min_version, fetch.max_version), (4, 18));
+        let join = r.api_keys.iter().find(|k| k.api_key == ApiKey::JoinGroup as i16).unwrap();
+        assert_eq!((join.min_version, join.max_version), (0, 9));
+        // Not served: absent from the list.
+        assert!(!r.api_keys.iter().any(|k| k.api_key == ApiKey::AlterConfigs as i16));
     }
     // ApiVersions v99: header v2 (api key, version, correlation id, null client id, no tags).
     let mut raw = Vec::new();
@@ -370,7 +373,7 @@ fn random_bodies_never_panic() {
         state ^= state << 17;
         state
     };
-    let served = [(0i16, 3i16, 12i16), (1, 4, 12), (2, 1, 10), (3, 0, 12), (18, 0, 4)];
+    let served = [(0i16, 3i16, 13i16), (1, 4, 18), (2, 1, 10), (3, 0, 12), (18, 0, 4), (19, 2, 7), (23, 2, 4)];
     for &(key, min, max) in &served {
         for version in min..=max {
             for _ in 0..4 {

@@ -5,13 +5,19 @@
 
 mod batch_corpus;
 mod broker;
+mod broker_apis;
 mod common;
 mod consumer_offsets_corpus;
 mod dump_cli;
 mod fetch_response;
+mod groups;
+mod idempotence;
 mod index_corpus;
 mod kcat;
 mod log_engine;
 mod protocol_corpus;
+mod python_clients;
 mod read_paths;
 mod review_regressions;
+mod serve_corpus;
+mod serve_process;

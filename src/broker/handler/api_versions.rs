@@ -19,16 +19,32 @@ use super::encode;
 use crate::broker::connection::Response;
 use crate::broker::errors;
 
-/// The APIs with a handler and the versions the handler implements, inclusive: Produce v3-v12
-/// and Fetch v4-v12 address topics by name (v13+ by topic id, not yet); ListOffsets v1-v10;
-/// Metadata v0-v12; FindCoordinator v0-v6 (always `COORDINATOR_NOT_AVAILABLE`); ApiVersions v0-v4.
-pub const HANDLED: [(ApiKey, i16, i16); 6] = [
-    (ApiKey::Produce, 3, 12),
-    (ApiKey::Fetch, 4, 12),
+/// The APIs with a handler and the versions the handler implements, inclusive: Produce v3-v13
+/// and Fetch v4-v18 (topics by name below v13, by topic id from v13, KIP-516); ListOffsets v1-v10;
+/// Metadata v0-v12; ApiVersions v0-v4; the group coordinator's APIs (FindCoordinator v0-v6, JoinGroup
+/// v0-v9, SyncGroup v0-v5, Heartbeat v0-v4, LeaveGroup v0-v5, OffsetCommit v2-v9, OffsetFetch v1-v9,
+/// ListGroups v0-v5, DescribeGroups v0-v6, DeleteGroups v0-v2: [`crate::broker::coordinator`]);
+/// CreateTopics v2-v7; OffsetForLeaderEpoch v2-v4 (KIP-320); InitProducerId v0-v5 (idempotent
+/// producers only; v6 cannot be decoded by the codec).
+pub const HANDLED: [(ApiKey, i16, i16); 18] = [
+    (ApiKey::Produce, 3, 13),
+    (ApiKey::Fetch, 4, 18),
     (ApiKey::ListOffsets, 1, 10),
     (ApiKey::Metadata, 0, 12),
     (ApiKey::FindCoordinator, 0, 6),
+    (ApiKey::JoinGroup, 0, 9),
+    (ApiKey::SyncGroup, 0, 5),
+    (ApiKey::Heartbeat, 0, 4),
+    (ApiKey::LeaveGroup, 0, 5),
+    (ApiKey::OffsetCommit, 2, 9),
+    (ApiKey::OffsetFetch, 1, 9),
+    (ApiKey::ListGroups, 0, 5),
+    (ApiKey::DescribeGroups, 0, 6),
+    (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::ApiVersions, 0, 4),
+    (ApiKey::CreateTopics, 2, 7),
+    (ApiKey::OffsetForLeaderEpoch, 2, 4),
+    (ApiKey::InitProducerId, 0, 5),
 ];
 
 /// Versions advertised in ApiVersions below the served range but refused with
@@ -99,8 +115,9 @@ mod tests {
             let min = served_range(key).unwrap().0;
             assert!(codec.min <= min && v.max_version <= codec.max, "{key:?}");
         }
-        assert_eq!(served_range(ApiKey::Produce), Some((3, 12)));
-        assert_eq!(served_range(ApiKey::JoinGroup), None);
+        assert_eq!(served_range(ApiKey::Produce), Some((3, 13)));
+        assert_eq!(served_range(ApiKey::JoinGroup), Some((0, 9)));
+        assert_eq!(served_range(ApiKey::AlterConfigs), None);
         let produce = served_versions().into_iter().find(|v| v.api_key == ApiKey::Produce as i16).unwrap();
         assert_eq!(produce.min_version, 0, "Produce v0-v2 advertised (KAFKA-18659)");
         assert!(is_advertised_refused(ApiKey::Produce, 2) && !is_advertised_refused(ApiKey::Produce, 3));

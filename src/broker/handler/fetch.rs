@@ -18,17 +18,32 @@
 //! Long polling: a fetch that finds fewer than `min_bytes` bytes (and no error) is parked for
 //! up to `max_wait_ms` and rebuilt when a produce appends ([`delayed_fetch`]).
 //!
+//! Versions v4-v18. From v13 topics are named by topic id (KIP-516): the id is resolved to the
+//! topic through the partitions' `partition.metadata` ([`topics::name_by_id`]); an unknown (or
+//! zero) id gets `UNKNOWN_TOPIC_ID` in each requested partition, and the response carries the
+//! requested id (Kafka's `KafkaApis.handleFetchRequest`). v15 moved `replica_id` into
+//! `replica_state` and v17 added `replica_directory_id`, both only for followers; v16's
+//! `node_endpoints` and the partitions' `current_leader` are sent by Kafka only with
+//! `NOT_LEADER_OR_FOLLOWER` / `FENCED_LEADER_EPOCH`, never by this leader, so their tagged
+//! fields stay empty.
+//!
+//! `isolation_level` (KIP-98): `read_committed` (1) is answered with the last stable offset =
+//! high watermark (no transactions are ever open here) and an empty `aborted_transactions`
+//! array; `read_uncommitted` (0) with a null array, as Kafka's `UnifiedLog.read` leaves
+//! `abortedTransactions` empty (`Optional.empty`, written as null) unless the isolation is
+//! `TXN_COMMITTED`.
+//!
 //! Not yet (issue 4): fetch sessions (KIP-227: `session_id` is always 0, so clients send full
-//! fetches; a request naming a session gets `FETCH_SESSION_ID_NOT_FOUND`), v13+ (topic ids).
+//! fetches; a request naming a session gets `FETCH_SESSION_ID_NOT_FOUND`).
 
 use std::time::Instant;
 
 use kafka_protocol::messages::FetchRequest;
 
 use crate::broker::connection::Response;
-use crate::broker::{delayed_fetch, errors, Shared};
+use crate::broker::{delayed_fetch, errors, topics, Shared};
 use crate::log::PartitionLog;
-use crate::protocol::fetch_response::{FetchResponse, FetchableTopic, PartitionData};
+use crate::protocol::fetch_response::{FetchResponse, FetchableTopic, PartitionData, FIRST_TOPIC_ID_VERSION};
 
 /// `isolation_level` of a `read_committed` fetch (KIP-98).
 const READ_COMMITTED: i8 = 1;
@@ -41,7 +56,7 @@ const READ_COMMITTED: i8 = 1;
 pub fn handle(shared: &Shared, request: &FetchRequest, version: i16, correlation_id: i32) -> Response {
     let deadline = delayed_fetch::deadline(Instant::now(), request.max_wait_ms);
     let mut seen = shared.fetch_wakeup().generation();
-    let mut response = build(shared, request);
+    let mut response = build(shared, request, version);
     while delayed_fetch::should_park(available_bytes(&response), request.min_bytes, request.max_wait_ms)
         && !has_error(&response)
         && !shared.is_shutting_down()
@@ -50,7 +65,7 @@ pub fn handle(shared: &Shared, request: &FetchRequest, version: i16, correlation
         // Drop the slices (and their open segment files) while parked.
         drop(response);
         seen = shared.fetch_wakeup().wait_past(seen, deadline);
-        response = build(shared, request);
+        response = build(shared, request, version);
     }
     match response.encode(version, correlation_id) {
         Ok(frame) => Response::Fetch(frame),
@@ -61,8 +76,10 @@ pub fn handle(shared: &Shared, request: &FetchRequest, version: i16, correlation
     }
 }
 
-/// The response before encoding (exposed for tests and benches).
-pub fn build(shared: &Shared, request: &FetchRequest) -> FetchResponse {
+/// The response before encoding (exposed for tests and benches). `version` decides how topics
+/// are named: by name below v13, by topic id from v13 (KIP-516; an unknown id gets
+/// `UNKNOWN_TOPIC_ID` in each of its partitions, the response naming the requested id).
+pub fn build(shared: &Shared, request: &FetchRequest, version: i16) -> FetchResponse {
     let mut response = FetchResponse::default();
     if request.session_id != 0 {
         response.error_code = errors::FETCH_SESSION_ID_NOT_FOUND;
@@ -74,8 +91,18 @@ pub fn build(shared: &Shared, request: &FetchRequest) -> FetchResponse {
     let mut got_data = false;
     let guard = shared.logs();
     for topic in &request.topics {
-        let name = topic.topic.0.as_str();
-        let mut out = FetchableTopic { name: name.to_string(), ..Default::default() };
+        let (name, unknown_topic_code) = if version >= FIRST_TOPIC_ID_VERSION {
+            let id = topic.topic_id.into_bytes();
+            (guard.as_ref().and_then(|logs| topics::name_by_id(logs, id)), errors::UNKNOWN_TOPIC_ID)
+        } else {
+            (Some(topic.topic.0.as_str().to_string()), errors::UNKNOWN_TOPIC_OR_PARTITION)
+        };
+        let mut out = FetchableTopic {
+            name: name.clone().unwrap_or_default(),
+            topic_id: topic.topic_id.into_bytes(),
+            ..Default::default()
+        };
+        let name = name.as_deref().unwrap_or_default();
         for p in &topic.partitions {
             let mut data = PartitionData {
                 partition_index: p.partition,
@@ -84,6 +111,7 @@ pub fn build(shared: &Shared, request: &FetchRequest) -> FetchResponse {
                 ..Default::default()
             };
             match guard.as_ref().and_then(|logs| logs.log(name, p.partition)) {
+                None if name.is_empty() => data.error_code = unknown_topic_code,
                 None => data.error_code = errors::UNKNOWN_TOPIC_OR_PARTITION,
                 Some(log) => {
                     fill(&mut data, log);

@@ -1,16 +1,20 @@
 //! Metadata (API key 3): this broker as the only node, leader of every partition.
 //!
 //! Node [`NODE_ID`] at the address the broker is bound to; every partition has leader
-//! [`NODE_ID`], leader epoch [`LEADER_EPOCH`], replicas and ISR `[0]`. Topic ids (KIP-516, v10+)
-//! come from the partitions' `partition.metadata` files, or are generated and written there
-//! (Kafka's `PartitionMetadataFile`).
+//! [`NODE_ID`], replicas and ISR `[0]`, and the partition's current leader epoch
+//! ([`current_leader_epoch`]: [`LEADER_EPOCH`](crate::broker::LEADER_EPOCH) = 0 for topics made
+//! here; a copied Kafka log directory keeps the epoch its batches carry, so that clients'
+//! OffsetForLeaderEpoch and `current_leader_epoch` checks agree with the stored batches).
+//! Topic ids (KIP-516, v10+) come from the partitions' `partition.metadata` files, or are
+//! generated and written there (Kafka's `PartitionMetadataFile`).
 //!
 //! Topics: a null list (v1+), or an empty list in v0, means every topic. An unknown topic is
-//! created with `num.partitions` partitions when both `auto.create.topics.enable` and the
-//! request's `allow_auto_topic_creation` (v4+; always true before) allow it, as Kafka's
-//! `KafkaApis.handleTopicMetadataRequest` does; it is then returned with its partitions
-//! (Kafka answers `LEADER_NOT_AVAILABLE` first, while the controller works; one node needs no
-//! wait). Otherwise `UNKNOWN_TOPIC_OR_PARTITION`; an illegal name gets `INVALID_TOPIC_EXCEPTION`.
+//! created with `num.partitions` partitions ([`topics::create`], shared with CreateTopics) when
+//! both `auto.create.topics.enable` and the request's `allow_auto_topic_creation` (v4+; always
+//! true before) allow it, as Kafka's `KafkaApis.handleTopicMetadataRequest` does; it is then
+//! returned with its partitions (Kafka answers `LEADER_NOT_AVAILABLE` first, while the
+//! controller works; one node needs no wait). Otherwise `UNKNOWN_TOPIC_OR_PARTITION`; an illegal
+//! name, or one colliding on `.`/`_` with an existing topic, gets `INVALID_TOPIC_EXCEPTION`.
 
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
@@ -18,11 +22,9 @@ use kafka_protocol::messages::metadata_response::{
 use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
-use crate::broker::{ensure_topic_id, errors, Shared, CLUSTER_ID, LEADER_EPOCH, NODE_ID};
+use crate::broker::handler::offset_for_leader_epoch::current_leader_epoch;
+use crate::broker::{ensure_topic_id, errors, topics, Shared, CLUSTER_ID, NODE_ID};
 use crate::log::manager::{validate_topic_name, LogManager};
-
-/// `UNKNOWN_TOPIC_ID` (100): a v10+ request named a topic id this broker does not have.
-const UNKNOWN_TOPIC_ID: i16 = 100;
 
 /// Answers a Metadata request, creating topics as described in the module docs.
 pub fn handle(shared: &Shared, request: &MetadataRequest, version: i16) -> MetadataResponse {
@@ -55,12 +57,12 @@ pub fn handle(shared: &Shared, request: &MetadataRequest, version: i16) -> Metad
         for wanted in request.topics.iter().flatten() {
             let name = match &wanted.name {
                 Some(n) => n.0.as_str().to_string(),
-                None => match topic_by_id(logs, wanted.topic_id.into_bytes()) {
+                None => match topics::name_by_id(logs, wanted.topic_id.into_bytes()) {
                     Some(n) => n,
                     None => {
                         topics.push(
                             MetadataResponseTopic::default()
-                                .with_error_code(UNKNOWN_TOPIC_ID)
+                                .with_error_code(errors::UNKNOWN_TOPIC_ID)
                                 .with_topic_id(wanted.topic_id),
                         );
                         continue;
@@ -74,10 +76,6 @@ pub fn handle(shared: &Shared, request: &MetadataRequest, version: i16) -> Metad
     response
 }
 
-fn topic_by_id(logs: &LogManager, id: [u8; 16]) -> Option<String> {
-    logs.logs().find(|(_, log)| log.topic_id().map(|t| t.0) == Some(id)).map(|((t, _), _)| t.clone())
-}
-
 fn topic_error(name: &str, code: i16) -> MetadataResponseTopic {
     MetadataResponseTopic::default()
         .with_error_code(code)
@@ -88,18 +86,17 @@ fn describe_or_create(shared: &Shared, logs: &mut LogManager, name: &str, allow_
     if validate_topic_name(name).is_err() {
         return topic_error(name, errors::INVALID_TOPIC_EXCEPTION);
     }
-    let exists = logs.logs().any(|((t, _), _)| t == name);
-    if !exists {
+    if !topics::exists(logs, name) {
         if !allow_create {
             return topic_error(name, errors::UNKNOWN_TOPIC_OR_PARTITION);
         }
-        for partition in 0..shared.config.num_partitions {
-            if let Err(e) = logs.get_or_create(name, partition, None) {
-                tracing::warn!("auto-creating {name}-{partition}: {e}");
-                return topic_error(name, errors::log_error_code(&e));
-            }
+        if let Err(e) = topics::check_new_topic(logs, name) {
+            return topic_error(name, e.code);
         }
-        tracing::info!("auto-created topic {name} with {} partitions", shared.config.num_partitions);
+        if let Err(e) = topics::create(logs, name, shared.config.num_partitions, None) {
+            tracing::warn!("auto-creating {name}: {e}");
+            return topic_error(name, errors::log_error_code(&e));
+        }
     }
     describe(logs, name)
 }
@@ -113,21 +110,47 @@ fn describe(logs: &mut LogManager, name: &str) -> MetadataResponseTopic {
             uuid::Uuid::nil()
         }
     };
-    let mut partitions: Vec<i32> = logs.logs().filter(|((t, _), _)| t == name).map(|((_, p), _)| *p).collect();
-    partitions.sort_unstable();
-    let partitions = partitions
+    let present = topics::partitions(logs, name);
+    let missing = leaderless_partitions(&present);
+    let mut partitions: Vec<MetadataResponsePartition> = present
         .into_iter()
         .map(|p| {
+            let leader_epoch = logs.log(name, p).map_or(0, current_leader_epoch);
             MetadataResponsePartition::default()
                 .with_partition_index(p)
                 .with_leader_id(BrokerId(NODE_ID))
-                .with_leader_epoch(LEADER_EPOCH)
+                .with_leader_epoch(leader_epoch)
                 .with_replica_nodes(vec![BrokerId(NODE_ID)])
                 .with_isr_nodes(vec![BrokerId(NODE_ID)])
         })
         .collect();
+    partitions.extend(missing);
+    partitions.sort_by_key(|p| p.partition_index);
     topic_error(name, errors::NONE)
         .with_topic_id(topic_id)
         .with_is_internal(name.starts_with("__"))
         .with_partitions(partitions)
+}
+
+/// `LEADER_NOT_AVAILABLE` (5): a partition with no leader.
+const LEADER_NOT_AVAILABLE: i16 = 5;
+
+/// The partitions below the highest one present that this log directory lacks (a copy of one
+/// broker's `log.dirs` from a cluster holds only that broker's partitions, e.g. `topic-2` alone),
+/// reported as Kafka reports an offline partition: `LEADER_NOT_AVAILABLE`, leader -1, no replicas.
+/// Clients size a topic by its partition count and index partitions from 0 (librdkafka ignores a
+/// partition whose index is not below the count), so without these the present partitions could
+/// not be consumed.
+fn leaderless_partitions(present: &[i32]) -> Vec<MetadataResponsePartition> {
+    let Some(&max) = present.iter().max() else { return Vec::new() };
+    (0..max)
+        .filter(|p| !present.contains(p))
+        .map(|p| {
+            MetadataResponsePartition::default()
+                .with_error_code(LEADER_NOT_AVAILABLE)
+                .with_partition_index(p)
+                .with_leader_id(BrokerId(-1))
+                .with_leader_epoch(-1)
+        })
+        .collect()
 }

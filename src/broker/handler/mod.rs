@@ -6,16 +6,19 @@
 //! connection, as Kafka does (except ApiVersions, which is answered; KIP-511).
 
 pub mod api_versions;
+pub mod create_topics;
 pub mod fetch;
-pub mod find_coordinator;
+pub mod init_producer_id;
 pub mod list_offsets;
 pub mod metadata;
+pub mod offset_for_leader_epoch;
 pub mod produce;
 
 use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
 
 use super::connection::Response;
 use super::Shared;
+use crate::broker::coordinator::handlers as groups;
 use crate::protocol::frame::{self, DecodedRequest};
 
 /// Runs the handler of `request` and returns what to send back.
@@ -34,10 +37,24 @@ pub fn dispatch(shared: &Shared, request: DecodedRequest) -> Response {
         tracing::warn!("{api_key:?} v{version} is not served (served {min}..={max}); closing");
         return Response::Close;
     }
+    let client_id = request.header.client_id.as_deref().unwrap_or("").to_string();
     let body = match request.body {
         RequestKind::ApiVersions(r) => ResponseKind::ApiVersions(api_versions::handle(&r, version)),
         RequestKind::Metadata(r) => ResponseKind::Metadata(metadata::handle(shared, &r, version)),
-        RequestKind::FindCoordinator(r) => ResponseKind::FindCoordinator(find_coordinator::handle(&r, version)),
+        RequestKind::CreateTopics(r) => ResponseKind::CreateTopics(create_topics::handle(shared, &r, version)),
+        RequestKind::OffsetForLeaderEpoch(r) => {
+            ResponseKind::OffsetForLeaderEpoch(offset_for_leader_epoch::handle(shared, &r, version))
+        }
+        RequestKind::FindCoordinator(r) => ResponseKind::FindCoordinator(groups::find_coordinator(shared, &r, version)),
+        RequestKind::JoinGroup(r) => ResponseKind::JoinGroup(groups::join_group(shared, &r, version, &client_id)),
+        RequestKind::SyncGroup(r) => ResponseKind::SyncGroup(groups::sync_group(shared, &r, version)),
+        RequestKind::Heartbeat(r) => ResponseKind::Heartbeat(groups::heartbeat(shared, &r, version)),
+        RequestKind::LeaveGroup(r) => ResponseKind::LeaveGroup(groups::leave_group(shared, &r, version)),
+        RequestKind::OffsetCommit(r) => ResponseKind::OffsetCommit(groups::offset_commit(shared, &r, version)),
+        RequestKind::OffsetFetch(r) => ResponseKind::OffsetFetch(groups::offset_fetch(shared, &r, version)),
+        RequestKind::ListGroups(r) => ResponseKind::ListGroups(groups::list_groups(shared, &r, version)),
+        RequestKind::DescribeGroups(r) => ResponseKind::DescribeGroups(groups::describe_groups(shared, &r, version)),
+        RequestKind::DeleteGroups(r) => ResponseKind::DeleteGroups(groups::delete_groups(shared, &r, version)),
         RequestKind::ListOffsets(r) => ResponseKind::ListOffsets(list_offsets::handle(shared, &r, version)),
         RequestKind::Produce(r) => match produce::handle(shared, &r, version) {
             produce::Outcome::Respond(resp) => ResponseKind::Produce(resp),
@@ -45,6 +62,7 @@ pub fn dispatch(shared: &Shared, request: DecodedRequest) -> Response {
             produce::Outcome::Close => return Response::Close,
         },
         RequestKind::Fetch(r) => return fetch::handle(shared, &r, version, correlation_id),
+        RequestKind::InitProducerId(r) => ResponseKind::InitProducerId(init_producer_id::handle(shared, &r, version)),
         _ => {
             tracing::warn!("{api_key:?} has no handler; closing");
             return Response::Close;

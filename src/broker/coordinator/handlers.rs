@@ -1,0 +1,449 @@
+//! The group APIs on the wire: each handler turns a `kafka-protocol` request into calls on the
+//! broker's [`GroupCoordinator`](super::GroupCoordinator) and builds the response of the
+//! request's version (fields a version does not have are left at their defaults, nullable
+//! strings of old versions sent as `""`).
+//!
+//! | API (key)             | versions | notes |
+//! |-----------------------|----------|-------|
+//! | FindCoordinator (10)  | 0-6      | groups: this node; transactions (and share groups): COORDINATOR_NOT_AVAILABLE |
+//! | JoinGroup (11)        | 0-9      | v0: rebalance timeout = session timeout; v4+: KIP-394; v5+: KIP-345; v9: KIP-814 |
+//! | Heartbeat (12)        | 0-4      | |
+//! | LeaveGroup (13)       | 0-5      | v3+: several members (KIP-345) |
+//! | SyncGroup (14)        | 0-5      | v5+: protocol type and name checked |
+//! | DescribeGroups (15)   | 0-6      | |
+//! | ListGroups (16)       | 0-5      | v4+: state filter; v5+: type filter (`classic`) |
+//! | OffsetCommit (8)      | 2-9      | v2-v4: retention time; v6+: leader epoch; v7+: group instance id |
+//! | OffsetFetch (9)       | 1-9      | v2+: all partitions (null topics); v8+: several groups |
+//! | DeleteGroups (42)     | 0-2      | |
+
+use std::cell::RefCell;
+
+use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
+use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
+use kafka_protocol::messages::find_coordinator_response::Coordinator;
+use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
+use kafka_protocol::messages::leave_group_response::MemberResponse;
+use kafka_protocol::messages::list_groups_response::ListedGroup;
+use kafka_protocol::messages::offset_commit_response::{OffsetCommitResponsePartition, OffsetCommitResponseTopic};
+use kafka_protocol::messages::offset_fetch_response::{
+    OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions, OffsetFetchResponseTopic,
+    OffsetFetchResponseTopics,
+};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+
+use super::group::{JoinRequest, MemberRef, SyncRequest};
+use super::storage::LogStorage;
+use super::CommittedOffset;
+use crate::broker::{errors, Shared, NODE_ID};
+
+thread_local! {
+    /// The peer of the connection this thread serves (one thread per connection), as Kafka
+    /// reports a member's `client_host` (`/127.0.0.1`).
+    static CLIENT_HOST: RefCell<String> = const { RefCell::new(String::new()) };
+}
+
+/// Records the peer address of the connection served by the calling thread (called once by
+/// the connection thread), for JoinGroup's `client_host`.
+pub fn set_client_host(peer: Option<std::net::SocketAddr>) {
+    let host = peer.map(|p| format!("/{}", p.ip())).unwrap_or_default();
+    CLIENT_HOST.with(|h| *h.borrow_mut() = host);
+}
+
+fn client_host() -> String {
+    CLIENT_HOST.with(|h| h.borrow().clone())
+}
+
+fn s(v: &str) -> StrBytes {
+    StrBytes::from_string(v.to_string())
+}
+
+/// `key_type` of FindCoordinator: a consumer group.
+const KEY_TYPE_GROUP: i8 = 0;
+
+/// FindCoordinator: every group's coordinator is this node; other key types (transactions,
+/// share groups) are answered COORDINATOR_NOT_AVAILABLE with a message, since this broker has
+/// no transaction coordinator.
+pub fn find_coordinator(shared: &Shared, request: &FindCoordinatorRequest, version: i16) -> FindCoordinatorResponse {
+    let host = s(&shared.local_addr.ip().to_string());
+    let port = i32::from(shared.local_addr.port());
+    let answer = |key: &StrBytes| -> (i16, Option<StrBytes>, i32, StrBytes, i32) {
+        if request.key_type == KEY_TYPE_GROUP {
+            tracing::debug!(group = %key.as_str(), partition = shared.coordinator().partition_for(key), "FindCoordinator");
+            (errors::NONE, None, NODE_ID, host.clone(), port)
+        } else {
+            let message =
+                format!("key type {} is not served: fetchbench has no transaction coordinator", request.key_type);
+            (errors::COORDINATOR_NOT_AVAILABLE, Some(s(&message)), -1, StrBytes::default(), -1)
+        }
+    };
+    if version >= 4 {
+        let coordinators = request
+            .coordinator_keys
+            .iter()
+            .map(|key| {
+                let (error, message, node, host, port) = answer(key);
+                Coordinator::default()
+                    .with_key(key.clone())
+                    .with_node_id(BrokerId(node))
+                    .with_host(host)
+                    .with_port(port)
+                    .with_error_code(error)
+                    .with_error_message(message)
+            })
+            .collect();
+        return FindCoordinatorResponse::default().with_coordinators(coordinators);
+    }
+    let (error, message, node, host, port) = answer(&request.key);
+    let response = FindCoordinatorResponse::default()
+        .with_error_code(error)
+        .with_node_id(BrokerId(node))
+        .with_host(host)
+        .with_port(port);
+    if version >= 1 {
+        response.with_error_message(message)
+    } else {
+        response
+    }
+}
+
+/// JoinGroup: blocks the connection (as Kafka's purgatory does) until the rebalance completes.
+/// `client_id` is the request header's (the prefix of a new member id).
+pub fn join_group(shared: &Shared, request: &JoinGroupRequest, version: i16, client_id: &str) -> JoinGroupResponse {
+    let join = JoinRequest {
+        member_id: request.member_id.to_string(),
+        group_instance_id: request.group_instance_id.as_ref().map(|i| i.to_string()),
+        require_known_member_id: version >= 4,
+        supports_skip_assignment: version >= 9,
+        client_id: client_id.to_string(),
+        client_host: client_host(),
+        rebalance_timeout_ms: if version >= 1 { request.rebalance_timeout_ms } else { request.session_timeout_ms },
+        session_timeout_ms: request.session_timeout_ms,
+        protocol_type: request.protocol_type.to_string(),
+        protocols: request.protocols.iter().map(|p| (p.name.to_string(), p.metadata.clone())).collect(),
+    };
+    let r = shared.coordinator().join_group(&LogStorage { shared }, &request.group_id, join);
+    let name_or_empty = |v: Option<String>| match (v, version >= 7) {
+        (Some(v), _) => Some(s(&v)),
+        (None, true) => None,
+        (None, false) => Some(StrBytes::default()),
+    };
+    JoinGroupResponse::default()
+        .with_error_code(r.error)
+        .with_generation_id(r.generation_id)
+        .with_protocol_type(if version >= 7 { r.protocol_type.as_deref().map(s) } else { None })
+        .with_protocol_name(name_or_empty(r.protocol_name))
+        .with_leader(s(&r.leader))
+        .with_skip_assignment(r.skip_assignment)
+        .with_member_id(s(&r.member_id))
+        .with_members(
+            r.members
+                .into_iter()
+                .map(|m| {
+                    JoinGroupResponseMember::default()
+                        .with_member_id(s(&m.member_id))
+                        .with_group_instance_id(if version >= 5 { m.group_instance_id.as_deref().map(s) } else { None })
+                        .with_metadata(m.metadata)
+                })
+                .collect(),
+        )
+}
+
+/// SyncGroup: a follower blocks until the leader's assignment arrives.
+pub fn sync_group(shared: &Shared, request: &SyncGroupRequest, version: i16) -> SyncGroupResponse {
+    let assignments = request.assignments.iter().map(|a| (a.member_id.to_string(), a.assignment.clone())).collect();
+    let member = MemberRef {
+        member_id: &request.member_id,
+        group_instance_id: request.group_instance_id.as_deref(),
+        generation_id: request.generation_id,
+    };
+    let sync = SyncRequest {
+        member,
+        protocol_type: request.protocol_type.as_deref(),
+        protocol_name: request.protocol_name.as_deref(),
+        assignments,
+    };
+    let r = shared.coordinator().sync_group(&LogStorage { shared }, &request.group_id, sync);
+    let mut response = SyncGroupResponse::default().with_error_code(r.error).with_assignment(r.assignment);
+    if version >= 5 {
+        response = response
+            .with_protocol_type(r.protocol_type.as_deref().map(s))
+            .with_protocol_name(r.protocol_name.as_deref().map(s));
+    }
+    response
+}
+
+/// Heartbeat.
+pub fn heartbeat(shared: &Shared, request: &HeartbeatRequest, _version: i16) -> HeartbeatResponse {
+    let member = MemberRef {
+        member_id: &request.member_id,
+        group_instance_id: request.group_instance_id.as_deref(),
+        generation_id: request.generation_id,
+    };
+    let code = shared.coordinator().heartbeat(&request.group_id, member);
+    HeartbeatResponse::default().with_error_code(code)
+}
+
+/// LeaveGroup: v0-v2 name one member (its error is the top-level error); v3+ several, each
+/// answered in `members`.
+pub fn leave_group(shared: &Shared, request: &LeaveGroupRequest, version: i16) -> LeaveGroupResponse {
+    let members: Vec<(String, Option<String>)> = if version >= 3 {
+        request
+            .members
+            .iter()
+            .map(|m| (m.member_id.to_string(), m.group_instance_id.as_deref().map(str::to_string)))
+            .collect()
+    } else {
+        vec![(request.member_id.to_string(), None)]
+    };
+    let (error, codes) = shared.coordinator().leave_group(&LogStorage { shared }, &request.group_id, &members);
+    if version < 3 {
+        return LeaveGroupResponse::default().with_error_code(if error != errors::NONE { error } else { codes[0] });
+    }
+    LeaveGroupResponse::default().with_error_code(error).with_members(
+        members
+            .iter()
+            .zip(codes.iter().copied().chain(std::iter::repeat(error)))
+            .filter(|_| error == errors::NONE)
+            .map(|((m, i), code)| {
+                MemberResponse::default()
+                    .with_member_id(s(m))
+                    .with_group_instance_id(i.as_deref().map(s))
+                    .with_error_code(code)
+            })
+            .collect(),
+    )
+}
+
+/// OffsetCommit.
+pub fn offset_commit(shared: &Shared, request: &OffsetCommitRequest, version: i16) -> OffsetCommitResponse {
+    let entries: Vec<_> = request
+        .topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions.iter().map(move |p| {
+                (
+                    t.name.to_string(),
+                    p.partition_index,
+                    p.committed_offset,
+                    if version >= 6 { p.committed_leader_epoch } else { -1 },
+                    p.committed_metadata.as_deref().map(str::to_string),
+                    -1i64,
+                )
+            })
+        })
+        .collect();
+    let retention = if (2..=4).contains(&version) { request.retention_time_ms } else { -1 };
+    let member = MemberRef {
+        member_id: &request.member_id,
+        group_instance_id: request.group_instance_id.as_deref(),
+        generation_id: request.generation_id_or_member_epoch,
+    };
+    let codes =
+        shared.coordinator().commit_offsets(&LogStorage { shared }, &request.group_id, member, retention, &entries);
+    let mut codes = codes.into_iter();
+    let topics = request
+        .topics
+        .iter()
+        .map(|t| {
+            OffsetCommitResponseTopic::default().with_name(t.name.clone()).with_partitions(
+                t.partitions
+                    .iter()
+                    .map(|p| {
+                        OffsetCommitResponsePartition::default()
+                            .with_partition_index(p.partition_index)
+                            .with_error_code(codes.next().unwrap_or(errors::UNKNOWN_SERVER_ERROR))
+                    })
+                    .collect(),
+            )
+        })
+        .collect();
+    OffsetCommitResponse::default().with_topics(topics)
+}
+
+/// Fetches one group's offsets for the response: `(error, topics)`.
+#[allow(clippy::type_complexity)]
+fn fetch_group(
+    shared: &Shared,
+    group_id: &str,
+    topics: Option<Vec<(String, Vec<i32>)>>,
+) -> (i16, Vec<(String, Vec<(i32, Option<CommittedOffset>)>)>) {
+    match shared.coordinator().fetch_offsets(group_id, topics.clone()) {
+        Ok(found) => (errors::NONE, found),
+        // Kafka puts the group error on every requested partition too (v0-v1 have no top-level
+        // error) and answers no partitions for an all-partitions request.
+        Err(code) => (
+            code,
+            topics
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(t, ps)| (t, ps.into_iter().map(|p| (p, None)).collect()))
+                .collect(),
+        ),
+    }
+}
+
+/// OffsetFetch: a partition without a commit is offset -1, metadata "", no error.
+pub fn offset_fetch(shared: &Shared, request: &OffsetFetchRequest, version: i16) -> OffsetFetchResponse {
+    let partition_fields = |c: &Option<CommittedOffset>| match c {
+        Some(c) => (c.offset, c.leader_epoch, c.metadata.clone()),
+        None => (-1, -1, String::new()),
+    };
+    if version >= 8 {
+        let groups = request
+            .groups
+            .iter()
+            .map(|g| {
+                let wanted = g
+                    .topics
+                    .as_ref()
+                    .map(|ts| ts.iter().map(|t| (t.name.to_string(), t.partition_indexes.clone())).collect());
+                let (error, found) = fetch_group(shared, &g.group_id, wanted);
+                let topics = found
+                    .into_iter()
+                    .map(|(topic, parts)| {
+                        OffsetFetchResponseTopics::default().with_name(TopicName(s(&topic))).with_partitions(
+                            parts
+                                .iter()
+                                .map(|(p, c)| {
+                                    let (offset, epoch, metadata) = partition_fields(c);
+                                    OffsetFetchResponsePartitions::default()
+                                        .with_partition_index(*p)
+                                        .with_committed_offset(offset)
+                                        .with_committed_leader_epoch(epoch)
+                                        .with_metadata(Some(s(&metadata)))
+                                        .with_error_code(errors::NONE)
+                                })
+                                .collect(),
+                        )
+                    })
+                    .collect();
+                OffsetFetchResponseGroup::default()
+                    .with_group_id(g.group_id.clone())
+                    .with_error_code(error)
+                    .with_topics(topics)
+            })
+            .collect();
+        return OffsetFetchResponse::default().with_groups(groups);
+    }
+    let wanted = request
+        .topics
+        .as_ref()
+        .map(|ts| ts.iter().map(|t| (t.name.to_string(), t.partition_indexes.clone())).collect());
+    let (error, found) = fetch_group(shared, &request.group_id, wanted);
+    let topics = found
+        .into_iter()
+        .map(|(topic, parts)| {
+            OffsetFetchResponseTopic::default().with_name(TopicName(s(&topic))).with_partitions(
+                parts
+                    .iter()
+                    .map(|(p, c)| {
+                        let (offset, epoch, metadata) = partition_fields(c);
+                        OffsetFetchResponsePartition::default()
+                            .with_partition_index(*p)
+                            .with_committed_offset(offset)
+                            .with_committed_leader_epoch(if version >= 5 { epoch } else { -1 })
+                            .with_metadata(Some(s(&metadata)))
+                            .with_error_code(if version < 2 { error } else { errors::NONE })
+                    })
+                    .collect(),
+            )
+        })
+        .collect();
+    let response = OffsetFetchResponse::default().with_topics(topics);
+    if version >= 2 {
+        response.with_error_code(error)
+    } else {
+        response
+    }
+}
+
+/// ListGroups.
+pub fn list_groups(shared: &Shared, request: &ListGroupsRequest, version: i16) -> ListGroupsResponse {
+    let states: Vec<String> =
+        if version >= 4 { request.states_filter.iter().map(|x| x.to_string()).collect() } else { vec![] };
+    let types: Vec<String> =
+        if version >= 5 { request.types_filter.iter().map(|x| x.to_string()).collect() } else { vec![] };
+    match shared.coordinator().list_groups(&states, &types) {
+        Ok(groups) => ListGroupsResponse::default().with_groups(
+            groups
+                .into_iter()
+                .map(|g| {
+                    let mut listed = ListedGroup::default()
+                        .with_group_id(GroupId(s(&g.group_id)))
+                        .with_protocol_type(s(&g.protocol_type));
+                    if version >= 4 {
+                        listed = listed.with_group_state(s(g.state));
+                    }
+                    if version >= 5 {
+                        listed = listed.with_group_type(s("classic"));
+                    }
+                    listed
+                })
+                .collect(),
+        ),
+        Err(code) => ListGroupsResponse::default().with_error_code(code),
+    }
+}
+
+/// The authorized operations of a group with no authorizer: READ, DELETE, DESCRIBE (Kafka's
+/// `AclOperation` codes 3, 6, 8 as bits).
+const GROUP_AUTHORIZED_OPERATIONS: i32 = (1 << 3) | (1 << 6) | (1 << 8);
+
+/// DescribeGroups.
+pub fn describe_groups(shared: &Shared, request: &DescribeGroupsRequest, version: i16) -> DescribeGroupsResponse {
+    let groups = request
+        .groups
+        .iter()
+        .map(|id| {
+            let d = shared.coordinator().describe_group(id);
+            let mut g = DescribedGroup::default()
+                .with_error_code(d.error)
+                .with_group_id(id.clone())
+                .with_group_state(s(d.state))
+                .with_protocol_type(s(&d.protocol_type))
+                .with_protocol_data(s(&d.protocol))
+                .with_members(
+                    d.members
+                        .into_iter()
+                        .map(|m| {
+                            DescribedGroupMember::default()
+                                .with_member_id(s(&m.member_id))
+                                .with_group_instance_id(if version >= 4 {
+                                    m.group_instance_id.as_deref().map(s)
+                                } else {
+                                    None
+                                })
+                                .with_client_id(s(&m.client_id))
+                                .with_client_host(s(&m.client_host))
+                                .with_member_metadata(m.metadata)
+                                .with_member_assignment(m.assignment)
+                        })
+                        .collect(),
+                );
+            if version >= 3 {
+                g = g.with_authorized_operations(if request.include_authorized_operations {
+                    GROUP_AUTHORIZED_OPERATIONS
+                } else {
+                    i32::MIN
+                });
+            }
+            g
+        })
+        .collect();
+    DescribeGroupsResponse::default().with_groups(groups)
+}
+
+/// DeleteGroups.
+pub fn delete_groups(shared: &Shared, request: &DeleteGroupsRequest, _version: i16) -> DeleteGroupsResponse {
+    let ids: Vec<String> = request.groups_names.iter().map(|g| g.to_string()).collect();
+    let codes = shared.coordinator().delete_groups(&LogStorage { shared }, &ids);
+    DeleteGroupsResponse::default().with_results(
+        request
+            .groups_names
+            .iter()
+            .zip(codes)
+            .map(|(g, code)| DeletableGroupResult::default().with_group_id(g.clone()).with_error_code(code))
+            .collect(),
+    )
+}

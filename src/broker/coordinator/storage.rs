@@ -1,0 +1,112 @@
+//! The coordinator's `__consumer_offsets` in the broker's own log: [`LogStorage`] appends the
+//! coordinator's records, [`load`] replays them at start-up.
+//!
+//! The topic is created on the first write, like Kafka creates it on the first FindCoordinator:
+//! `offsets.topic.num.partitions` partitions, `cleanup.policy=compact`,
+//! `segment.bytes=offsets.topic.segment.bytes` (100 MiB), the broker's other log defaults.
+
+use crate::broker::coordinator::{OffsetsStorage, OFFSETS_TOPIC};
+use crate::broker::{errors, topics, Shared};
+use crate::log::batch::mixed::MixedBatches;
+use crate::log::batch::{BatchBuilder, Compression};
+use crate::log::config::CleanupPolicy;
+use crate::log::LogConfig;
+
+/// Kafka's default `offsets.topic.segment.bytes` (100 MiB).
+pub const OFFSETS_TOPIC_SEGMENT_BYTES: i32 = 100 * 1024 * 1024;
+
+/// Appends the coordinator's records to the broker's `__consumer_offsets` partitions.
+#[derive(Debug, Clone, Copy)]
+pub struct LogStorage<'a> {
+    /// The broker.
+    pub shared: &'a Shared,
+}
+
+/// The log configuration of `__consumer_offsets`: the broker defaults, compacted, 100 MiB
+/// segments (Kafka's `GroupCoordinator.offsetsTopicConfigs`).
+pub fn offsets_topic_config(broker_defaults: &LogConfig) -> LogConfig {
+    let mut config = broker_defaults.clone();
+    config.cleanup_policy = CleanupPolicy::COMPACT;
+    config.segment_bytes = OFFSETS_TOPIC_SEGMENT_BYTES;
+    config
+}
+
+impl OffsetsStorage for LogStorage<'_> {
+    fn append(&self, partition: i32, records: Vec<(Vec<u8>, Option<Vec<u8>>)>, now: i64) -> Result<(), (i16, String)> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let mut batch = BatchBuilder::new(0, Compression::None);
+        for (key, value) in &records {
+            batch.append(now, Some(key), value.as_deref(), &[]);
+        }
+        let bytes = batch.build().map_err(|e| (errors::UNKNOWN_SERVER_ERROR, e.to_string()))?;
+        let mut guard = self.shared.logs();
+        let Some(logs) = guard.as_mut() else {
+            return Err((errors::COORDINATOR_NOT_AVAILABLE, "the broker is shutting down".into()));
+        };
+        if logs.log(OFFSETS_TOPIC, partition).is_none() {
+            let n = self.shared.coordinator().config().offsets_topic_num_partitions;
+            let config = offsets_topic_config(logs.config());
+            topics::create(logs, OFFSETS_TOPIC, n, Some(config))
+                .map_err(|e| (errors::COORDINATOR_NOT_AVAILABLE, format!("creating {OFFSETS_TOPIC}: {e}")))?;
+        }
+        let log = logs
+            .log_mut(OFFSETS_TOPIC, partition)
+            .ok_or((errors::COORDINATOR_NOT_AVAILABLE, format!("{OFFSETS_TOPIC}-{partition} does not exist")))?;
+        // Kafka's `GroupMetadataManager.storeOffsets` error mapping.
+        log.append(&bytes, now).map_err(|e| {
+            let code = match errors::log_error_code(&e) {
+                errors::RECORD_LIST_TOO_LARGE | errors::MESSAGE_TOO_LARGE => errors::INVALID_COMMIT_OFFSET_SIZE,
+                _ => errors::COORDINATOR_NOT_AVAILABLE,
+            };
+            (code, e.to_string())
+        })?;
+        drop(guard);
+        // Someone may be consuming __consumer_offsets (long polling).
+        self.shared.fetch_wakeup().notify();
+        Ok(())
+    }
+}
+
+/// Replays every `__consumer_offsets` partition of the broker's log into its coordinator, then
+/// ends the coordinator's loading state. Each partition is read under the log lock (record
+/// bytes are read with `pread`, whole segments at a time); a partition that cannot be read is
+/// logged and skipped.
+pub fn load(shared: &Shared) {
+    let coordinator = shared.coordinator();
+    let partitions: Vec<i32> = match shared.logs().as_ref() {
+        Some(logs) => topics::partitions(logs, OFFSETS_TOPIC),
+        None => Vec::new(),
+    };
+    let now = crate::log::partition::now_ms();
+    for partition in partitions {
+        let mut records = Vec::new();
+        {
+            let guard = shared.logs();
+            let Some(log) = guard.as_ref().and_then(|l| l.log(OFFSETS_TOPIC, partition)) else { continue };
+            for segment in log.segments() {
+                let bytes = match segment.read_bytes(0, segment.size()) {
+                    Ok(b) => b,
+                    Err(e) => {
+                        tracing::warn!("{OFFSETS_TOPIC}-{partition}: reading {}: {e}", segment.log_path().display());
+                        continue;
+                    }
+                };
+                for batch in MixedBatches::new(&bytes) {
+                    match batch {
+                        Ok(b) if b.is_control => {}
+                        Ok(b) => records.extend(b.records.into_iter().map(|r| (r.key, r.value))),
+                        Err(e) => {
+                            tracing::warn!("{OFFSETS_TOPIC}-{partition}: {e}; the rest of the segment is skipped");
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        let applied = coordinator.load_records(partition, records, now);
+        tracing::debug!("{OFFSETS_TOPIC}-{partition}: replayed {applied} records");
+    }
+    coordinator.finish_loading();
+}

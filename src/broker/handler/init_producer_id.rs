@@ -1,0 +1,55 @@
+//! InitProducerId (API key 22, v0-v5): a producer id for an idempotent producer.
+//!
+//! Kafka's `TransactionCoordinator.handleInitProducerId` with a null transactional id: "always
+//! blindly accept the request and return a new producerId from the producer id manager", epoch 0.
+//! The v3+ `producer_id` / `producer_epoch` fields (KIP-360 epoch bumps) are ignored then, as
+//! Kafka ignores them: the producer gets a fresh id. Ids come from
+//! [`LogManager::generate_producer_id`](crate::log::manager::LogManager::generate_producer_id):
+//! blocks of 1000 persisted in the log directory, so they stay unique across restarts.
+//!
+//! Transactions are out of scope: a non-null transactional id is answered with
+//! `TRANSACTIONAL_ID_AUTHORIZATION_FAILED` (53), which Kafka clients report as a fatal
+//! `TransactionalIdAuthorizationException` instead of retrying; an empty one with
+//! `INVALID_REQUEST` (42), as Kafka does. Errors carry producer id -1 and epoch -1 (Kafka's
+//! `initTransactionError`). v6 (KIP-939's `keep_prepared_txn`) is not served: the codec cannot
+//! decode it.
+
+use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse};
+
+use crate::broker::{errors, Shared};
+
+/// Answers an InitProducerId request (see the module docs).
+pub fn handle(shared: &Shared, request: &InitProducerIdRequest, _version: i16) -> InitProducerIdResponse {
+    let error = |code: i16| {
+        InitProducerIdResponse::default().with_error_code(code).with_producer_id((-1).into()).with_producer_epoch(-1)
+    };
+    if let Some(txn_id) = &request.transactional_id {
+        if txn_id.0.is_empty() {
+            return error(errors::INVALID_REQUEST);
+        }
+        tracing::warn!(
+            "InitProducerId for transactional id {:?} refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED: \
+             fetchbench does not support transactions (idempotent producers without transactional.id work)",
+            txn_id.0.as_str()
+        );
+        return error(errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED);
+    }
+    let mut guard = shared.logs();
+    let Some(logs) = guard.as_mut() else {
+        // Shutting down: a retriable error, the client asks again (elsewhere).
+        return error(errors::COORDINATOR_NOT_AVAILABLE);
+    };
+    match logs.generate_producer_id() {
+        Ok(id) => {
+            tracing::debug!("InitProducerId: producer id {id}, epoch 0");
+            InitProducerIdResponse::default()
+                .with_error_code(errors::NONE)
+                .with_producer_id(id.into())
+                .with_producer_epoch(0)
+        }
+        Err(e) => {
+            tracing::error!("InitProducerId: no producer id: {e}");
+            error(errors::UNKNOWN_SERVER_ERROR)
+        }
+    }
+}

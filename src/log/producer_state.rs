@@ -1,0 +1,718 @@
+//! Per-partition producer state for idempotent produce (KIP-98): Kafka's `ProducerStateManager`,
+//! `ProducerStateEntry`, `BatchMetadata` and the client-append checks of `ProducerAppendInfo`
+//! (`checkProducerEpoch`, `checkSequence`), with the Kafka 2.5+ (KIP-360) rule for producers the
+//! partition does not know.
+//!
+//! For every producer id seen in the partition it keeps the producer epoch and the metadata of the
+//! producer's last [`NUM_BATCHES_TO_RETAIN`] (5) batches: first/last sequence, first/last offset,
+//! max timestamp. An idempotent producer (Java client, librdkafka, kafka-python) has at most 5
+//! requests in flight per partition, so a retried batch is always one of those 5.
+//!
+//! Rules for a batch from a client (`producer_id >= 0`), in Kafka's order:
+//!
+//! 1. **Duplicate**: same epoch as the stored one and exactly the first/last sequence of one of
+//!    the retained batches: nothing is appended and the producer gets the ORIGINAL batch's
+//!    offsets ([`ProducerCheck::Duplicate`]; Kafka's `ProducerStateEntry.findDuplicateBatch`,
+//!    answered with `NONE` by `UnifiedLog.append`).
+//! 2. **Epoch** (`checkProducerEpoch`): an epoch below the stored one is
+//!    [`LogError::InvalidProducerEpoch`] (`INVALID_PRODUCER_EPOCH`, 47; a zombie producer).
+//! 3. **Sequence** (`checkSequence`), [`LogError::OutOfOrderSequence`] (`OUT_OF_ORDER_SEQUENCE_NUMBER`,
+//!    45) when broken:
+//!    - a new (higher) epoch must start at sequence 0, unless the producer is unknown;
+//!    - in the same epoch the first sequence must follow the last one (`last + 1`, and 0 after
+//!      `i32::MAX`: sequences wrap);
+//!    - an unknown producer (no state: never seen, expired, or its batches were deleted by
+//!      retention) is accepted at ANY sequence. Kafka 4 no longer answers `UNKNOWN_PRODUCER_ID`
+//!      (59) to a produce (KIP-360), so neither does this broker.
+//!
+//! Several batches of one record set are checked one after the other (each against the state the
+//! previous ones would leave), all BEFORE anything is written ([`ProducerStateManager::check_append`]);
+//! the state changes only after the write succeeded ([`ProducerStateManager::apply`]).
+//!
+//! **Persistence.** Kafka writes `<offset>.snapshot` files (producer state at a segment roll and
+//! at shutdown) and, on load, reads the latest snapshot and replays only the batches after it.
+//! fetchbench writes no snapshots: [`PartitionLog::open`](super::PartitionLog::open) rebuilds the
+//! state by replaying the batch HEADERS of the whole log ([`ProducerStateManager::replay`], a
+//! header-only scan, no record bytes), after recovery, so the state always matches the log that
+//! survived (a truncated tail takes its batches with it). Replay does not check sequences (Kafka
+//! loads with `AppendOrigin.REPLICATION`, which does not either). Consequences: the state of a
+//! producer whose batches were all deleted by retention is lost on restart (Kafka keeps it in its
+//! snapshot); the producer is then unknown and accepted at any sequence, exactly as after Kafka's
+//! expiry. Compaction keeps each producer's last batch (an empty one if needed, with its base
+//! sequence and last offset delta), so a compacted log still gives every producer its last
+//! sequence and epoch, with fewer than 5 batches retained.
+//!
+//! **Expiry** (`producer.id.expiration.ms`, Kafka default 24 h, [`DEFAULT_PRODUCER_ID_EXPIRATION_MS`]):
+//! a producer whose last batch max timestamp is older than that is forgotten by
+//! [`ProducerStateManager::remove_expired`] (Kafka's `removeExpiredProducers`, which the log runs
+//! every `producer.id.expiration.check.interval.ms`, 10 min). Like Kafka, the timestamp is the
+//! producer's own (batch max timestamp), not the append time.
+
+use std::collections::{HashMap, VecDeque};
+
+use super::batch::{BatchHeader, NO_PRODUCER_EPOCH};
+use super::LogError;
+
+/// Batches retained per producer for duplicate detection (Kafka's
+/// `ProducerStateEntry.NUM_BATCHES_TO_RETAIN`; the client's `max.in.flight.requests.per.connection`
+/// limit for idempotence).
+pub const NUM_BATCHES_TO_RETAIN: usize = 5;
+
+/// `producer.id.expiration.ms` default: 86 400 000 ms (24 h), Kafka's `ProducerStateManagerConfig`.
+pub const DEFAULT_PRODUCER_ID_EXPIRATION_MS: i64 = 86_400_000;
+
+/// `producer.id.expiration.check.interval.ms` default: 600 000 ms (10 min), how often a log drops
+/// expired producers.
+pub const DEFAULT_PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS: i64 = 600_000;
+
+/// "No sequence" (Kafka's `RecordBatch.NO_SEQUENCE`).
+pub const NO_SEQUENCE: i32 = -1;
+
+/// `sequence + increment` wrapping from `i32::MAX` to 0 (Kafka's
+/// `DefaultRecordBatch.incrementSequence`). `increment` is >= 0.
+pub fn increment_sequence(sequence: i32, increment: i32) -> i32 {
+    if sequence > i32::MAX - increment {
+        increment - (i32::MAX - sequence) - 1
+    } else {
+        sequence + increment
+    }
+}
+
+/// `sequence - decrement` wrapping from 0 to `i32::MAX` (Kafka's
+/// `DefaultRecordBatch.decrementSequence`). `decrement` is >= 0.
+pub fn decrement_sequence(sequence: i32, decrement: i32) -> i32 {
+    if sequence < decrement {
+        i32::MAX - (decrement - sequence) + 1
+    } else {
+        sequence - decrement
+    }
+}
+
+/// Whether `next_seq` directly follows `last_seq` (Kafka's `ProducerAppendInfo.inSequence`): `last + 1`,
+/// or 0 after `i32::MAX`.
+fn in_sequence(last_seq: i32, next_seq: i32) -> bool {
+    next_seq as i64 == last_seq as i64 + 1 || (next_seq == 0 && last_seq == i32::MAX)
+}
+
+/// The producer facts of one batch, with the offsets it has (or will have) in the log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProducerBatch {
+    /// Producer id (>= 0).
+    pub producer_id: i64,
+    /// Producer epoch.
+    pub producer_epoch: i16,
+    /// Sequence of the first record.
+    pub first_seq: i32,
+    /// Sequence of the last record: `first_seq + last_offset_delta`, wrapping at `i32::MAX`.
+    pub last_seq: i32,
+    /// Offset of the first record (the batch base offset).
+    pub first_offset: i64,
+    /// Offset of the last record.
+    pub last_offset: i64,
+    /// Batch max timestamp, ms.
+    pub max_timestamp: i64,
+}
+
+impl ProducerBatch {
+    /// The producer facts of a v2 batch header, `None` when it has no producer id (`producer_id < 0`).
+    /// Offsets are taken from the header as it is (set its base offset first for a leader append).
+    pub fn from_header(h: &BatchHeader) -> Option<Self> {
+        if h.producer_id < 0 {
+            return None;
+        }
+        let delta = h.last_offset_delta.max(0);
+        Some(ProducerBatch {
+            producer_id: h.producer_id,
+            producer_epoch: h.producer_epoch,
+            first_seq: h.base_sequence,
+            last_seq: if h.base_sequence < 0 { h.base_sequence } else { increment_sequence(h.base_sequence, delta) },
+            first_offset: h.base_offset,
+            last_offset: h.base_offset + delta as i64,
+            max_timestamp: h.max_timestamp,
+        })
+    }
+
+    fn metadata(&self) -> BatchMetadata {
+        BatchMetadata {
+            first_seq: self.first_seq,
+            last_seq: self.last_seq,
+            first_offset: self.first_offset,
+            last_offset: self.last_offset,
+            max_timestamp: self.max_timestamp,
+        }
+    }
+}
+
+/// One retained batch of a producer (Kafka's `BatchMetadata`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchMetadata {
+    /// Sequence of the first record.
+    pub first_seq: i32,
+    /// Sequence of the last record.
+    pub last_seq: i32,
+    /// Offset of the first record.
+    pub first_offset: i64,
+    /// Offset of the last record.
+    pub last_offset: i64,
+    /// Batch max timestamp, ms (the append time for `LogAppendTime` topics).
+    pub max_timestamp: i64,
+}
+
+/// The state of one producer id in one partition (Kafka's `ProducerStateEntry`): its epoch and
+/// its last [`NUM_BATCHES_TO_RETAIN`] batches, oldest first. A new epoch clears the batches.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProducerStateEntry {
+    producer_id: i64,
+    producer_epoch: i16,
+    batches: VecDeque<BatchMetadata>,
+    last_timestamp: i64,
+}
+
+impl ProducerStateEntry {
+    /// A producer with no state: epoch -1 (`NO_PRODUCER_EPOCH`), no batches, timestamp -1.
+    pub fn empty(producer_id: i64) -> Self {
+        ProducerStateEntry {
+            producer_id,
+            producer_epoch: NO_PRODUCER_EPOCH,
+            batches: VecDeque::new(),
+            last_timestamp: -1,
+        }
+    }
+    /// The producer id.
+    pub fn producer_id(&self) -> i64 {
+        self.producer_id
+    }
+    /// The latest epoch seen (-1 when none).
+    pub fn producer_epoch(&self) -> i16 {
+        self.producer_epoch
+    }
+    /// Max timestamp of the latest batch, ms (-1 when none): what expiry compares.
+    pub fn last_timestamp(&self) -> i64 {
+        self.last_timestamp
+    }
+    /// The retained batches, oldest first (at most [`NUM_BATCHES_TO_RETAIN`]).
+    pub fn batches(&self) -> impl ExactSizeIterator<Item = &BatchMetadata> {
+        self.batches.iter()
+    }
+    /// Whether no batch is retained.
+    pub fn is_empty(&self) -> bool {
+        self.batches.is_empty()
+    }
+    /// Last sequence of the latest batch, [`NO_SEQUENCE`] when none.
+    pub fn last_seq(&self) -> i32 {
+        self.batches.back().map_or(NO_SEQUENCE, |b| b.last_seq)
+    }
+    /// Last offset of the latest batch, -1 when none.
+    pub fn last_data_offset(&self) -> i64 {
+        self.batches.back().map_or(-1, |b| b.last_offset)
+    }
+
+    /// The retained batch `batch` repeats: same epoch and the exact first and last sequence
+    /// (Kafka's `findDuplicateBatch`).
+    pub fn find_duplicate(&self, batch: &ProducerBatch) -> Option<BatchMetadata> {
+        if batch.producer_epoch != self.producer_epoch {
+            return None;
+        }
+        self.batches.iter().find(|m| m.first_seq == batch.first_seq && m.last_seq == batch.last_seq).copied()
+    }
+
+    /// Kafka's `maybeUpdateProducerEpoch`: a different epoch replaces the stored one and clears
+    /// the batches.
+    fn set_epoch(&mut self, epoch: i16) {
+        if self.producer_epoch != epoch {
+            self.batches.clear();
+            self.producer_epoch = epoch;
+        }
+    }
+
+    /// Kafka's `addBatch`: epoch first, then the batch, dropping the oldest beyond 5.
+    fn add_batch(&mut self, batch: &ProducerBatch) {
+        self.set_epoch(batch.producer_epoch);
+        if self.batches.len() == NUM_BATCHES_TO_RETAIN {
+            self.batches.pop_front();
+        }
+        self.batches.push_back(batch.metadata());
+        self.last_timestamp = batch.max_timestamp;
+    }
+}
+
+/// What [`ProducerStateManager::check_append`] decided for a record set.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ProducerCheck {
+    /// Every batch is a retry of a retained batch: append nothing, answer with these offsets
+    /// (first batch's first offset, last batch's last offset, largest max timestamp).
+    Duplicate(BatchMetadata),
+    /// The batches pass: write them, then [`ProducerStateManager::apply`] this update.
+    Append(ProducerUpdate),
+}
+
+/// Validated producer-state changes of one append, applied after the write (Kafka's map of
+/// `ProducerAppendInfo.updatedEntry`s): per producer, the epoch and the batches of the append.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct ProducerUpdate {
+    entries: Vec<ProducerStateEntry>,
+}
+
+impl ProducerUpdate {
+    /// Whether no batch of the append had a producer id.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+/// The producer state of one partition (Kafka's `ProducerStateManager`). See the module docs.
+#[derive(Clone, Debug, Default)]
+pub struct ProducerStateManager {
+    partition: String,
+    producers: HashMap<i64, ProducerStateEntry>,
+}
+
+impl ProducerStateManager {
+    /// An empty state for `partition` (`topic-partition`, used in error messages).
+    pub fn new(partition: impl Into<String>) -> Self {
+        ProducerStateManager { partition: partition.into(), producers: HashMap::new() }
+    }
+
+    /// The state of `producer_id`, if the partition has any.
+    pub fn entry(&self, producer_id: i64) -> Option<&ProducerStateEntry> {
+        self.producers.get(&producer_id)
+    }
+    /// Producers with state.
+    pub fn len(&self) -> usize {
+        self.producers.len()
+    }
+    /// Whether no producer has state.
+    pub fn is_empty(&self) -> bool {
+        self.producers.is_empty()
+    }
+    /// The largest producer id with state (the producer id manager starts above it).
+    pub fn max_producer_id(&self) -> Option<i64> {
+        self.producers.keys().copied().max()
+    }
+
+    /// Checks the batches of one client append (headers with the offsets the leader assigned), as
+    /// Kafka's `UnifiedLog.analyzeAndValidateProducerState` with `AppendOrigin.CLIENT`: duplicates
+    /// against the stored state, then epoch and sequence of each batch in order. Batches without a
+    /// producer id pass untouched. Nothing changes until [`Self::apply`].
+    ///
+    /// A set whose batches are all duplicates is [`ProducerCheck::Duplicate`]. A set mixing
+    /// duplicates with other batches is refused with [`LogError::OutOfOrderSequence`] (clients
+    /// send one batch per partition; Kafka would answer such a set as a duplicate of its first
+    /// duplicate batch and silently drop the rest, which this broker does not do).
+    ///
+    /// Errors: [`LogError::InvalidProducerEpoch`], [`LogError::OutOfOrderSequence`].
+    pub fn check_append(&self, headers: &[BatchHeader]) -> Result<ProducerCheck, LogError> {
+        if headers.iter().all(|h| h.producer_id < 0) {
+            return Ok(ProducerCheck::Append(ProducerUpdate::default()));
+        }
+        let batches: Vec<Option<ProducerBatch>> = headers.iter().map(ProducerBatch::from_header).collect();
+        let duplicates: Vec<Option<BatchMetadata>> = batches
+            .iter()
+            .map(|b| b.and_then(|b| self.producers.get(&b.producer_id).and_then(|e| e.find_duplicate(&b))))
+            .collect();
+        let n_dup = duplicates.iter().filter(|d| d.is_some()).count();
+        if n_dup > 0 && n_dup == duplicates.len() {
+            let metas: Vec<BatchMetadata> = duplicates.into_iter().flatten().collect();
+            let first = metas[0];
+            let last = metas[metas.len() - 1];
+            return Ok(ProducerCheck::Duplicate(BatchMetadata {
+                first_seq: first.first_seq,
+                last_seq: last.last_seq,
+                first_offset: first.first_offset,
+                last_offset: last.last_offset,
+                max_timestamp: metas.iter().map(|m| m.max_timestamp).max().unwrap_or(-1),
+            }));
+        }
+        if n_dup > 0 {
+            let (b, _) = batches.iter().zip(&duplicates).find(|(_, d)| d.is_some()).expect("counted");
+            let b = b.expect("a duplicate has a producer id");
+            return Err(
+                self.out_of_order(&b, "the record set mixes a batch already written with new batches".to_string())
+            );
+        }
+        // (current entry, updated entry) per producer, in first-seen order.
+        let mut updates: Vec<(ProducerStateEntry, ProducerStateEntry)> = Vec::new();
+        for b in batches.iter().flatten() {
+            let i = match updates.iter().position(|(c, _)| c.producer_id == b.producer_id) {
+                Some(i) => i,
+                None => {
+                    let current = self
+                        .producers
+                        .get(&b.producer_id)
+                        .cloned()
+                        .unwrap_or_else(|| ProducerStateEntry::empty(b.producer_id));
+                    let mut updated = ProducerStateEntry::empty(b.producer_id);
+                    updated.producer_epoch = current.producer_epoch;
+                    updated.last_timestamp = current.last_timestamp;
+                    updates.push((current, updated));
+                    updates.len() - 1
+                }
+            };
+            let (current, updated) = &mut updates[i];
+            self.check_batch(current, updated, b)?;
+            updated.add_batch(b);
+        }
+        Ok(ProducerCheck::Append(ProducerUpdate { entries: updates.into_iter().map(|(_, u)| u).collect() }))
+    }
+
+    /// Kafka's `checkProducerEpoch` then `checkSequence` for one client batch.
+    fn check_batch(
+        &self,
+        current: &ProducerStateEntry,
+        updated: &ProducerStateEntry,
+        b: &ProducerBatch,
+    ) -> Result<(), LogError> {
+        if b.producer_epoch < updated.producer_epoch {
+            return Err(LogError::InvalidProducerEpoch {
+                partition: self.partition.clone(),
+                producer_id: b.producer_id,
+                producer_epoch: b.producer_epoch,
+                current_epoch: updated.producer_epoch,
+                offset: b.first_offset,
+            });
+        }
+        if b.producer_epoch != updated.producer_epoch {
+            if b.first_seq != 0 && updated.producer_epoch != NO_PRODUCER_EPOCH {
+                return Err(self.out_of_order(
+                    b,
+                    format!(
+                        "a new epoch must start at sequence 0 (request epoch {}, current epoch {})",
+                        b.producer_epoch, updated.producer_epoch
+                    ),
+                ));
+            }
+        } else {
+            let current_last_seq = if !updated.is_empty() {
+                updated.last_seq()
+            } else if b.producer_epoch == current.producer_epoch {
+                current.last_seq()
+            } else {
+                NO_SEQUENCE
+            };
+            // No epoch stored: an unknown producer (or one whose batches are all gone) may start
+            // at any sequence (KIP-360).
+            if current.producer_epoch != NO_PRODUCER_EPOCH && !in_sequence(current_last_seq, b.first_seq) {
+                return Err(self.out_of_order(b, format!("{current_last_seq} (current end sequence number)")));
+            }
+        }
+        Ok(())
+    }
+
+    fn out_of_order(&self, b: &ProducerBatch, reason: String) -> LogError {
+        LogError::OutOfOrderSequence {
+            partition: self.partition.clone(),
+            producer_id: b.producer_id,
+            producer_epoch: b.producer_epoch,
+            sequence: b.first_seq,
+            offset: b.first_offset,
+            reason,
+        }
+    }
+
+    /// Applies a checked update after its batches were written (Kafka's `ProducerStateManager.update`:
+    /// a new epoch clears the stored batches, then the new batches are added, keeping the last 5).
+    pub fn apply(&mut self, update: ProducerUpdate) {
+        for next in update.entries {
+            let entry =
+                self.producers.entry(next.producer_id).or_insert_with(|| ProducerStateEntry::empty(next.producer_id));
+            entry.set_epoch(next.producer_epoch);
+            for m in next.batches {
+                if entry.batches.len() == NUM_BATCHES_TO_RETAIN {
+                    entry.batches.pop_front();
+                }
+                entry.batches.push_back(m);
+            }
+            entry.last_timestamp = next.last_timestamp;
+        }
+    }
+
+    /// Adds a batch already in the log without checks (log load, and appends that keep their
+    /// offsets; Kafka's `AppendOrigin.REPLICATION`). Batches without a producer id are ignored.
+    /// An epoch going backwards is taken as it is, with a warning, as Kafka does for replication.
+    /// A control batch (a transaction marker, written by a coordinator) only sets the epoch and the
+    /// timestamp, retaining no batch (Kafka's `appendEndTxnMarker`).
+    pub fn replay(&mut self, header: &BatchHeader) {
+        let Some(b) = ProducerBatch::from_header(header) else { return };
+        let entry = self.producers.entry(b.producer_id).or_insert_with(|| ProducerStateEntry::empty(b.producer_id));
+        if header.attributes.is_control() {
+            entry.set_epoch(b.producer_epoch);
+            entry.last_timestamp = b.max_timestamp;
+            return;
+        }
+        if b.producer_epoch < entry.producer_epoch {
+            tracing::warn!(
+                "{}: producer {} epoch {} at offset {} is below the last seen epoch {}",
+                self.partition,
+                b.producer_id,
+                b.producer_epoch,
+                b.first_offset,
+                entry.producer_epoch
+            );
+        }
+        entry.add_batch(&b);
+    }
+
+    /// Forgets producers whose latest batch max timestamp is `expiration_ms` or more before
+    /// `now_ms` (Kafka's `removeExpiredProducers` with `producer.id.expiration.ms`). Returns how
+    /// many were removed.
+    pub fn remove_expired(&mut self, now_ms: i64, expiration_ms: i64) -> usize {
+        let before = self.producers.len();
+        self.producers.retain(|_, e| now_ms.saturating_sub(e.last_timestamp) < expiration_ms);
+        before - self.producers.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::batch::{BatchBuilder, Compression};
+
+    const T: i64 = 1_764_000_000_000;
+
+    /// A header for `n` records of `pid`/`epoch` from `seq`, at `offset`.
+    fn header(pid: i64, epoch: i16, seq: i32, n: usize, offset: i64) -> BatchHeader {
+        let mut b = BatchBuilder::new(offset, Compression::None).producer(pid, epoch, seq);
+        for i in 0..n {
+            b.append(T + i as i64, Some(b"k"), Some(b"v"), &[]);
+        }
+        BatchHeader::parse(&b.build().unwrap()).unwrap()
+    }
+
+    fn state() -> ProducerStateManager {
+        ProducerStateManager::new("t-0")
+    }
+
+    /// Checks and applies one batch; returns its offsets or the error.
+    fn append(s: &mut ProducerStateManager, h: BatchHeader) -> Result<ProducerCheck, LogError> {
+        let c = s.check_append(&[h])?;
+        Ok(match c {
+            ProducerCheck::Append(u) => {
+                s.apply(u);
+                ProducerCheck::Append(ProducerUpdate::default())
+            }
+            d => d,
+        })
+    }
+
+    fn is_out_of_order(r: Result<ProducerCheck, LogError>) -> bool {
+        matches!(r, Err(LogError::OutOfOrderSequence { .. }))
+    }
+
+    #[test]
+    fn sequences_must_follow_within_an_epoch() {
+        let mut s = state();
+        assert!(append(&mut s, header(7, 0, 0, 3, 0)).is_ok());
+        assert_eq!(s.entry(7).unwrap().last_seq(), 2);
+        assert!(append(&mut s, header(7, 0, 3, 2, 3)).is_ok());
+        // A gap, and a sequence going back that is no retained batch.
+        assert!(is_out_of_order(append(&mut s, header(7, 0, 6, 1, 5))));
+        assert!(is_out_of_order(append(&mut s, header(7, 0, 1, 1, 5))));
+        assert!(append(&mut s, header(7, 0, 5, 1, 5)).is_ok());
+        assert_eq!(s.entry(7).unwrap().last_data_offset(), 5);
+    }
+
+    #[test]
+    fn unknown_producers_start_at_any_sequence() {
+        let mut s = state();
+        assert!(append(&mut s, header(9, 3, 42, 1, 0)).is_ok(), "KIP-360: no state, any sequence");
+        assert!(is_out_of_order(append(&mut s, header(9, 3, 44, 1, 1))));
+        assert!(append(&mut s, header(9, 3, 43, 1, 1)).is_ok());
+    }
+
+    #[test]
+    fn a_new_epoch_must_start_at_zero_and_an_old_epoch_is_fenced() {
+        let mut s = state();
+        append(&mut s, header(1, 0, 0, 2, 0)).unwrap();
+        assert!(is_out_of_order(append(&mut s, header(1, 1, 5, 1, 2))));
+        assert!(append(&mut s, header(1, 1, 0, 1, 2)).is_ok());
+        assert_eq!(s.entry(1).unwrap().producer_epoch(), 1);
+        assert_eq!(s.entry(1).unwrap().batches().len(), 1, "a new epoch clears the batches");
+        let old = append(&mut s, header(1, 0, 2, 1, 3));
+        assert!(
+            matches!(old, Err(LogError::InvalidProducerEpoch { producer_epoch: 0, current_epoch: 1, .. })),
+            "{old:?}"
+        );
+    }
+
+    #[test]
+    fn duplicates_of_the_last_five_batches_return_the_original_offsets() {
+        let mut s = state();
+        let mut offset = 100;
+        for i in 0..6 {
+            append(&mut s, header(5, 0, i * 2, 2, offset)).unwrap();
+            offset += 2;
+        }
+        assert_eq!(s.entry(5).unwrap().batches().len(), NUM_BATCHES_TO_RETAIN);
+        // Batch 1 (seq 2-3, offsets 102-103) is still retained: a retry gets its offsets back,
+        // whatever offsets the retry would have had.
+        match s.check_append(&[header(5, 0, 2, 2, 999)]).unwrap() {
+            ProducerCheck::Duplicate(m) => assert_eq!((m.first_offset, m.last_offset, m.first_seq), (102, 103, 2)),
+            other => panic!("{other:?}"),
+        }
+        // The last batch too.
+        assert!(
+            matches!(s.check_append(&[header(5, 0, 10, 2, 999)]).unwrap(), ProducerCheck::Duplicate(m) if m.first_offset == 110)
+        );
+        // Batch 0 is gone: its retry is out of order.
+        assert!(is_out_of_order(s.check_append(&[header(5, 0, 0, 2, 999)])));
+        // Same first sequence, other last sequence: not a duplicate.
+        assert!(is_out_of_order(s.check_append(&[header(5, 0, 2, 3, 999)])));
+        // Another epoch is never a duplicate.
+        assert!(matches!(s.check_append(&[header(5, 1, 10, 2, 999)]), Err(LogError::OutOfOrderSequence { .. })));
+    }
+
+    #[test]
+    fn sequences_wrap_at_i32_max() {
+        assert_eq!(increment_sequence(i32::MAX, 1), 0);
+        assert_eq!(increment_sequence(i32::MAX - 1, 3), 1);
+        assert_eq!(decrement_sequence(1, 3), i32::MAX - 1);
+        let mut s = state();
+        append(&mut s, header(2, 0, i32::MAX - 1, 2, 0)).unwrap();
+        assert_eq!(s.entry(2).unwrap().last_seq(), i32::MAX);
+        assert!(is_out_of_order(s.check_append(&[header(2, 0, 1, 1, 2)])));
+        assert!(append(&mut s, header(2, 0, 0, 1, 2)).is_ok());
+        // A batch spanning the wrap.
+        let mut s = state();
+        append(&mut s, header(3, 0, i32::MAX - 1, 1, 0)).unwrap();
+        append(&mut s, header(3, 0, i32::MAX, 3, 1)).unwrap();
+        assert_eq!(s.entry(3).unwrap().last_seq(), 1);
+        assert!(
+            matches!(s.check_append(&[header(3, 0, i32::MAX, 3, 9)]).unwrap(), ProducerCheck::Duplicate(m) if m.first_offset == 1)
+        );
+        assert!(append(&mut s, header(3, 0, 2, 1, 4)).is_ok());
+    }
+
+    #[test]
+    fn batches_of_one_set_are_checked_in_order_and_nothing_changes_on_error() {
+        let mut s = state();
+        append(&mut s, header(4, 0, 0, 1, 0)).unwrap();
+        let set = [header(4, 0, 1, 2, 1), header(4, 0, 3, 1, 3), header(8, 0, 0, 1, 4)];
+        let ProducerCheck::Append(u) = s.check_append(&set).unwrap() else { panic!() };
+        s.apply(u);
+        assert_eq!(s.entry(4).unwrap().last_seq(), 3);
+        assert_eq!(s.entry(4).unwrap().batches().len(), 3);
+        assert_eq!(s.entry(8).unwrap().last_seq(), 0);
+        // Second batch out of order: the whole set is refused and the state is unchanged.
+        let bad = [header(4, 0, 4, 1, 5), header(4, 0, 9, 1, 6)];
+        assert!(matches!(s.check_append(&bad), Err(LogError::OutOfOrderSequence { sequence: 9, .. })));
+        assert_eq!(s.entry(4).unwrap().last_seq(), 3);
+        // A set of duplicates answers the span; a mixed set is refused.
+        assert!(matches!(
+            s.check_append(&[header(4, 0, 1, 2, 50), header(4, 0, 3, 1, 52)]).unwrap(),
+            ProducerCheck::Duplicate(m) if (m.first_offset, m.last_offset) == (1, 3)
+        ));
+        assert!(is_out_of_order(s.check_append(&[header(4, 0, 3, 1, 50), header(4, 0, 4, 1, 51)])));
+        // Batches without a producer id pass.
+        let plain = BatchHeader::parse(&{
+            let mut b = BatchBuilder::new(0, Compression::None);
+            b.append(T, None, Some(b"v"), &[]);
+            b.build().unwrap()
+        })
+        .unwrap();
+        assert!(matches!(s.check_append(&[plain]).unwrap(), ProducerCheck::Append(u) if u.is_empty()));
+    }
+
+    #[test]
+    fn replay_rebuilds_without_checks_and_expiry_forgets() {
+        let mut s = state();
+        s.replay(&header(6, 0, 0, 1, 0));
+        s.replay(&header(6, 0, 7, 1, 1)); // a gap (compaction): taken as it is
+        s.replay(&header(11, 2, 0, 1, 2));
+        assert_eq!(s.entry(6).unwrap().last_seq(), 7);
+        assert_eq!(s.max_producer_id(), Some(11));
+        assert!(append(&mut s, header(6, 0, 8, 1, 3)).is_ok());
+        assert_eq!(s.remove_expired(T + DEFAULT_PRODUCER_ID_EXPIRATION_MS - 1, DEFAULT_PRODUCER_ID_EXPIRATION_MS), 0);
+        assert_eq!(s.remove_expired(T + DEFAULT_PRODUCER_ID_EXPIRATION_MS, DEFAULT_PRODUCER_ID_EXPIRATION_MS), 2);
+        assert!(s.is_empty());
+        // Expired: unknown again, any sequence.
+        assert!(append(&mut s, header(6, 0, 100, 1, 4)).is_ok());
+        // A transaction marker keeps the data batches and their last sequence.
+        let mut m = BatchBuilder::new(5, Compression::None).producer(6, 0, -1).transactional(true).control(true);
+        m.append(T, Some(&[0, 0, 0, 1]), Some(&[0, 0, 0, 0, 0, 0]), &[]);
+        s.replay(&BatchHeader::parse(&m.build().unwrap()).unwrap());
+        assert_eq!((s.entry(6).unwrap().last_seq(), s.entry(6).unwrap().batches().len()), (100, 1));
+    }
+
+    // --- Through PartitionLog: append, reopen (clean, unclean, torn tail), compaction. ---
+
+    use crate::log::partition::OpenOptions;
+    use crate::log::{LogConfig, PartitionLog};
+
+    fn batch(pid: i64, epoch: i16, seq: i32, n: usize, key: &str) -> Vec<u8> {
+        let mut b = BatchBuilder::new(0, Compression::None).producer(pid, epoch, seq);
+        for i in 0..n {
+            b.append(T + i as i64, Some(key.as_bytes()), Some(format!("v{seq}-{i}").as_bytes()), &[]);
+        }
+        b.build().unwrap()
+    }
+
+    fn open(dir: &std::path::Path, cfg: LogConfig, clean: bool) -> PartitionLog {
+        PartitionLog::open(dir, cfg, OpenOptions { had_clean_shutdown: clean, ..Default::default() }).unwrap().0
+    }
+
+    #[test]
+    fn partition_log_answers_retries_with_the_original_offsets_and_rebuilds_on_open() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("idem-0");
+        let mut log = open(&dir, LogConfig::default(), true);
+        for seq in [0, 2, 4] {
+            let info = log.append(&batch(1, 0, seq, 2, "k"), T).unwrap();
+            assert_eq!((info.first_offset, info.duplicate), (seq as i64, false));
+        }
+        let retry = log.append(&batch(1, 0, 2, 2, "k"), T).unwrap();
+        assert!(retry.duplicate);
+        assert_eq!((retry.first_offset, retry.last_offset, retry.bytes), (2, 3, 0));
+        assert_eq!(log.log_end_offset(), 6, "a retry is stored once");
+        let gap = log.append(&batch(1, 0, 7, 1, "k"), T);
+        assert!(matches!(gap, Err(LogError::OutOfOrderSequence { sequence: 7, .. })), "{gap:?}");
+        assert_eq!(log.log_end_offset(), 6);
+
+        // Reopen without a clean shutdown: the state is replayed from the batch headers.
+        drop(log);
+        let mut log = open(&dir, LogConfig::default(), false);
+        assert_eq!(log.producer_state().entry(1).unwrap().last_seq(), 5);
+        assert!(log.append(&batch(1, 0, 4, 2, "k"), T).unwrap().duplicate);
+        log.append(&batch(1, 0, 6, 2, "k"), T).unwrap();
+        assert_eq!(log.log_end_offset(), 8);
+
+        // A torn tail: the last batch (seq 6-7) is cut by recovery, and so is its state.
+        let path = log.active_segment().log_path().to_path_buf();
+        drop(log);
+        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        let len = f.metadata().unwrap().len();
+        f.set_len(len - 5).unwrap();
+        drop(f);
+        let mut log = open(&dir, LogConfig::default(), false);
+        assert_eq!(log.log_end_offset(), 6);
+        assert_eq!(log.producer_state().entry(1).unwrap().last_seq(), 5);
+        let again = log.append(&batch(1, 0, 6, 2, "k"), T).unwrap();
+        assert_eq!((again.first_offset, again.duplicate), (6, false), "the lost batch is written again");
+    }
+
+    #[test]
+    fn state_rebuilt_from_a_compacted_log_keeps_each_producers_last_batch() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("compacted-0");
+        let mut cfg = LogConfig::default();
+        cfg.set("cleanup.policy", "compact").unwrap();
+        let mut log = open(&dir, cfg.clone(), true);
+        for seq in 0..5 {
+            log.append(&batch(3, 0, seq, 1, "k"), T).unwrap();
+        }
+        // A plain write of the same key makes every record of producer 3 obsolete.
+        let mut plain = BatchBuilder::new(0, Compression::None);
+        plain.append(T, Some(b"k"), Some(b"latest"), &[]);
+        log.append(&plain.build().unwrap(), T).unwrap();
+        log.roll(T).unwrap();
+        let out = crate::log::cleaner::compact(&mut log, T).unwrap();
+        assert!(out.records_kept < out.records_read, "{out:?}");
+        drop(log);
+        let mut log = open(&dir, cfg, false);
+        let entry = log.producer_state().entry(3).expect("the producer's last (empty) batch survives");
+        assert_eq!((entry.producer_epoch(), entry.last_seq(), entry.last_data_offset()), (0, 4, 4));
+        let retry = log.append(&batch(3, 0, 4, 1, "k"), T).unwrap();
+        assert_eq!((retry.duplicate, retry.first_offset), (true, 4));
+        assert!(matches!(log.append(&batch(3, 0, 6, 1, "k"), T), Err(LogError::OutOfOrderSequence { .. })));
+        assert_eq!(log.append(&batch(3, 0, 5, 1, "k"), T).unwrap().first_offset, 6);
+    }
+}

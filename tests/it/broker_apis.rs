@@ -1,0 +1,539 @@
+//! Broker APIs over TCP: CreateTopics (v2-v7), OffsetForLeaderEpoch (v2-v4, KIP-320), Fetch
+//! v13+ and Produce v13 by topic id (KIP-516), `read_committed` fetches, and kcat against the new
+//! advertised versions. Requests go through the shared test client of `broker.rs`.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use fetchbench::broker::{Broker, BrokerConfig};
+use fetchbench::log::partition::OpenOptions;
+use fetchbench::log::{LogConfig, PartitionLog};
+use fetchbench::read_path::ReadPathKind;
+use kafka_protocol::messages::create_topics_request::{
+    CreatableReplicaAssignment, CreatableTopic, CreatableTopicConfig,
+};
+use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::offset_for_leader_epoch_request::{OffsetForLeaderPartition, OffsetForLeaderTopic};
+use kafka_protocol::messages::offset_for_leader_epoch_response::EpochEndOffset;
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsRequest, BrokerId, CreateTopicsRequest, FetchRequest, FetchResponse, ListOffsetsRequest,
+    MetadataRequest, MetadataResponse, OffsetForLeaderEpochRequest, ProduceRequest, RequestKind, ResponseKind,
+};
+use kafka_protocol::protocol::StrBytes;
+use uuid::Uuid;
+
+use crate::broker::{batch, fetch, metadata, name, produce, start, Client};
+
+fn topic(name_: &str, num_partitions: i32, replication_factor: i16) -> CreatableTopic {
+    CreatableTopic::default()
+        .with_name(name(name_))
+        .with_num_partitions(num_partitions)
+        .with_replication_factor(replication_factor)
+}
+
+fn config(key: &str, value: Option<&str>) -> CreatableTopicConfig {
+    CreatableTopicConfig::default()
+        .with_name(StrBytes::from_string(key.to_string()))
+        .with_value(value.map(|v| StrBytes::from_string(v.to_string())))
+}
+
+fn create_topics_with(
+    client: &mut Client,
+    version: i16,
+    topics: Vec<CreatableTopic>,
+    timeout_ms: i32,
+    validate_only: bool,
+) -> Vec<CreatableTopicResult> {
+    let req = CreateTopicsRequest::default()
+        .with_topics(topics)
+        .with_timeout_ms(timeout_ms)
+        .with_validate_only(validate_only);
+    match client.call(ApiKey::CreateTopics, version, RequestKind::CreateTopics(req)) {
+        ResponseKind::CreateTopics(r) => r.topics,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Creates one topic (v7, timeout 5 s) and returns its result.
+fn create_topic(client: &mut Client, t: CreatableTopic) -> CreatableTopicResult {
+    let mut results = create_topics_with(client, 7, vec![t], 5000, false);
+    assert_eq!(results.len(), 1);
+    results.remove(0)
+}
+
+/// Metadata for `topic` without auto-creation.
+fn describe(client: &mut Client, topic: &str) -> MetadataResponse {
+    let req = MetadataRequest::default()
+        .with_topics(Some(vec![MetadataRequestTopic::default().with_name(Some(name(topic)))]))
+        .with_allow_auto_topic_creation(false);
+    match client.call(ApiKey::Metadata, 12, RequestKind::Metadata(req)) {
+        ResponseKind::Metadata(r) => r,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn message(r: &CreatableTopicResult) -> String {
+    r.error_message.as_ref().map(|m| m.to_string()).unwrap_or_default()
+}
+
+#[test]
+fn api_versions_advertise_the_new_apis_and_ranges() {
+    let (_tmp, broker) = start(ReadPathKind::Copy);
+    let mut c = Client::connect(broker.local_addr());
+    let ResponseKind::ApiVersions(r) =
+        c.call(ApiKey::ApiVersions, 3, RequestKind::ApiVersions(ApiVersionsRequest::default()))
+    else {
+        panic!()
+    };
+    let range = |key: ApiKey| {
+        let v = r.api_keys.iter().find(|k| k.api_key == key as i16).unwrap_or_else(|| panic!("{key:?} missing"));
+        (v.min_version, v.max_version)
+    };
+    assert_eq!(range(ApiKey::Fetch), (4, 18));
+    assert_eq!(range(ApiKey::Produce), (0, 13));
+    assert_eq!(range(ApiKey::CreateTopics), (2, 7));
+    assert_eq!(range(ApiKey::OffsetForLeaderEpoch), (2, 4));
+    broker.shutdown().unwrap();
+}
+
+#[test]
+fn create_topics_creates_partitions_with_configs_and_reports_them() {
+    let (tmp, broker) = start(ReadPathKind::Copy);
+    let mut c = Client::connect(broker.local_addr());
+    let r = create_topic(&mut c, topic("ct", 3, -1).with_configs(vec![config("retention.ms", Some("1000"))]));
+    assert_eq!((r.error_code, r.error_message.clone()), (0, None));
+    assert!(!r.topic_id.is_nil(), "v7 carries the topic id");
+    assert_eq!((r.num_partitions, r.replication_factor), (3, 1));
+    let configs = r.configs.clone().unwrap();
+    let names: Vec<String> = configs.iter().map(|c| c.name.to_string()).collect();
+    let mut sorted = names.clone();
+    sorted.sort();
+    assert_eq!(names, sorted, "configs sorted by name");
+    let find = |n: &str| configs.iter().find(|c| c.name.as_str() == n).unwrap();
+    assert_eq!((find("retention.ms").value.as_deref(), find("retention.ms").config_source), (Some("1000"), 1));
+    assert_eq!((find("segment.bytes").value.as_deref(), find("segment.bytes").config_source), (Some("1073741824"), 5));
+    for p in 0..3 {
+        assert!(tmp.path().join(format!("logs/ct-{p}/partition.metadata")).is_file(), "partition {p}");
+    }
+    let md = describe(&mut c, "ct");
+    assert_eq!(md.topics[0].error_code, 0);
+    assert_eq!(md.topics[0].topic_id, r.topic_id);
+    assert_eq!(md.topics[0].partitions.len(), 3);
+    // The created partitions carry the topic's config: records older than retention.ms are
+    // eligible for deletion, which is not asserted here (cleaner timing); the value is.
+    assert_eq!(broker.shared().logs().as_ref().unwrap().log("ct", 2).unwrap().config().retention_ms, 1000);
+
+    // Exists already.
+    let again = create_topic(&mut c, topic("ct", 1, 1));
+    assert_eq!((again.error_code, message(&again).as_str()), (36, "Topic 'ct' already exists."));
+    // num_partitions -1: num.partitions (1); replication factor 1 is fine.
+    let d = create_topic(&mut c, topic("dflt", -1, 1));
+    assert_eq!((d.error_code, d.num_partitions), (0, 1));
+    broker.shutdown().unwrap();
+}
+
+#[test]
+fn create_topics_refuses_what_kafka_refuses() {
+    let (_tmp, broker) = start(ReadPathKind::Copy);
+    let mut c = Client::connect(broker.local_addr());
+    let assign = |p: i32, brokers: &[i32]| {
+        CreatableReplicaAssignment::default()
+            .with_partition_index(p)
+            .with_broker_ids(brokers.iter().map(|b| BrokerId(*b)).collect())
+    };
+    let cases: Vec<(CreatableTopic, i16, &str)> = vec![
+        (topic("rf2", 1, 2), 38, "Unable to replicate the partition 2 time(s)"),
+        (topic("rf0", 1, 0), 38, "Replication factor must be larger than 0"),
+        (topic("rfneg", 1, -3), 38, "Replication factor must be larger than 0"),
+        (topic("np0", 0, 1), 37, "Number of partitions was set to an invalid non-positive value."),
+        (topic("npneg", -2, 1), 37, "Number of partitions"),
+        (topic("huge", 10_001, 1), 37, "at most 10000"),
+        (topic("bad/name", 1, 1), 17, ""),
+        (topic("", 1, 1), 17, ""),
+        (topic("__cluster_metadata", 1, 1), 42, "prohibited"),
+        (topic("cfg1", 1, 1).with_configs(vec![config("no.such.config", Some("1"))]), 40, "Unknown topic config name"),
+        (topic("cfg2", 1, 1).with_configs(vec![config("retention.ms", Some("soon"))]), 40, "retention.ms"),
+        (
+            topic("cfg3", 1, 1).with_configs(vec![config("log.retention.ms", Some("1"))]),
+            40,
+            "Unknown topic config name: log.retention.ms",
+        ),
+        (
+            topic("cfg4", 1, 1).with_configs(vec![config("cleanup.policy", None)]),
+            40,
+            "Null value not supported for topic configs: cleanup.policy",
+        ),
+        (topic("as1", 1, -1).with_assignments(vec![assign(0, &[0])]), 42, "numPartitions was not set to -1"),
+        (topic("as2", -1, 1).with_assignments(vec![assign(0, &[0])]), 42, "replication factor was not set to -1"),
+        (topic("as3", -1, -1).with_assignments(vec![assign(0, &[1])]), 39, "includes broker 1, but no such broker"),
+        (topic("as4", -1, -1).with_assignments(vec![assign(0, &[])]), 39, "empty replica list"),
+        (topic("as5", -1, -1).with_assignments(vec![assign(0, &[0, 0])]), 39, "more than once"),
+        (topic("as6", -1, -1).with_assignments(vec![assign(0, &[0]), assign(0, &[0])]), 39, "multiple manual"),
+        (topic("as7", -1, -1).with_assignments(vec![assign(1, &[0])]), 39, "consecutive 0-based"),
+    ];
+    for (t, code, text) in cases {
+        let label = t.name.to_string();
+        let r = create_topic(&mut c, t);
+        assert_eq!(r.error_code, code, "{label}: {:?}", r.error_message);
+        assert!(message(&r).contains(text), "{label}: {:?} lacks {text:?}", r.error_message);
+        assert!(r.topic_id.is_nil(), "{label}");
+    }
+    // Manual assignments to node 0 make the partitions.
+    let ok = create_topic(&mut c, topic("manual", -1, -1).with_assignments(vec![assign(1, &[0]), assign(0, &[0])]));
+    assert_eq!((ok.error_code, ok.num_partitions, ok.replication_factor), (0, 2, 1));
+    assert_eq!(describe(&mut c, "manual").topics[0].partitions.len(), 2);
+    // Collision on '.' / '_' with an existing topic.
+    assert_eq!(create_topic(&mut c, topic("a.b", 1, 1)).error_code, 0);
+    let col = create_topic(&mut c, topic("a_b", 1, 1));
+    assert_eq!((col.error_code, message(&col).as_str()), (17, "Topic 'a_b' collides with existing topic: a.b"));
+    // Duplicate names: one INVALID_REQUEST result, nothing created.
+    let dup = create_topics_with(&mut c, 7, vec![topic("dup", 1, 1), topic("dup", 1, 1)], 5000, false);
+    assert_eq!(dup.len(), 1);
+    assert_eq!((dup[0].error_code, message(&dup[0]).as_str()), (42, "Duplicate topic name."));
+    assert_eq!(describe(&mut c, "dup").topics[0].error_code, 3);
+    // validate_only: the full answer, nothing created.
+    let v = create_topics_with(&mut c, 7, vec![topic("vo", 4, 1)], 5000, true);
+    assert_eq!((v[0].error_code, v[0].num_partitions), (0, 4));
+    assert_eq!(describe(&mut c, "vo").topics[0].error_code, 3);
+    // A timeout of 0: REQUEST_TIMED_OUT, nothing created (Kafka 4's controller deadline).
+    let t0 = create_topics_with(&mut c, 7, vec![topic("t0", 1, 1)], 0, false);
+    assert_eq!(t0[0].error_code, 7);
+    assert_eq!(describe(&mut c, "t0").topics[0].error_code, 3);
+    // Every served version answers (v2-v4 without the v5+ fields).
+    for version in 2..=7 {
+        let n = format!("ver{version}");
+        let r = create_topics_with(&mut c, version, vec![topic(&n, 2, -1)], 5000, false);
+        assert_eq!((r[0].name.as_str(), r[0].error_code), (n.as_str(), 0), "v{version}");
+        if version >= 5 {
+            assert_eq!(r[0].num_partitions, 2, "v{version}");
+        }
+        assert_eq!(r[0].topic_id.is_nil(), version < 7, "v{version}");
+        assert_eq!(describe(&mut c, &n).topics[0].partitions.len(), 2, "v{version}");
+    }
+    assert_eq!(broker.shared().connection_panics(), 0);
+    broker.shutdown().unwrap();
+}
+
+#[test]
+fn created_topics_keep_partitions_and_topic_id_across_a_restart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = BrokerConfig::new("127.0.0.1:0".parse().unwrap(), tmp.path().join("logs"), ReadPathKind::Copy);
+    let broker = Broker::start(config.clone()).unwrap();
+    let mut c = Client::connect(broker.local_addr());
+    let r = create_topic(&mut c, topic("kept", 4, -1));
+    assert_eq!(r.error_code, 0);
+    let before = describe(&mut c, "kept");
+    assert_eq!(before.topics[0].topic_id, r.topic_id);
+    assert_eq!(before.topics[0].partitions.len(), 4);
+    broker.shutdown().unwrap();
+
+    let broker = Broker::start(config).unwrap();
+    let mut c = Client::connect(broker.local_addr());
+    let after = describe(&mut c, "kept");
+    assert_eq!(after.topics[0].error_code, 0);
+    assert_eq!(after.topics[0].topic_id, r.topic_id, "the topic id survives the restart");
+    let indexes: Vec<i32> = after.topics[0].partitions.iter().map(|p| p.partition_index).collect();
+    assert_eq!(indexes, vec![0, 1, 2, 3]);
+    assert_eq!(create_topic(&mut c, topic("kept", 1, 1)).error_code, 36);
+    broker.shutdown().unwrap();
+}
+
+/// Writes `<log dir>/<topic>-0` with batches appended under leader epochs `epochs` (epoch,
+/// records), so the leader epoch cache is `[(e0, 0), (e1, n0), ...]`.
+fn write_log_with_epochs(log_dir: &Path, topic: &str, epochs: &[(i32, usize)]) {
+    std::fs::create_dir_all(log_dir).unwrap();
+    let (mut log, _) = PartitionLog::open(
+        &log_dir.join(format!("{topic}-0")),
+        LogConfig::default(),
+        OpenOptions { had_clean_shutdown: true, ..Default::default() },
+    )
+    .unwrap();
+    for &(epoch, n) in epochs {
+        log.set_leader_epoch(epoch);
+        log.append(&batch(n), 1_700_000_000_000).unwrap();
+    }
+    log.close().unwrap();
+}
+
+fn epoch_query(
+    client: &mut Client,
+    version: i16,
+    topic: &str,
+    leader_epoch: i32,
+    current_leader_epoch: i32,
+) -> EpochEndOffset {
+    let req = OffsetForLeaderEpochRequest::default().with_replica_id(BrokerId(-1)).with_topics(vec![
+        OffsetForLeaderTopic::default().with_topic(name(topic)).with_partitions(vec![
+            OffsetForLeaderPartition::default()
+                .with_partition(0)
+                .with_leader_epoch(leader_epoch)
+                .with_current_leader_epoch(current_leader_epoch),
+        ]),
+    ]);
+    match client.call(ApiKey::OffsetForLeaderEpoch, version, RequestKind::OffsetForLeaderEpoch(req)) {
+        ResponseKind::OffsetForLeaderEpoch(r) => {
+            assert_eq!(r.topics[0].topic.as_str(), topic);
+            r.topics[0].partitions[0].clone()
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn offset_for_leader_epoch_follows_the_leader_epoch_cache() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log_dir = tmp.path().join("logs");
+    // Epoch 2 holds offsets 0-2, epoch 5 offsets 3-4: the cache is [(2, 0), (5, 3)], LEO 5.
+    write_log_with_epochs(&log_dir, "ep", &[(2, 3), (5, 2)]);
+    let broker =
+        Broker::start(BrokerConfig::new("127.0.0.1:0".parse().unwrap(), &log_dir, ReadPathKind::Copy)).unwrap();
+    let mut c = Client::connect(broker.local_addr());
+    for version in 2..=4 {
+        let q = |c: &mut Client, epoch, current| {
+            let r = epoch_query(c, version, "ep", epoch, current);
+            (r.error_code, r.leader_epoch, r.end_offset)
+        };
+        assert_eq!(q(&mut c, 5, 5), (0, 5, 5), "v{version}: latest epoch: the log end offset");
+        assert_eq!(q(&mut c, 5, -1), (0, 5, 5), "v{version}: current epoch not given");
+        assert_eq!(q(&mut c, 2, 5), (0, 2, 3), "v{version}: ends where epoch 5 starts");
+        assert_eq!(q(&mut c, 3, 5), (0, 2, 3), "v{version}: unknown epoch: floor epoch, next start");
+        assert_eq!(q(&mut c, 4, -1), (0, 2, 3), "v{version}");
+        assert_eq!(q(&mut c, 1, 5), (0, 1, 0), "v{version}: below the first: the first start offset");
+        assert_eq!(q(&mut c, 6, 5), (0, -1, -1), "v{version}: above the latest: undefined");
+        assert_eq!(q(&mut c, -1, 5), (0, -1, -1), "v{version}: undefined epoch");
+        assert_eq!(q(&mut c, 5, 4), (74, -1, -1), "v{version}: older current epoch: FENCED_LEADER_EPOCH");
+        assert_eq!(q(&mut c, 5, 6), (76, -1, -1), "v{version}: newer current epoch: UNKNOWN_LEADER_EPOCH");
+        let unknown = epoch_query(&mut c, version, "nope", 0, -1);
+        assert_eq!((unknown.error_code, unknown.leader_epoch, unknown.end_offset), (3, -1, -1), "v{version}");
+    }
+    // Metadata and ListOffsets agree with the cache's current epoch.
+    let md = describe(&mut c, "ep");
+    assert_eq!(md.topics[0].partitions[0].leader_epoch, 5);
+    let list = |c: &mut Client, timestamp: i64| {
+        let req =
+            ListOffsetsRequest::default().with_replica_id(BrokerId(-1)).with_topics(vec![ListOffsetsTopic::default()
+                .with_name(name("ep"))
+                .with_partitions(vec![ListOffsetsPartition::default()
+                    .with_partition_index(0)
+                    .with_timestamp(timestamp)
+                    .with_current_leader_epoch(-1)])]);
+        let ResponseKind::ListOffsets(r) = c.call(ApiKey::ListOffsets, 7, RequestKind::ListOffsets(req)) else {
+            panic!()
+        };
+        let p = &r.topics[0].partitions[0];
+        (p.error_code, p.offset, p.leader_epoch)
+    };
+    assert_eq!(list(&mut c, -1), (0, 5, 5), "latest: current epoch");
+    assert_eq!(list(&mut c, -2), (0, 0, 2), "earliest: the epoch of offset 0");
+    assert_eq!(list(&mut c, 1_700_000_000_001), (0, 1, 2));
+    // Appends go on under epoch 5.
+    assert_eq!(produce(&mut c, "ep", batch(1), 1), Some((0, 5)));
+    assert_eq!(epoch_query(&mut c, 4, "ep", 5, 5).end_offset, 6);
+    broker.shutdown().unwrap();
+}
+
+#[test]
+fn offset_for_leader_epoch_on_a_new_topic_has_epoch_zero_at_the_log_end() {
+    let (_tmp, broker) = start(ReadPathKind::Copy);
+    let mut c = Client::connect(broker.local_addr());
+    assert_eq!(create_topic(&mut c, topic("fresh", 1, 1)).error_code, 0);
+    // Kafka's makeLeader puts the leader epoch at the log end offset: epoch 0 ends at 0.
+    let r = epoch_query(&mut c, 4, "fresh", 0, 0);
+    assert_eq!((r.error_code, r.leader_epoch, r.end_offset), (0, 0, 0));
+    assert_eq!(produce(&mut c, "fresh", batch(3), 1), Some((0, 0)));
+    let r = epoch_query(&mut c, 4, "fresh", 0, 0);
+    assert_eq!((r.error_code, r.leader_epoch, r.end_offset), (0, 0, 3));
+    assert_eq!(epoch_query(&mut c, 3, "fresh", 1, -1).end_offset, -1);
+    broker.shutdown().unwrap();
+}
+
+fn fetch_request(topic: FetchTopic, isolation_level: i8) -> FetchRequest {
+    FetchRequest::default()
+        .with_max_wait_ms(0)
+        .with_min_bytes(1)
+        .with_max_bytes(1 << 20)
+        .with_isolation_level(isolation_level)
+        .with_topics(vec![topic])
+}
+
+fn fetch_partitions(partitions: &[i32]) -> Vec<FetchPartition> {
+    partitions
+        .iter()
+        .map(|&p| FetchPartition::default().with_partition(p).with_fetch_offset(0).with_partition_max_bytes(1 << 20))
+        .collect()
+}
+
+fn fetch_raw(client: &mut Client, version: i16, req: FetchRequest) -> FetchResponse {
+    match client.call(ApiKey::Fetch, version, RequestKind::Fetch(req)) {
+        ResponseKind::Fetch(r) => r,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn by_name(topic: &str, partitions: &[i32]) -> FetchTopic {
+    FetchTopic::default().with_topic(name(topic)).with_partitions(fetch_partitions(partitions))
+}
+
+fn by_id(id: Uuid, partitions: &[i32]) -> FetchTopic {
+    FetchTopic::default().with_topic_id(id).with_partitions(fetch_partitions(partitions))
+}
+
+#[test]
+fn fetch_v13_and_later_by_topic_id_returns_the_v12_bytes() {
+    let (_tmp, broker) = start(ReadPathKind::Sendfile);
+    let mut c = Client::connect(broker.local_addr());
+    let id = metadata(&mut c, "tid", 12).topics[0].topic_id;
+    assert!(!id.is_nil());
+    assert_eq!(produce(&mut c, "tid", batch(3), 1), Some((0, 0)));
+    assert_eq!(produce(&mut c, "tid", batch(2), 1), Some((0, 3)));
+    let v12 = fetch_raw(&mut c, 12, fetch_request(by_name("tid", &[0]), 0));
+    let want = v12.responses[0].partitions[0].records.clone().unwrap();
+    assert!(!want.is_empty());
+    for version in 13..=18 {
+        let r = fetch_raw(&mut c, version, fetch_request(by_id(id, &[0]), 0));
+        assert_eq!(r.responses[0].topic_id, id, "v{version}");
+        let p = &r.responses[0].partitions[0];
+        assert_eq!((p.error_code, p.high_watermark, p.log_start_offset), (0, 5, 0), "v{version}");
+        assert_eq!(p.records.as_ref(), Some(&want), "v{version}: same bytes as v12");
+        assert!(r.node_endpoints.is_empty(), "v{version}");
+        // An unknown id: UNKNOWN_TOPIC_ID, the response names the requested id.
+        let other = Uuid::from_u128(0x1234);
+        let r = fetch_raw(&mut c, version, fetch_request(by_id(other, &[0, 1]), 0));
+        assert_eq!(r.responses[0].topic_id, other, "v{version}");
+        let codes: Vec<i16> = r.responses[0].partitions.iter().map(|p| p.error_code).collect();
+        assert_eq!(codes, vec![100, 100], "v{version}");
+        // The zero id is no topic's.
+        let r = fetch_raw(&mut c, version, fetch_request(by_id(Uuid::nil(), &[0]), 0));
+        assert_eq!(r.responses[0].partitions[0].error_code, 100, "v{version}");
+        // A known id, an unknown partition.
+        let r = fetch_raw(&mut c, version, fetch_request(by_id(id, &[7]), 0));
+        assert_eq!(r.responses[0].partitions[0].error_code, 3, "v{version}");
+    }
+    assert_eq!(fetch(&mut c, "tid", 0, 12).2.len(), 5);
+    assert_eq!(broker.shared().connection_panics(), 0);
+    broker.shutdown().unwrap();
+}
+
+#[test]
+fn produce_v13_addresses_topics_by_id() {
+    let (_tmp, broker) = start(ReadPathKind::Copy);
+    let mut c = Client::connect(broker.local_addr());
+    let id = metadata(&mut c, "pid", 12).topics[0].topic_id;
+    let produce_by_id = |c: &mut Client, id: Uuid, records: Vec<u8>| {
+        let req = ProduceRequest::default().with_acks(-1).with_timeout_ms(5000).with_topic_data(vec![
+            TopicProduceData::default().with_topic_id(id).with_partition_data(vec![PartitionProduceData::default()
+                .with_index(0)
+                .with_records(Some(Bytes::from(records)))]),
+        ]);
+        match c.call(ApiKey::Produce, 13, RequestKind::Produce(req)) {
+            ResponseKind::Produce(r) => {
+                assert_eq!(r.responses[0].topic_id, id);
+                let p = &r.responses[0].partition_responses[0];
+                (p.error_code, p.base_offset)
+            }
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(produce_by_id(&mut c, id, batch(2)), (0, 0));
+    assert_eq!(produce_by_id(&mut c, id, batch(1)), (0, 2));
+    assert_eq!(produce_by_id(&mut c, Uuid::from_u128(77), batch(1)).0, 100);
+    assert_eq!(produce_by_id(&mut c, Uuid::nil(), batch(1)).0, 100);
+    let (err, hw, records) = fetch(&mut c, "pid", 0, 12);
+    assert_eq!((err, hw, records.len()), (0, 3, 3));
+    broker.shutdown().unwrap();
+}
+
+#[test]
+fn read_committed_gets_the_high_watermark_and_no_aborted_transactions() {
+    let (_tmp, broker) = start(ReadPathKind::Copy);
+    let mut c = Client::connect(broker.local_addr());
+    let id = metadata(&mut c, "rc", 12).topics[0].topic_id;
+    assert_eq!(produce(&mut c, "rc", batch(4), 1), Some((0, 0)));
+    for version in [4, 5, 11, 12, 13, 16, 18] {
+        let t = || if version >= 13 { by_id(id, &[0]) } else { by_name("rc", &[0]) };
+        let committed = fetch_raw(&mut c, version, fetch_request(t(), 1));
+        let p = &committed.responses[0].partitions[0];
+        assert_eq!((p.error_code, p.high_watermark, p.last_stable_offset), (0, 4, 4), "v{version}");
+        assert_eq!(p.aborted_transactions, Some(vec![]), "v{version}: read_committed: an empty array");
+        assert!(p.records.as_ref().is_some_and(|r| !r.is_empty()), "v{version}");
+        let uncommitted = fetch_raw(&mut c, version, fetch_request(t(), 0));
+        let p = &uncommitted.responses[0].partitions[0];
+        assert_eq!((p.high_watermark, p.last_stable_offset), (4, 4), "v{version}");
+        assert_eq!(p.aborted_transactions, None, "v{version}: read_uncommitted: null");
+    }
+    broker.shutdown().unwrap();
+}
+
+/// Runs kcat with `args`, killed after 30 s; `None` when kcat is not installed (skipped outside
+/// CI, a failure in CI, as in `kcat.rs`).
+fn run_kcat(args: &[&str]) -> Option<(bool, String, String)> {
+    let found = Command::new("kcat").arg("-V").stdout(Stdio::null()).stderr(Stdio::null()).status();
+    if !found.map(|s| s.success()).unwrap_or(false) {
+        if std::env::var("CI").map(|v| !v.is_empty() && v != "false").unwrap_or(false) {
+            panic!("kcat not found: CI must run the kcat interop tests");
+        }
+        eprintln!("SKIP: kcat not found");
+        return None;
+    }
+    let mut child = Command::new("kcat")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning kcat");
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let out_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut out, &mut s);
+        s
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut err, &mut s);
+        s
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let ok = loop {
+        match child.try_wait().unwrap() {
+            Some(status) => break status.success(),
+            None if Instant::now() >= deadline => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break false;
+            }
+            None => std::thread::sleep(Duration::from_millis(20)),
+        }
+    };
+    Some((ok, out_reader.join().unwrap(), err_reader.join().unwrap()))
+}
+
+/// kcat (librdkafka 2.0.2) still lists and consumes now that Fetch is advertised up to v18 and
+/// Produce to v13: it picks the versions it knows, and reads a topic made by CreateTopics.
+#[test]
+fn kcat_consumes_with_the_new_max_versions() {
+    let (_tmp, broker) = start(ReadPathKind::Sendfile);
+    let mut c = Client::connect(broker.local_addr());
+    assert_eq!(create_topic(&mut c, topic("kc", 2, 1)).error_code, 0);
+    assert_eq!(produce(&mut c, "kc", batch(3), 1), Some((0, 0)));
+    let b = broker.local_addr().to_string();
+    let Some((ok, listing, err)) = run_kcat(&["-b", &b, "-L", "-t", "kc"]) else {
+        broker.shutdown().unwrap();
+        return;
+    };
+    assert!(ok, "kcat -L failed: {err}");
+    assert!(listing.contains("topic \"kc\" with 2 partitions"), "{listing}");
+    let (ok, got, err) =
+        run_kcat(&["-b", &b, "-t", "kc", "-p", "0", "-C", "-o", "beginning", "-e", "-q", "-f", "%k:%s:%o\n"]).unwrap();
+    assert!(ok, "kcat -C failed: {err}");
+    assert_eq!(got, "k0:v0:0\nk1:v1:1\nk2:v2:2\n");
+    assert_eq!(broker.shared().connection_panics(), 0);
+    broker.shutdown().unwrap();
+}

@@ -1,0 +1,479 @@
+//! The group coordinator over TCP with the test client: the rebalance protocol's rules that
+//! real clients depend on (KIP-394 pending members, a late leader, static membership, session
+//! expiry), committed offsets surviving a restart, and a real Kafka broker's
+//! `__consumer_offsets` loaded from the corpus.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use fetchbench::broker::coordinator::partition_for;
+use fetchbench::broker::{Broker, BrokerConfig, BrokerHandle};
+use fetchbench::read_path::ReadPathKind;
+use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+use kafka_protocol::messages::offset_commit_request::{OffsetCommitRequestPartition, OffsetCommitRequestTopic};
+use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
+use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+
+use crate::broker::{name, Client};
+
+const MEMBER_ID_REQUIRED: i16 = 79;
+const REBALANCE_IN_PROGRESS: i16 = 27;
+const UNKNOWN_MEMBER_ID: i16 = 25;
+const INVALID_SESSION_TIMEOUT: i16 = 26;
+const FENCED_INSTANCE_ID: i16 = 82;
+const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+
+fn s(v: &str) -> StrBytes {
+    StrBytes::from_string(v.to_string())
+}
+
+/// A broker with benchmark-style group settings: no initial rebalance delay, session timeouts
+/// from 500 ms.
+fn start_in(dir: &Path) -> BrokerHandle {
+    start_with(dir, 0)
+}
+
+fn start_with(dir: &Path, initial_rebalance_delay_ms: i32) -> BrokerHandle {
+    let mut config = BrokerConfig::new("127.0.0.1:0".parse().unwrap(), dir, ReadPathKind::Sendfile);
+    config.group_initial_rebalance_delay_ms = initial_rebalance_delay_ms;
+    config.group_min_session_timeout_ms = 500;
+    let broker = Broker::start(config).unwrap();
+    wait_loaded(&broker);
+    broker
+}
+
+fn wait_loaded(broker: &BrokerHandle) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while broker.shared().coordinator().is_loading() {
+        assert!(Instant::now() < deadline, "the coordinator did not finish loading");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+struct Join {
+    member_id: String,
+    instance: Option<String>,
+    session_ms: i32,
+    rebalance_ms: i32,
+}
+
+impl Join {
+    fn new(member_id: &str) -> Self {
+        Join { member_id: member_id.into(), instance: None, session_ms: 6000, rebalance_ms: 10_000 }
+    }
+}
+
+fn join(c: &mut Client, group: &str, j: &Join) -> JoinGroupResponse {
+    let req = JoinGroupRequest::default()
+        .with_group_id(GroupId(s(group)))
+        .with_session_timeout_ms(j.session_ms)
+        .with_rebalance_timeout_ms(j.rebalance_ms)
+        .with_member_id(s(&j.member_id))
+        .with_group_instance_id(j.instance.as_deref().map(s))
+        .with_protocol_type(s("consumer"))
+        .with_protocols(vec![JoinGroupRequestProtocol::default()
+            .with_name(s("range"))
+            .with_metadata(Bytes::from_static(b"\0\0\0\0\0\x01\0\x01t\0\0\0\0"))]);
+    match c.call(ApiKey::JoinGroup, 5, RequestKind::JoinGroup(req)) {
+        ResponseKind::JoinGroup(r) => r,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// JoinGroup v5 the way clients do it: empty member id, MEMBER_ID_REQUIRED, rejoin with it.
+fn join_new(c: &mut Client, group: &str, instance: Option<&str>) -> JoinGroupResponse {
+    let mut j = Join::new("");
+    j.instance = instance.map(str::to_string);
+    let r = join(c, group, &j);
+    if r.error_code != MEMBER_ID_REQUIRED {
+        return r;
+    }
+    j.member_id = r.member_id.to_string();
+    join(c, group, &j)
+}
+
+fn sync(
+    c: &mut Client,
+    group: &str,
+    member: &str,
+    generation: i32,
+    assignments: Vec<(String, Vec<u8>)>,
+) -> SyncGroupResponse {
+    let req = SyncGroupRequest::default()
+        .with_group_id(GroupId(s(group)))
+        .with_generation_id(generation)
+        .with_member_id(s(member))
+        .with_protocol_type(Some(s("consumer")))
+        .with_protocol_name(Some(s("range")))
+        .with_assignments(
+            assignments
+                .into_iter()
+                .map(|(m, a)| SyncGroupRequestAssignment::default().with_member_id(s(&m)).with_assignment(a.into()))
+                .collect(),
+        );
+    match c.call(ApiKey::SyncGroup, 5, RequestKind::SyncGroup(req)) {
+        ResponseKind::SyncGroup(r) => r,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn heartbeat(c: &mut Client, group: &str, member: &str, generation: i32, instance: Option<&str>) -> i16 {
+    let req = HeartbeatRequest::default()
+        .with_group_id(GroupId(s(group)))
+        .with_generation_id(generation)
+        .with_member_id(s(member))
+        .with_group_instance_id(instance.map(s));
+    match c.call(ApiKey::Heartbeat, 4, RequestKind::Heartbeat(req)) {
+        ResponseKind::Heartbeat(r) => r.error_code,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn describe(c: &mut Client, group: &str) -> describe_groups_response::DescribedGroup {
+    let req = DescribeGroupsRequest::default().with_groups(vec![GroupId(s(group))]);
+    match c.call(ApiKey::DescribeGroups, 5, RequestKind::DescribeGroups(req)) {
+        ResponseKind::DescribeGroups(mut r) => r.groups.remove(0),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn commit(c: &mut Client, group: &str, member: &str, generation: i32, offsets: &[(&str, i32, i64)]) -> Vec<i16> {
+    let mut topics: BTreeMap<&str, Vec<OffsetCommitRequestPartition>> = BTreeMap::new();
+    for &(t, p, o) in offsets {
+        topics.entry(t).or_default().push(
+            OffsetCommitRequestPartition::default()
+                .with_partition_index(p)
+                .with_committed_offset(o)
+                .with_committed_leader_epoch(0)
+                .with_committed_metadata(Some(s("m"))),
+        );
+    }
+    let req = OffsetCommitRequest::default()
+        .with_group_id(GroupId(s(group)))
+        .with_generation_id_or_member_epoch(generation)
+        .with_member_id(s(member))
+        .with_topics(
+            topics
+                .into_iter()
+                .map(|(t, ps)| OffsetCommitRequestTopic::default().with_name(name(t)).with_partitions(ps))
+                .collect(),
+        );
+    match c.call(ApiKey::OffsetCommit, 8, RequestKind::OffsetCommit(req)) {
+        ResponseKind::OffsetCommit(r) => {
+            r.topics.iter().flat_map(|t| t.partitions.iter().map(|p| p.error_code)).collect()
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// OffsetFetch v7; `topics` None = every committed partition. Returns (topic, partition) ->
+/// (offset, error).
+fn fetch_offsets(
+    c: &mut Client,
+    group: &str,
+    topics: Option<&[(&str, &[i32])]>,
+) -> BTreeMap<(String, i32), (i64, i16)> {
+    let req = OffsetFetchRequest::default().with_group_id(GroupId(s(group))).with_topics(topics.map(|ts| {
+        ts.iter()
+            .map(|(t, ps)| OffsetFetchRequestTopic::default().with_name(name(t)).with_partition_indexes(ps.to_vec()))
+            .collect()
+    }));
+    match c.call(ApiKey::OffsetFetch, 7, RequestKind::OffsetFetch(req)) {
+        ResponseKind::OffsetFetch(r) => {
+            assert_eq!(r.error_code, 0, "OffsetFetch of {group}");
+            r.topics
+                .iter()
+                .flat_map(|t| {
+                    t.partitions
+                        .iter()
+                        .map(|p| ((t.name.to_string(), p.partition_index), (p.committed_offset, p.error_code)))
+                })
+                .collect()
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn find_coordinator_answers_this_node_for_groups_only() {
+    let tmp = tempfile::tempdir().unwrap();
+    let broker = start_in(&tmp.path().join("logs"));
+    let mut c = Client::connect(broker.local_addr());
+    for version in [0i16, 3] {
+        let req = FindCoordinatorRequest::default().with_key(s("g"));
+        let ResponseKind::FindCoordinator(r) =
+            c.call(ApiKey::FindCoordinator, version, RequestKind::FindCoordinator(req))
+        else {
+            panic!()
+        };
+        assert_eq!((r.error_code, r.node_id.0, r.port), (0, 0, i32::from(broker.local_addr().port())), "v{version}");
+    }
+    let req = FindCoordinatorRequest::default().with_key_type(0).with_coordinator_keys(vec![s("a"), s("b")]);
+    let ResponseKind::FindCoordinator(r) = c.call(ApiKey::FindCoordinator, 4, RequestKind::FindCoordinator(req)) else {
+        panic!()
+    };
+    assert_eq!(
+        r.coordinators.iter().map(|k| (k.key.to_string(), k.error_code)).collect::<Vec<_>>(),
+        [("a".to_string(), 0), ("b".to_string(), 0)]
+    );
+    let req = FindCoordinatorRequest::default().with_key_type(1).with_coordinator_keys(vec![s("txn")]);
+    let ResponseKind::FindCoordinator(r) = c.call(ApiKey::FindCoordinator, 4, RequestKind::FindCoordinator(req)) else {
+        panic!()
+    };
+    assert_eq!(r.coordinators[0].error_code, COORDINATOR_NOT_AVAILABLE, "no transaction coordinator");
+    broker.shutdown().unwrap();
+}
+
+#[test]
+fn kip394_vanished_joiners_do_not_grow_the_group() {
+    let tmp = tempfile::tempdir().unwrap();
+    let broker = start_in(&tmp.path().join("logs"));
+    for _ in 0..5 {
+        let mut ghost = Client::connect(broker.local_addr());
+        let r = join(&mut ghost, "g394", &Join::new(""));
+        assert_eq!(r.error_code, MEMBER_ID_REQUIRED);
+        assert!(!r.member_id.is_empty(), "a member id comes with MEMBER_ID_REQUIRED");
+        drop(ghost);
+    }
+    let mut real = Client::connect(broker.local_addr());
+    let r = join_new(&mut real, "g394", None);
+    assert_eq!((r.error_code, r.generation_id), (0, 1));
+    assert_eq!(r.members.len(), 1, "exactly one member: the pending ones are not members");
+    assert_eq!(r.leader, r.member_id);
+    let d = describe(&mut real, "g394");
+    assert_eq!((d.group_state.as_str(), d.members.len()), ("CompletingRebalance", 1));
+    broker.shutdown().unwrap();
+}
+
+#[test]
+fn join_group_rejects_session_timeouts_outside_the_bounds() {
+    let tmp = tempfile::tempdir().unwrap();
+    let broker = start_in(&tmp.path().join("logs"));
+    let mut c = Client::connect(broker.local_addr());
+    let mut j = Join::new("");
+    j.session_ms = 100;
+    assert_eq!(join(&mut c, "gs", &j).error_code, INVALID_SESSION_TIMEOUT);
+    j.session_ms = 1_800_001;
+    assert_eq!(join(&mut c, "gs", &j).error_code, INVALID_SESSION_TIMEOUT);
+    // A member id the group does not know.
+    assert_eq!(join(&mut c, "gs", &Join::new("nobody")).error_code, UNKNOWN_MEMBER_ID);
+    broker.shutdown().unwrap();
+}
+
+/// Three members; the leader sends its SyncGroup a second after the followers: they wait, and
+/// everyone gets its assignment in the same generation. Five rebalances (the first forms the
+/// group within `group.initial.rebalance.delay.ms`; each later one is started by the leader
+/// rejoining, the followers rejoining 300 ms later), never REBALANCE_IN_PROGRESS.
+#[test]
+fn followers_wait_for_a_late_leader() {
+    let tmp = tempfile::tempdir().unwrap();
+    let broker = start_with(&tmp.path().join("logs"), 1000);
+    let addr = broker.local_addr();
+    let mut member_ids: Vec<String> = vec![String::new(); 3];
+    let mut leader_id = String::new();
+    let mut last_generation = 0;
+    for round in 0..5 {
+        let results: Vec<(JoinGroupResponse, SyncGroupResponse, Duration)> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..3)
+                .map(|i| {
+                    let member_id = member_ids[i].clone();
+                    let is_old_leader = !leader_id.is_empty() && member_id == leader_id;
+                    scope.spawn(move || {
+                        let mut c = Client::connect(addr);
+                        let r = if member_id.is_empty() {
+                            join_new(&mut c, "late", None)
+                        } else {
+                            if !is_old_leader {
+                                std::thread::sleep(Duration::from_millis(300));
+                            }
+                            join(&mut c, "late", &Join::new(&member_id))
+                        };
+                        assert_eq!(r.error_code, 0, "round {round} member {i}");
+                        let me = r.member_id.to_string();
+                        let start = Instant::now();
+                        let s = if r.leader == r.member_id {
+                            std::thread::sleep(Duration::from_secs(1));
+                            let assignments = r
+                                .members
+                                .iter()
+                                .map(|m| (m.member_id.to_string(), m.member_id.as_bytes().to_vec()))
+                                .collect();
+                            sync(&mut c, "late", &me, r.generation_id, assignments)
+                        } else {
+                            sync(&mut c, "late", &me, r.generation_id, vec![])
+                        };
+                        (r, s, start.elapsed())
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let generation = results[0].0.generation_id;
+        assert!(generation > last_generation, "round {round}: a new generation");
+        last_generation = generation;
+        for (j, s, waited) in &results {
+            assert_eq!(j.generation_id, generation, "round {round}: one generation");
+            assert_ne!(s.error_code, REBALANCE_IN_PROGRESS, "round {round}");
+            assert_eq!(s.error_code, 0, "round {round}");
+            assert_eq!(s.assignment.as_ref(), j.member_id.as_bytes(), "round {round}: each member gets its own");
+            if j.leader != j.member_id {
+                assert!(*waited >= Duration::from_millis(900), "round {round}: a follower waited {waited:?}");
+            }
+        }
+        member_ids = results.iter().map(|(j, _, _)| j.member_id.to_string()).collect();
+        leader_id = results[0].0.leader.to_string();
+    }
+    broker.shutdown().unwrap();
+}
+
+#[test]
+fn static_member_restart_keeps_its_generation_and_fences_the_old_id() {
+    let tmp = tempfile::tempdir().unwrap();
+    let broker = start_in(&tmp.path().join("logs"));
+    let mut c = Client::connect(broker.local_addr());
+    let r = join_new(&mut c, "static", Some("instance-1"));
+    assert_eq!((r.error_code, r.generation_id), (0, 1));
+    let old = r.member_id.to_string();
+    let s1 = sync(&mut c, "static", &old, 1, vec![(old.clone(), b"mine".to_vec())]);
+    assert_eq!(s1.error_code, 0);
+    // The process restarts: a new connection, no member id, the same group.instance.id.
+    let mut c2 = Client::connect(broker.local_addr());
+    let r2 = join_new(&mut c2, "static", Some("instance-1"));
+    assert_eq!((r2.error_code, r2.generation_id), (0, 1), "no rebalance");
+    assert_ne!(r2.member_id.to_string(), old);
+    let s2 = sync(&mut c2, "static", &r2.member_id, 1, vec![]);
+    assert_eq!((s2.error_code, s2.assignment.as_ref()), (0, &b"mine"[..]));
+    assert_eq!(heartbeat(&mut c, "static", &old, 1, Some("instance-1")), FENCED_INSTANCE_ID);
+    assert_eq!(describe(&mut c2, "static").group_state.as_str(), "Stable");
+    broker.shutdown().unwrap();
+}
+
+#[test]
+fn a_silent_member_is_removed_after_its_session_timeout() {
+    let tmp = tempfile::tempdir().unwrap();
+    let broker = start_in(&tmp.path().join("logs"));
+    let mut c = Client::connect(broker.local_addr());
+    let mut j = Join::new("");
+    j.session_ms = 800;
+    let r = join(&mut c, "silent", &j);
+    j.member_id = r.member_id.to_string();
+    let r = join(&mut c, "silent", &j);
+    assert_eq!(r.error_code, 0);
+    let s1 = sync(&mut c, "silent", &j.member_id, r.generation_id, vec![]);
+    assert_eq!(s1.error_code, 0);
+    let start = Instant::now();
+    while describe(&mut c, "silent").group_state.as_str() != "Empty" {
+        assert!(start.elapsed() < Duration::from_secs(10), "the member was not removed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(start.elapsed() >= Duration::from_millis(600), "removed too early: {:?}", start.elapsed());
+    assert_eq!(heartbeat(&mut c, "silent", &j.member_id, r.generation_id, None), UNKNOWN_MEMBER_ID);
+    broker.shutdown().unwrap();
+}
+
+#[test]
+fn committed_offsets_survive_a_restart_and_unknown_partitions_are_minus_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("logs");
+    let broker = start_in(&dir);
+    let mut c = Client::connect(broker.local_addr());
+    assert_eq!(commit(&mut c, "offs", "", -1, &[("t", 0, 17), ("t", 1, 4), ("u", 0, 9)]), vec![0, 0, 0]);
+    assert_eq!(commit(&mut c, "offs", "", -1, &[("t", 0, 18)]), vec![0]);
+    let got = fetch_offsets(&mut c, "offs", Some(&[("t", &[0, 1, 2])]));
+    assert_eq!(got[&("t".into(), 0)], (18, 0));
+    assert_eq!(got[&("t".into(), 2)], (-1, 0), "no commit: -1 and no error");
+    broker.shutdown().unwrap();
+    // The commits are in __consumer_offsets-<partitionFor("offs")>.
+    assert!(dir.join(format!("__consumer_offsets-{}", partition_for("offs", 50))).is_dir());
+    let broker = start_in(&dir);
+    let mut c = Client::connect(broker.local_addr());
+    let all = fetch_offsets(&mut c, "offs", None);
+    let want: BTreeMap<(String, i32), (i64, i16)> =
+        [(("t".into(), 0), (18, 0)), (("t".into(), 1), (4, 0)), (("u".into(), 0), (9, 0))].into_iter().collect();
+    assert_eq!(all, want);
+    broker.shutdown().unwrap();
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), target).unwrap();
+        }
+    }
+}
+
+/// The last committed offset per (group, topic, partition) as `fetchbench log dump
+/// --print-records` decodes the partition's records (tombstones remove).
+fn offsets_from_log_dump(partition_dir: &Path) -> BTreeMap<(String, String, i32), i64> {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fetchbench"))
+        .args(["log", "dump", "--print-records"])
+        .arg(partition_dir)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut offsets = BTreeMap::new();
+    for line in text.lines() {
+        let Some(key) = line.split("key: offset_commit::").nth(1) else { continue };
+        // group=G,partition=T-P payload: offset=N ...   |   ... payload: <tombstone or null>
+        let (key, rest) = key.split_once(" payload: ").unwrap_or((key, ""));
+        let group = key.strip_prefix("group=").unwrap().rsplit_once(",partition=").unwrap();
+        let (topic, partition) = group.1.rsplit_once('-').unwrap();
+        let k = (group.0.to_string(), topic.to_string(), partition.parse::<i32>().unwrap());
+        match rest.strip_prefix("offset=") {
+            Some(v) => {
+                let n: i64 = v.split(|c: char| !c.is_ascii_digit() && c != '-').next().unwrap().parse().unwrap();
+                offsets.insert(k, n);
+            }
+            None => {
+                offsets.remove(&k);
+            }
+        }
+    }
+    offsets
+}
+
+#[test]
+fn a_real_kafka_consumer_offsets_loads_with_the_offsets_log_dump_decodes() {
+    let Some(corpus) = crate::common::corpus() else { return };
+    let mut checked = 0;
+    for dir in crate::common::files_with_suffix(&corpus.join("kafka-segments"), ".log")
+        .iter()
+        .filter_map(|p| p.parent())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("__consumer_offsets-"))
+        .map(Path::to_path_buf)
+        .collect::<std::collections::BTreeSet<_>>()
+    {
+        let expected = offsets_from_log_dump(&dir);
+        if expected.is_empty() {
+            continue;
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let logs = tmp.path().join("logs");
+        copy_dir(&dir, &logs.join(dir.file_name().unwrap()));
+        let broker = start_in(&logs);
+        let mut c = Client::connect(broker.local_addr());
+        let groups: std::collections::BTreeSet<&String> = expected.keys().map(|(g, _, _)| g).collect();
+        for group in groups {
+            let got = fetch_offsets(&mut c, group, None);
+            let want: BTreeMap<(String, i32), (i64, i16)> = expected
+                .iter()
+                .filter(|((g, _, _), _)| g == group)
+                .map(|((_, t, p), o)| ((t.clone(), *p), (*o, 0)))
+                .collect();
+            assert_eq!(got, want, "group {group} from {}", dir.display());
+            checked += want.len();
+        }
+        broker.shutdown().unwrap();
+    }
+    assert!(checked > 0, "the corpus has committed offsets");
+    eprintln!("{checked} committed offsets of real Kafka groups loaded");
+}

@@ -1,0 +1,237 @@
+//! Real-client interop with the Python Kafka clients, for every read path: confluent-kafka
+//! (librdkafka, every codec) and kafka-python (pure Python, producer defaults: idempotent,
+//! acks=all).
+//!
+//! Each test starts a broker on 127.0.0.1:0 with a temporary log directory and runs one script of
+//! `tests/python/` with the bootstrap address (killed after [`SCRIPT_TIMEOUT`], so the suite never
+//! hangs). The script produces, consumes back with `assign()` (from the start and from a middle
+//! offset), looks offsets up by timestamp and lists metadata, comparing everything exactly and
+//! exiting non-zero with a message naming the topic on any difference; on success it prints one
+//! JSON line, checked here. The codec of the stored batches is checked in the segment files, so a
+//! client that silently fell back to no compression fails.
+//!
+//! The interpreter is `FETCHBENCH_PYTHON` (set by `scripts/test.sh`, a virtualenv with pinned
+//! versions of both clients), else `.venv/bin/python` of the crate. Interpreter or client package
+//! missing: the tests fail in CI (`CI` set, not `false`) and skip with a notice elsewhere.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fetchbench::read_path::ReadPathKind;
+use serde_json::Value;
+
+/// The longest one script run may take before it is killed (a healthy run takes about a second).
+const SCRIPT_TIMEOUT: Duration = Duration::from_secs(60);
+/// Records per topic, as the scripts' `RECORDS`.
+const RECORDS: u64 = 40;
+/// confluent-kafka topics (`ck-<compression.type>`, and `ck-idempotent`: lz4 with
+/// `enable.idempotence=true`) and the Kafka codec id their batches carry.
+const CONFLUENT_TOPICS: [(&str, u8); 6] =
+    [("ck-none", 0), ("ck-gzip", 1), ("ck-snappy", 2), ("ck-lz4", 3), ("ck-zstd", 4), ("ck-idempotent", 3)];
+/// kafka-python topics and their codec ids.
+const KAFKA_PYTHON_TOPICS: [(&str, u8); 2] = [("kp-none", 0), ("kp-gzip", 1)];
+
+fn in_ci() -> bool {
+    std::env::var("CI").map(|v| !v.is_empty() && v != "false").unwrap_or(false)
+}
+
+/// The Python interpreter that can import `module`; `None` (with a notice) outside CI, a panic
+/// in CI.
+pub(crate) fn python_with(module: &str) -> Option<PathBuf> {
+    let python = std::env::var_os("FETCHBENCH_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python"));
+    let importable = Command::new(&python)
+        .args(["-c", &format!("import {module}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if importable {
+        return Some(python);
+    }
+    let why = format!("{} cannot import {module}", python.display());
+    if in_ci() {
+        panic!("{why}: CI must run the Python client interop tests (scripts/test.sh installs them)");
+    }
+    eprintln!("SKIP: {why}; run scripts/test.sh (or set FETCHBENCH_PYTHON) to run this test");
+    None
+}
+
+/// Runs `tests/python/<script> <bootstrap>` and returns its last stdout line as JSON; panics
+/// with the script's output when it fails, is killed after [`SCRIPT_TIMEOUT`] or prints no JSON.
+fn run_script(python: &Path, script: &str, bootstrap: &str, what: &str) -> Value {
+    run_script_args(python, script, &[bootstrap], what)
+}
+
+/// Runs `tests/python/<script> <args...>` as [`run_script`] does.
+pub(crate) fn run_script_args(python: &Path, script: &str, args: &[&str], what: &str) -> Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python").join(script);
+    let mut child = Command::new(python)
+        .arg(&path)
+        .args(args)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env("PYTHONUNBUFFERED", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawning {} {}: {e}", python.display(), path.display()));
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let out_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let deadline = Instant::now() + SCRIPT_TIMEOUT;
+    let status = loop {
+        match child.try_wait().expect("waiting for the script") {
+            Some(status) => break Some(status),
+            None if Instant::now() >= deadline => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            None => std::thread::sleep(Duration::from_millis(20)),
+        }
+    };
+    let (stdout, stderr) = (out_reader.join().unwrap(), err_reader.join().unwrap());
+    match status {
+        None => panic!("{what}: {script} killed after {SCRIPT_TIMEOUT:?}\nstdout:\n{stdout}\nstderr:\n{stderr}"),
+        Some(s) if !s.success() => panic!("{what}: {script} failed ({s})\nstdout:\n{stdout}\nstderr:\n{stderr}"),
+        Some(_) => {}
+    }
+    let last = stdout.lines().last().unwrap_or("");
+    serde_json::from_str(last).unwrap_or_else(|e| {
+        panic!("{what}: {script} printed no JSON summary ({e})\nstdout:\n{stdout}\nstderr:\n{stderr}")
+    })
+}
+
+/// `(codec id, producer id)` of every batch in the partition's first segment file.
+fn stored_batches(log_dir: &Path, topic: &str) -> Vec<(u8, i64)> {
+    let bytes = std::fs::read(log_dir.join(format!("{topic}-0")).join("00000000000000000000.log")).unwrap();
+    let mut batches = Vec::new();
+    let mut pos = 0;
+    while pos + 51 <= bytes.len() {
+        let len = i32::from_be_bytes(bytes[pos + 8..pos + 12].try_into().unwrap()) as usize;
+        let producer_id = i64::from_be_bytes(bytes[pos + 43..pos + 51].try_into().unwrap());
+        batches.push((bytes[pos + 22] & 0x07, producer_id));
+        pos += 12 + len;
+    }
+    batches
+}
+
+/// The producer id of every stored batch of `topic`.
+fn stored_producer_ids(log_dir: &Path, topic: &str) -> Vec<i64> {
+    stored_batches(log_dir, topic).into_iter().map(|(_, id)| id).collect()
+}
+
+/// Checks the summary's topics and counts, and the codec of each topic's stored batches.
+fn check(summary: &Value, log_dir: &Path, topics: &[(&str, u8)], time_lookups: u64, what: &str) {
+    for &(topic, codec) in topics {
+        assert_eq!(summary["topics"][topic], RECORDS, "{what}: {topic} in {summary}");
+        assert!(
+            summary["listed_topics"].as_array().unwrap().iter().any(|t| t == topic),
+            "{what}: {topic} not listed in {summary}"
+        );
+        let stored: Vec<u8> = stored_batches(log_dir, topic).into_iter().map(|(c, _)| c).collect();
+        assert!(!stored.is_empty(), "{what}: {topic}: nothing stored");
+        assert!(stored.iter().all(|&c| c == codec), "{what}: {topic}: stored codecs {stored:?}, want {codec}");
+    }
+    // Every topic read from offset 0 and from RECORDS / 2 + 1.
+    let per_topic = RECORDS + (RECORDS - (RECORDS / 2 + 1));
+    assert_eq!(summary["consumed"], per_topic * topics.len() as u64, "{what}: {summary}");
+    assert_eq!(summary["offsets_for_times"], time_lookups * topics.len() as u64, "{what}: {summary}");
+}
+
+fn confluent(kind: ReadPathKind) {
+    let Some(python) = python_with("confluent_kafka") else { return };
+    let (tmp, broker) = crate::broker::start(kind);
+    let what = format!("confluent-kafka, read path {kind}");
+    let summary = run_script(&python, "confluent_interop.py", &broker.local_addr().to_string(), &what);
+    eprintln!("{what}: {summary}");
+    let logs = tmp.path().join("logs");
+    check(&summary, &logs, &CONFLUENT_TOPICS, 6, &what);
+    let ids = stored_producer_ids(&logs, "ck-idempotent");
+    assert!(ids.iter().all(|&id| id >= 0), "{what}: ck-idempotent: producer ids {ids:?}, want InitProducerId's");
+    let ids = stored_producer_ids(&logs, "ck-none");
+    assert!(ids.iter().all(|&id| id == -1), "{what}: ck-none: producer ids {ids:?}, want -1 (not idempotent)");
+    assert_eq!(broker.shared().connection_panics(), 0);
+    broker.shutdown().unwrap();
+}
+
+fn kafka_python(kind: ReadPathKind) {
+    let Some(python) = python_with("kafka") else { return };
+    let (tmp, broker) = crate::broker::start(kind);
+    let what = format!("kafka-python, read path {kind}");
+    let summary = run_script(&python, "kafka_python_interop.py", &broker.local_addr().to_string(), &what);
+    eprintln!("{what}: {summary}");
+    let logs = tmp.path().join("logs");
+    check(&summary, &logs, &KAFKA_PYTHON_TOPICS, 6, &what);
+    for (topic, _) in KAFKA_PYTHON_TOPICS {
+        let producer = &summary["producers"][topic];
+        assert_eq!(producer["idempotent"], true, "{what}: {topic}: the producer must keep its defaults: {summary}");
+        assert_eq!(producer["acks"], -1, "{what}: {topic}: the producer must keep its defaults: {summary}");
+        let ids = stored_producer_ids(&logs, topic);
+        assert!(ids.iter().all(|&id| id >= 0), "{what}: {topic}: producer ids {ids:?}, want InitProducerId's");
+    }
+    assert_eq!(broker.shared().connection_panics(), 0);
+    broker.shutdown().unwrap();
+}
+
+/// Runs `test` on the io_uring splice path when this kernel offers it, else skips with a notice.
+fn on_uring_splice(test: fn(ReadPathKind)) {
+    match ReadPathKind::UringSplice.probe() {
+        Ok(()) => test(ReadPathKind::UringSplice),
+        Err(e) => eprintln!("SKIP: read path {}: {}", ReadPathKind::UringSplice, e.reason),
+    }
+}
+
+#[test]
+fn confluent_copy() {
+    confluent(ReadPathKind::Copy);
+}
+
+#[test]
+fn confluent_sendfile() {
+    confluent(ReadPathKind::Sendfile);
+}
+
+#[test]
+fn confluent_mmap() {
+    confluent(ReadPathKind::Mmap);
+}
+
+#[test]
+fn confluent_uring_splice() {
+    on_uring_splice(confluent);
+}
+
+#[test]
+fn kafka_python_copy() {
+    kafka_python(ReadPathKind::Copy);
+}
+
+#[test]
+fn kafka_python_sendfile() {
+    kafka_python(ReadPathKind::Sendfile);
+}
+
+#[test]
+fn kafka_python_mmap() {
+    kafka_python(ReadPathKind::Mmap);
+}
+
+#[test]
+fn kafka_python_uring_splice() {
+    on_uring_splice(kafka_python);
+}
