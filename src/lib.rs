@@ -28,11 +28,15 @@
 //!   ([`protocol::fetch_response`]).
 //! - [`read_path`]: the mechanisms that move record bytes from a segment file to a socket (copy,
 //!   mmap, sendfile, io_uring splice, O_DIRECT, null), their accounting and measurement.
-//! - [`broker`]: a single-node broker on the Kafka wire protocol (ApiVersions, Metadata, Produce,
-//!   Fetch, ListOffsets so far), one handler file per API.
+//! - [`broker`]: a single-node broker on the Kafka wire protocol, one handler file per API, with
+//!   idempotent produce, zero-copy Fetch responses, long polling, and a group coordinator
+//!   ([`broker::coordinator`]: consumer groups, rebalances, offsets in `__consumer_offsets`).
+//! - [`client`]: fetchbench's own Kafka clients: a version-negotiating connection and the admin
+//!   queries behind `fetchbench groups`.
 #![forbid(unsafe_op_in_unsafe_fn)]
 
 pub mod broker;
+pub mod client;
 pub mod log;
 pub mod protocol;
 pub mod read_path;

@@ -35,6 +35,23 @@ enum Command {
     /// checkpoints and `.kafka_cleanshutdown` written) and exits 0; a second signal during that
     /// shutdown is ignored (SIGKILL stops at once, and the next start recovers).
     Serve(ServeArgs),
+    /// Consumer groups of a running broker (any Kafka broker): without `--group`, every group
+    /// with its state; with `--group`, its state, generation, protocol, members and their
+    /// assignments, and committed offsets with log end offsets and lag.
+    Groups(GroupsArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct GroupsArgs {
+    /// The broker (host:port).
+    #[arg(long, default_value = "127.0.0.1:9092")]
+    bootstrap: String,
+    /// The group to describe.
+    #[arg(long)]
+    group: Option<String>,
+    /// Seconds to wait for the broker's answers.
+    #[arg(long, default_value_t = 10)]
+    timeout: u64,
 }
 
 #[derive(Args)]
@@ -147,6 +164,13 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
+        Command::Groups(a) => match groups(a) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                say(format_args!("error: {e}"));
+                ExitCode::from(2)
+            }
+        },
         Command::ReadPaths(a) => match read_paths(a) {
             Ok(code) => code,
             Err(e) => {
@@ -156,6 +180,26 @@ fn main() -> ExitCode {
             }
         },
     }
+}
+
+/// `fetchbench groups`: ListGroups, or one group's report (`client::admin`).
+fn groups(args: GroupsArgs) -> Result<(), fetchbench::client::ClientError> {
+    use fetchbench::client::{admin, KafkaConnection};
+    let timeout = std::time::Duration::from_secs(args.timeout.max(1));
+    let mut conn = KafkaConnection::connect(args.bootstrap.as_str(), "fetchbench-groups", timeout)?;
+    match args.group {
+        Some(group) => print!("{}", admin::format_report(&admin::describe_group(&mut conn, &group)?)),
+        None => {
+            let listed = admin::list_groups(&mut conn)?;
+            println!("{:<40} {:<20} {:<14}", "GROUP", "STATE", "PROTOCOL-TYPE");
+            for g in listed {
+                let state = if g.state.is_empty() { "-" } else { g.state.as_str() };
+                let kind = if g.protocol_type.is_empty() { "-" } else { g.protocol_type.as_str() };
+                println!("{:<40} {:<20} {:<14}", g.group_id, state, kind);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Parses a byte count: `4096`, `64K`, `64KiB`, `1M`, `2GiB`, `1.5G` (suffixes are powers of

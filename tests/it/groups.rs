@@ -477,3 +477,48 @@ fn a_real_kafka_consumer_offsets_loads_with_the_offsets_log_dump_decodes() {
     assert!(checked > 0, "the corpus has committed offsets");
     eprintln!("{checked} committed offsets of real Kafka groups loaded");
 }
+
+#[test]
+fn groups_cli_lists_and_describes_with_lag() {
+    let tmp = tempfile::tempdir().unwrap();
+    let broker = start_in(&tmp.path().join("logs"));
+    let mut c = Client::connect(broker.local_addr());
+    crate::broker::metadata(&mut c, "lagged", 12);
+    crate::broker::produce(&mut c, "lagged", crate::broker::batch(10), 1);
+    // A member joins and takes partition 0; it commits offset 4 of 10.
+    let r = join_new(&mut c, "cli-group", None);
+    assert_eq!(r.error_code, 0);
+    let me = r.member_id.to_string();
+    // ConsumerProtocolAssignment v0: [topic "lagged" [0]], no user data.
+    let mut assignment = vec![0, 0, 0, 0, 0, 1, 0, 6];
+    assignment.extend_from_slice(b"lagged");
+    assignment.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff]);
+    assert_eq!(sync(&mut c, "cli-group", &me, r.generation_id, vec![(me.clone(), assignment)]).error_code, 0);
+    assert_eq!(commit(&mut c, "cli-group", &me, r.generation_id, &[("lagged", 0, 4)]), vec![0]);
+    let bootstrap = broker.local_addr().to_string();
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_fetchbench"))
+            .args(["groups", "--bootstrap", &bootstrap])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let listed = run(&[]);
+    assert!(
+        listed.lines().any(|l| l.starts_with("cli-group") && l.contains("Stable") && l.contains("consumer")),
+        "{listed}"
+    );
+    let report = run(&["--group", "cli-group"]);
+    assert!(
+        report.contains("STATE Stable") && report.contains("GENERATION 1") && report.contains("PROTOCOL range"),
+        "{report}"
+    );
+    let row: Vec<&str> =
+        report.lines().find(|l| l.starts_with("lagged")).expect("a row for lagged-0").split_whitespace().collect();
+    assert_eq!(&row[..5], ["lagged", "0", "4", "10", "6"], "{report}");
+    assert_eq!(row[5], me);
+    assert!(report.contains("lagged-0"), "the member's assignment is shown: {report}");
+    broker.shutdown().unwrap();
+}

@@ -1,0 +1,354 @@
+//! Admin queries over the Kafka protocol: the groups a broker coordinates and, for one group,
+//! what `kafka-consumer-groups.sh --describe` shows (state, protocol, members with their
+//! assignments, committed offsets with log end offsets and lag), plus the generation id.
+//!
+//! DescribeGroups does not carry the generation, so [`describe_group`] reads the group's last
+//! metadata record from `__consumer_offsets` (Fetch of partition `partitionFor(group)`, the
+//! way Kafka's `GroupMetadataMessageFormatter` reads it): that is the generation of the last
+//! completed rebalance (written when the group became Stable or Empty).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::{
+    ApiKey, BrokerId, DescribeGroupsRequest, FetchRequest, GroupId, ListGroupsRequest, ListOffsetsRequest,
+    OffsetFetchRequest, RequestKind, ResponseKind, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+
+use super::{ClientError, KafkaConnection};
+use crate::broker::coordinator::{partition_for, DEFAULT_OFFSETS_TOPIC_NUM_PARTITIONS, OFFSETS_TOPIC};
+use crate::log::batch::mixed::MixedBatches;
+use crate::log::consumer_offsets::{decode_record, ConsumerAssignment, OffsetsRecord, CONSUMER_PROTOCOL_TYPE};
+
+/// One group of ListGroups.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupListing {
+    /// Group id.
+    pub group_id: String,
+    /// Protocol type (`consumer`, or `""` for groups that only commit offsets).
+    pub protocol_type: String,
+    /// State name (ListGroups v4+; `""` before).
+    pub state: String,
+}
+
+/// A member as DescribeGroups reports it, its assignment decoded for `consumer` groups.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemberReport {
+    /// Member id.
+    pub member_id: String,
+    /// `group.instance.id` of a static member.
+    pub group_instance_id: Option<String>,
+    /// `client.id`.
+    pub client_id: String,
+    /// Client address (`/127.0.0.1`).
+    pub client_host: String,
+    /// Assigned (topic, partition)s, sorted.
+    pub assignment: Vec<(String, i32)>,
+}
+
+/// A partition the group committed to or is assigned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PartitionReport {
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: i32,
+    /// The committed offset, `None` when there is none.
+    pub committed: Option<i64>,
+    /// The partition's log end offset (high watermark), `None` when ListOffsets failed.
+    pub log_end_offset: Option<i64>,
+    /// `log_end_offset - committed`, when both are known.
+    pub lag: Option<i64>,
+    /// The member the partition is assigned to.
+    pub owner: Option<String>,
+}
+
+/// What `fetchbench groups --group G` shows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupReport {
+    /// Group id.
+    pub group_id: String,
+    /// State name (`Stable`, `Empty`, `Dead` for an unknown group, ...).
+    pub state: String,
+    /// Protocol type.
+    pub protocol_type: String,
+    /// The chosen protocol (assignor) when Stable.
+    pub protocol: String,
+    /// Generation of the last completed rebalance, from `__consumer_offsets`; `None` when no
+    /// metadata record was found.
+    pub generation_id: Option<i32>,
+    /// Members.
+    pub members: Vec<MemberReport>,
+    /// Partitions, sorted by topic and partition.
+    pub partitions: Vec<PartitionReport>,
+}
+
+fn s(v: &str) -> StrBytes {
+    StrBytes::from_string(v.to_string())
+}
+
+fn kafka(context: String, code: i16) -> Result<(), ClientError> {
+    if code == 0 {
+        Ok(())
+    } else {
+        Err(ClientError::Kafka { context, code })
+    }
+}
+
+/// ListGroups: every group the broker coordinates.
+///
+/// Errors: [`ClientError`], including [`ClientError::Kafka`] for COORDINATOR_LOAD_IN_PROGRESS.
+pub fn list_groups(conn: &mut KafkaConnection) -> Result<Vec<GroupListing>, ClientError> {
+    let version = conn.version(ApiKey::ListGroups, (0, 5))?;
+    let ResponseKind::ListGroups(r) =
+        conn.call(ApiKey::ListGroups, version, RequestKind::ListGroups(ListGroupsRequest::default()))?
+    else {
+        unreachable!()
+    };
+    kafka("ListGroups".into(), r.error_code)?;
+    let mut out: Vec<GroupListing> = r
+        .groups
+        .into_iter()
+        .map(|g| GroupListing {
+            group_id: g.group_id.to_string(),
+            protocol_type: g.protocol_type.to_string(),
+            state: g.group_state.to_string(),
+        })
+        .collect();
+    out.sort_by(|a, b| a.group_id.cmp(&b.group_id));
+    Ok(out)
+}
+
+/// Describes `group`: DescribeGroups, OffsetFetch (all partitions), ListOffsets (latest) for
+/// every committed or assigned partition, and the generation from `__consumer_offsets`.
+///
+/// Errors: [`ClientError`]; a group error code from DescribeGroups or OffsetFetch is
+/// [`ClientError::Kafka`].
+pub fn describe_group(conn: &mut KafkaConnection, group: &str) -> Result<GroupReport, ClientError> {
+    let version = conn.version(ApiKey::DescribeGroups, (0, 5))?;
+    let req = DescribeGroupsRequest::default().with_groups(vec![GroupId(s(group))]);
+    let ResponseKind::DescribeGroups(mut r) =
+        conn.call(ApiKey::DescribeGroups, version, RequestKind::DescribeGroups(req))?
+    else {
+        unreachable!()
+    };
+    let d =
+        r.groups.pop().ok_or(ClientError::Kafka { context: format!("DescribeGroups {group}: no answer"), code: -1 })?;
+    kafka(format!("DescribeGroups {group}"), d.error_code)?;
+    let consumer = d.protocol_type.as_str() == CONSUMER_PROTOCOL_TYPE;
+    let members: Vec<MemberReport> = d
+        .members
+        .iter()
+        .map(|m| {
+            let mut assignment: Vec<(String, i32)> = match consumer && !m.member_assignment.is_empty() {
+                true => ConsumerAssignment::decode(&m.member_assignment)
+                    .map(|a| a.partitions().into_iter().map(|(t, p)| (t.to_string(), p)).collect())
+                    .unwrap_or_default(),
+                false => Vec::new(),
+            };
+            assignment.sort();
+            MemberReport {
+                member_id: m.member_id.to_string(),
+                group_instance_id: m.group_instance_id.as_ref().map(|i| i.to_string()),
+                client_id: m.client_id.to_string(),
+                client_host: m.client_host.to_string(),
+                assignment,
+            }
+        })
+        .collect();
+    let committed = committed_offsets(conn, group)?;
+    let mut owners: BTreeMap<(String, i32), String> = BTreeMap::new();
+    for m in &members {
+        for tp in &m.assignment {
+            owners.insert(tp.clone(), m.member_id.clone());
+        }
+    }
+    let all: BTreeSet<(String, i32)> = committed.keys().chain(owners.keys()).cloned().collect();
+    let ends = log_end_offsets(conn, &all)?;
+    let partitions = all
+        .into_iter()
+        .map(|tp| {
+            let committed = committed.get(&tp).copied();
+            let log_end_offset = ends.get(&tp).copied();
+            PartitionReport {
+                lag: committed.zip(log_end_offset).map(|(c, e)| (e - c).max(0)),
+                owner: owners.get(&tp).cloned(),
+                topic: tp.0,
+                partition: tp.1,
+                committed,
+                log_end_offset,
+            }
+        })
+        .collect();
+    let generation_id = stored_generation(conn, group)?;
+    Ok(GroupReport {
+        group_id: group.to_string(),
+        state: d.group_state.to_string(),
+        protocol_type: d.protocol_type.to_string(),
+        protocol: d.protocol_data.to_string(),
+        generation_id,
+        members,
+        partitions,
+    })
+}
+
+/// OffsetFetch of every committed partition of `group` (v2+: null topics).
+fn committed_offsets(conn: &mut KafkaConnection, group: &str) -> Result<BTreeMap<(String, i32), i64>, ClientError> {
+    let version = conn.version(ApiKey::OffsetFetch, (2, 7))?;
+    let req = OffsetFetchRequest::default().with_group_id(GroupId(s(group))).with_topics(None);
+    let ResponseKind::OffsetFetch(r) = conn.call(ApiKey::OffsetFetch, version, RequestKind::OffsetFetch(req))? else {
+        unreachable!()
+    };
+    kafka(format!("OffsetFetch {group}"), r.error_code)?;
+    Ok(r.topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions
+                .iter()
+                .filter(|p| p.error_code == 0 && p.committed_offset >= 0)
+                .map(|p| ((t.name.to_string(), p.partition_index), p.committed_offset))
+        })
+        .collect())
+}
+
+/// ListOffsets (latest, read_uncommitted) of `partitions`; partitions with an error are left out.
+fn log_end_offsets(
+    conn: &mut KafkaConnection,
+    partitions: &BTreeSet<(String, i32)>,
+) -> Result<BTreeMap<(String, i32), i64>, ClientError> {
+    if partitions.is_empty() {
+        return Ok(BTreeMap::new());
+    }
+    let mut by_topic: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
+    for (t, p) in partitions {
+        by_topic.entry(t).or_default().push(*p);
+    }
+    let version = conn.version(ApiKey::ListOffsets, (1, 7))?;
+    let req = ListOffsetsRequest::default().with_replica_id(BrokerId(-1)).with_topics(
+        by_topic
+            .iter()
+            .map(|(t, ps)| {
+                ListOffsetsTopic::default().with_name(TopicName(s(t))).with_partitions(
+                    ps.iter()
+                        .map(|&p| {
+                            ListOffsetsPartition::default()
+                                .with_partition_index(p)
+                                .with_current_leader_epoch(-1)
+                                .with_timestamp(-1)
+                        })
+                        .collect(),
+                )
+            })
+            .collect(),
+    );
+    let ResponseKind::ListOffsets(r) = conn.call(ApiKey::ListOffsets, version, RequestKind::ListOffsets(req))? else {
+        unreachable!()
+    };
+    Ok(r.topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions
+                .iter()
+                .filter(|p| p.error_code == 0)
+                .map(|p| ((t.name.to_string(), p.partition_index), p.offset))
+        })
+        .collect())
+}
+
+/// The generation in the last group metadata record of `group` in `__consumer_offsets`.
+fn stored_generation(conn: &mut KafkaConnection, group: &str) -> Result<Option<i32>, ClientError> {
+    let partition = partition_for(group, DEFAULT_OFFSETS_TOPIC_NUM_PARTITIONS);
+    let version = conn.version(ApiKey::Fetch, (4, 12))?;
+    let mut offset = 0i64;
+    let mut generation = None;
+    // Bounded: a compacted offsets partition is small; stop at the high watermark.
+    for _ in 0..10_000 {
+        let req = FetchRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_max_wait_ms(0)
+            .with_min_bytes(0)
+            .with_max_bytes(8 << 20)
+            .with_topics(vec![FetchTopic::default().with_topic(TopicName(s(OFFSETS_TOPIC))).with_partitions(vec![
+                FetchPartition::default()
+                    .with_partition(partition)
+                    .with_fetch_offset(offset)
+                    .with_partition_max_bytes(8 << 20),
+            ])]);
+        let ResponseKind::Fetch(r) = conn.call(ApiKey::Fetch, version, RequestKind::Fetch(req))? else {
+            unreachable!()
+        };
+        let Some(p) = r.responses.first().and_then(|t| t.partitions.first()) else { return Ok(generation) };
+        if p.error_code != 0 {
+            // No such partition: the group never stored metadata.
+            return Ok(generation);
+        }
+        let bytes = p.records.clone().unwrap_or_default();
+        let mut progressed = false;
+        for batch in MixedBatches::new(&bytes) {
+            let Ok(batch) = batch else { break };
+            offset = batch.next_offset();
+            progressed = true;
+            for rec in &batch.records {
+                if let Ok(OffsetsRecord::GroupMetadata { key, value }) =
+                    decode_record(rec.key.as_deref(), rec.value.as_deref())
+                {
+                    if key.group == group {
+                        generation = value.map(|v| v.generation);
+                    }
+                }
+            }
+        }
+        if !progressed || offset >= p.high_watermark {
+            return Ok(generation);
+        }
+    }
+    Ok(generation)
+}
+
+/// Formats a report like `kafka-consumer-groups.sh --describe --members --verbose` combined:
+/// a header line, one line per partition, one line per member.
+pub fn format_report(r: &GroupReport) -> String {
+    let mut out = String::new();
+    let generation = r.generation_id.map_or("-".to_string(), |g| g.to_string());
+    out.push_str(&format!(
+        "GROUP {}  STATE {}  GENERATION {}  PROTOCOL-TYPE {}  PROTOCOL {}  MEMBERS {}\n\n",
+        r.group_id,
+        r.state,
+        generation,
+        if r.protocol_type.is_empty() { "-" } else { &r.protocol_type },
+        if r.protocol.is_empty() { "-" } else { &r.protocol },
+        r.members.len()
+    ));
+    let dash = |v: Option<i64>| v.map_or("-".to_string(), |v| v.to_string());
+    out.push_str(&format!(
+        "{:<24} {:>9} {:>14} {:>14} {:>8}  {}\n",
+        "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID"
+    ));
+    for p in &r.partitions {
+        out.push_str(&format!(
+            "{:<24} {:>9} {:>14} {:>14} {:>8}  {}\n",
+            p.topic,
+            p.partition,
+            dash(p.committed),
+            dash(p.log_end_offset),
+            dash(p.lag),
+            p.owner.as_deref().unwrap_or("-")
+        ));
+    }
+    if !r.members.is_empty() {
+        out.push_str(&format!("\n{:<48} {:<16} {:<20} {}\n", "CONSUMER-ID", "HOST", "CLIENT-ID", "ASSIGNMENT"));
+        for m in &r.members {
+            let assignment: Vec<String> = m.assignment.iter().map(|(t, p)| format!("{t}-{p}")).collect();
+            out.push_str(&format!(
+                "{:<48} {:<16} {:<20} {}\n",
+                m.member_id,
+                m.client_host,
+                m.client_id,
+                if assignment.is_empty() { "-".to_string() } else { assignment.join(",") }
+            ));
+        }
+    }
+    out
+}
