@@ -29,9 +29,10 @@ enum Command {
     /// seconds per GB (process-wide, so io_uring worker threads count), system calls per MB, and,
     /// with `--limits`, each path as a ratio to this machine's limits (scripts/baseline-limits.sh).
     ReadPaths(ReadPathsArgs),
-    /// Run a single-node Kafka broker (node 0, leader of every partition) on the wire protocol:
-    /// ApiVersions, Metadata (auto-creating topics), Produce, Fetch (through `--read-path`) and
-    /// ListOffsets. Runs until SIGINT or SIGTERM, then shuts down cleanly (logs flushed,
+    /// Run a single-node Kafka broker (node 0, leader of every partition, coordinator of every
+    /// group) on the wire protocol: topics (Metadata, CreateTopics), produce (idempotent), fetch
+    /// (long polling, through `--read-path`), offsets (ListOffsets, OffsetForLeaderEpoch) and the
+    /// classic consumer-group coordinator; README lists the API versions. Runs until SIGINT or SIGTERM, then shuts down cleanly (logs flushed,
     /// checkpoints and `.kafka_cleanshutdown` written) and exits 0; a second signal during that
     /// shutdown is ignored (SIGKILL stops at once, and the next start recovers).
     Serve(ServeArgs),
@@ -69,13 +70,13 @@ struct ServeArgs {
     /// threads, ...) are logged once each and ignored, unknown keys are refused.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// How Fetch responses move record bytes: null, copy, mmap, sendfile, uring-splice, direct.
+    /// How Fetch responses move record bytes: copy, mmap, sendfile, uring-splice, direct.
     #[arg(long, default_value = "sendfile")]
     read_path: ReadPathKind,
     /// A broker config with Kafka's name, `key=value` (repeatable): `num.partitions`,
     /// `auto.create.topics.enable`, `socket.request.max.bytes`, `max.connections`,
-    /// `max.connections.per.ip`, `group.*`, `offsets.topic.num.partitions`, `log.dirs`,
-    /// `listeners`, `log.*`.
+    /// `max.connections.per.ip`, `group.*`, `offsets.topic.num.partitions`,
+    /// `offsets.retention.minutes`, `offset.metadata.max.bytes`, `log.dirs`, `listeners`, `log.*`.
     #[arg(short = 'X', value_name = "KEY=VALUE")]
     overrides: Vec<String>,
 }
@@ -160,7 +161,7 @@ fn main() -> ExitCode {
         Command::Serve(a) => match serve(a) {
             Ok(code) => code,
             Err(e) => {
-                say(format_args!("error: {e:#}"));
+                say(format_args!("error: {}", error_chain(&e)));
                 ExitCode::from(2)
             }
         },
@@ -180,6 +181,21 @@ fn main() -> ExitCode {
             }
         },
     }
+}
+
+/// An error and its causes, `a: b: c`, leaving out a cause whose text the message already
+/// contains (the library's errors name their cause in their message and as `source`).
+fn error_chain(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.is_empty() {
+            out = text;
+        } else if !out.contains(&text) {
+            out = format!("{out}: {text}");
+        }
+    }
+    out
 }
 
 /// `fetchbench groups`: ListGroups, or one group's report (`client::admin`).
@@ -302,12 +318,19 @@ fn serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
         anyhow::bail!("no log directory: give --log-dir, or log.dirs in --config or -X");
     }
     let log_dir = config.log_dir.clone();
+    if config.read_path == ReadPathKind::Null {
+        anyhow::bail!("--read-path null sends zeros, not records: it is a baseline for `read-paths` only");
+    }
     let handle = Broker::start(config)?;
     say(format_args!(
         "fetchbench broker: opened log directory {} ({} partitions, {})",
         log_dir.display(),
         handle.partitions_loaded(),
-        if handle.had_clean_shutdown() { "clean shutdown" } else { "recovered: no clean shutdown marker" }
+        match (handle.partitions_loaded(), handle.had_clean_shutdown()) {
+            (0, false) => "new or empty log directory",
+            (_, true) => "clean shutdown",
+            (_, false) => "recovered: no clean shutdown marker",
+        }
     ));
     say(format_args!("fetchbench broker listening on {} (read path {})", handle.local_addr(), a.read_path));
     let signal = signals.wait().context("waiting for SIGINT or SIGTERM")?;

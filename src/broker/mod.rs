@@ -145,6 +145,19 @@ pub struct BrokerConfig {
     /// `offsets.topic.num.partitions` (Kafka default 50): partitions of `__consumer_offsets`,
     /// the modulus of the coordinator choice `abs(groupId.hashCode()) % n`.
     pub offsets_topic_num_partitions: i32,
+    /// `offsets.retention.minutes` (Kafka default 10080 = 7 days): how long an Empty group's
+    /// committed offsets are kept (KIP-211).
+    pub offsets_retention_minutes: i32,
+    /// `offsets.retention.check.interval.ms` (Kafka default 600000): how often expired offsets
+    /// are looked for.
+    pub offsets_retention_check_interval_ms: i32,
+    /// `offset.metadata.max.bytes` (Kafka default 4096): the longest commit metadata string.
+    pub offset_metadata_max_bytes: i32,
+    /// `advertised.listeners`' PLAINTEXT (host, port): what Metadata and FindCoordinator tell
+    /// clients to connect to. `None`: the bound address, or this machine's host name when bound
+    /// to a wildcard address (as Kafka advertises `listeners` when `advertised.listeners` is
+    /// unset).
+    pub advertised_listener: Option<(String, u16)>,
 }
 
 /// Kafka broker configs that `apply_props` accepts but does not apply, because they concern
@@ -161,7 +174,6 @@ pub const NOT_APPLICABLE_KEYS: &[(&str, &str)] = &[
     ("controller.quorum.bootstrap.servers", "no KRaft quorum"),
     ("controller.listener.names", "no controller listener"),
     ("inter.broker.listener.name", "no other brokers"),
-    ("advertised.listeners", "Metadata advertises the bound listen address"),
     ("listener.security.protocol.map", "only PLAINTEXT is served"),
     ("security.inter.broker.protocol", "no other brokers"),
     ("num.network.threads", "one thread per connection"),
@@ -214,6 +226,10 @@ impl BrokerConfig {
             group_max_session_timeout_ms: 1_800_000,
             group_max_size: i32::MAX,
             offsets_topic_num_partitions: 50,
+            offsets_retention_minutes: 10_080,
+            offsets_retention_check_interval_ms: 600_000,
+            offset_metadata_max_bytes: 4096,
+            advertised_listener: None,
         }
     }
 
@@ -223,7 +239,8 @@ impl BrokerConfig {
     ///   `max.connections`, `max.connections.per.ip`;
     /// - the group coordinator's `group.initial.rebalance.delay.ms`,
     ///   `group.min.session.timeout.ms`, `group.max.session.timeout.ms`, `group.max.size`,
-    ///   `offsets.topic.num.partitions`;
+    ///   `offsets.topic.num.partitions`, `offsets.retention.minutes`,
+    ///   `offsets.retention.check.interval.ms`, `offset.metadata.max.bytes`;
     /// - `log.dirs` (comma-separated; the first directory is served, more are warned about) or
     ///   `log.dir` (used when `log.dirs` is absent, as in Kafka) sets [`Self::log_dir`];
     /// - `listeners`: the first listener that is not a controller listener
@@ -266,8 +283,11 @@ impl BrokerConfig {
                 "group.max.session.timeout.ms" => self.group_max_session_timeout_ms = int(key, value, 0)?,
                 "group.max.size" => self.group_max_size = int(key, value, 1)?,
                 "offsets.topic.num.partitions" => self.offsets_topic_num_partitions = int(key, value, 1)?,
+                "offsets.retention.minutes" => self.offsets_retention_minutes = int(key, value, 1)?,
+                "offsets.retention.check.interval.ms" => self.offsets_retention_check_interval_ms = int(key, value, 1)?,
+                "offset.metadata.max.bytes" => self.offset_metadata_max_bytes = int(key, value, 0)?,
                 // Applied after the loop: they depend on other keys.
-                "log.dirs" | "log.dir" | "listeners" => {}
+                "log.dirs" | "log.dir" | "listeners" | "advertised.listeners" => {}
                 k if crate::log::config::is_log_config_key(k) => {
                     log_props.insert(key.clone(), value.clone());
                 }
@@ -297,6 +317,11 @@ impl BrokerConfig {
         if let Some(value) = props.get("listeners") {
             self.listen = plaintext_listener(value, props).map_err(|reason| bad("listeners", value, &reason))?;
         }
+        if let Some(value) = props.get("advertised.listeners") {
+            let (host, port) =
+                plaintext_entry(value, props).map_err(|reason| bad("advertised.listeners", value, &reason))?;
+            self.advertised_listener = Some((host, port));
+        }
         if !log_props.is_empty() {
             self.log_config = LogConfig::from_broker_props(&log_props)?;
         }
@@ -307,6 +332,17 @@ impl BrokerConfig {
 /// The address of the first PLAINTEXT client listener in Kafka's `listeners` list
 /// (`NAME://host:port,...`), as described at [`BrokerConfig::apply_props`].
 fn plaintext_listener(value: &str, props: &BTreeMap<String, String>) -> Result<SocketAddr, String> {
+    let (host, port) = plaintext_entry(value, props)?;
+    let host = if host.is_empty() { "0.0.0.0" } else { host.as_str() };
+    std::net::ToSocketAddrs::to_socket_addrs(&(host, port))
+        .map_err(|e| format!("{value:?}: resolving {host}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{value:?}: {host} has no address"))
+}
+
+/// The (host, port) of the first PLAINTEXT client listener of a `listeners` or
+/// `advertised.listeners` list; the host is `""` for `PLAINTEXT://:9092`.
+fn plaintext_entry(value: &str, props: &BTreeMap<String, String>) -> Result<(String, u16), String> {
     let list = |key: &str| -> Vec<String> {
         props.get(key).map(|v| v.split(',').map(|s| s.trim().to_string()).collect()).unwrap_or_default()
     };
@@ -324,13 +360,18 @@ fn plaintext_listener(value: &str, props: &BTreeMap<String, String>) -> Result<S
         let (host, port) = host_port.rsplit_once(':').ok_or_else(|| format!("{entry:?} has no port"))?;
         let port: u16 = port.parse().map_err(|_| format!("{entry:?}: bad port {port:?}"))?;
         let host = host.trim_start_matches('[').trim_end_matches(']');
-        let host = if host.is_empty() { "0.0.0.0" } else { host };
-        return std::net::ToSocketAddrs::to_socket_addrs(&(host, port))
-            .map_err(|e| format!("{entry:?}: resolving {host}: {e}"))?
-            .next()
-            .ok_or_else(|| format!("{entry:?}: {host} has no address"));
+        return Ok((host.to_string(), port));
     }
     Err("no PLAINTEXT client listener (only PLAINTEXT is served)".into())
+}
+
+/// This machine's host name (`/proc/sys/kernel/hostname`), `localhost` when unreadable.
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into())
 }
 
 /// State shared by every connection thread.
@@ -393,6 +434,18 @@ impl Shared {
     /// What parked fetches wait on; produce notifies it after an append (long polling).
     pub fn fetch_wakeup(&self) -> &delayed_fetch::FetchWakeup {
         &self.fetch_wakeup
+    }
+
+    /// The (host, port) clients are told to connect to (Metadata, FindCoordinator): see
+    /// [`BrokerConfig::advertised_listener`].
+    pub fn advertised(&self) -> (String, i32) {
+        let port = i32::from(self.local_addr.port());
+        match &self.config.advertised_listener {
+            Some((host, p)) if !host.is_empty() => (host.clone(), i32::from(*p)),
+            Some((_, p)) => (host_name(), i32::from(*p)),
+            None if self.local_addr.ip().is_unspecified() => (host_name(), port),
+            None => (self.local_addr.ip().to_string(), port),
+        }
     }
 
     /// The group coordinator (every group of this broker: one node coordinates them all).

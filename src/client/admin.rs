@@ -313,13 +313,15 @@ pub fn format_report(r: &GroupReport) -> String {
     let mut out = String::new();
     let generation = r.generation_id.map_or("-".to_string(), |g| g.to_string());
     out.push_str(&format!(
-        "GROUP {}  STATE {}  GENERATION {}  PROTOCOL-TYPE {}  PROTOCOL {}  MEMBERS {}\n\n",
+        "GROUP {}  STATE {}  GENERATION {}  PROTOCOL-TYPE {}  PROTOCOL {}  MEMBERS {}  COORDINATOR-PARTITION {}-{}\n\n",
         r.group_id,
         r.state,
         generation,
         if r.protocol_type.is_empty() { "-" } else { &r.protocol_type },
         if r.protocol.is_empty() { "-" } else { &r.protocol },
-        r.members.len()
+        r.members.len(),
+        OFFSETS_TOPIC,
+        partition_for(&r.group_id, DEFAULT_OFFSETS_TOPIC_NUM_PARTITIONS),
     ));
     let dash = |v: Option<i64>| v.map_or("-".to_string(), |v| v.to_string());
     out.push_str(&format!(

@@ -59,13 +59,47 @@ pub struct LogManager {
     logs: BTreeMap<(String, i32), PartitionLog>,
     read_only: bool,
     producer_ids: ProducerIdManager,
+    /// The exclusive `flock` on `<dir>/.lock` (Kafka's `LogManager.lockLogDirs`), held while
+    /// the manager lives; `None` read-only.
+    _lock: Option<nix::fcntl::Flock<fs::File>>,
+}
+
+/// Kafka's lock file in every log directory.
+pub const LOCK_FILE: &str = ".lock";
+
+/// Takes an exclusive, non-blocking `flock` on `<dir>/.lock`, so that two brokers never share a
+/// log directory (Kafka's `LogManager.lockLogDirs`).
+///
+/// Errors: [`LogError::Io`]; `WouldBlock` when another process holds the lock.
+fn lock_dir(dir: &Path) -> Result<nix::fcntl::Flock<fs::File>, LogError> {
+    let path = dir.join(LOCK_FILE);
+    let file = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| LogError::io("open", &path, e))?;
+    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock).map_err(|(_, errno)| {
+        let e = if errno == nix::errno::Errno::EWOULDBLOCK {
+            std::io::Error::new(
+                std::io::ErrorKind::WouldBlock,
+                "the log directory is in use by another process (one broker per log directory)",
+            )
+        } else {
+            std::io::Error::from(errno)
+        };
+        LogError::io("lock", &path, e)
+    })
 }
 
 impl LogManager {
     /// Opens `dir` (creating it unless `read_only`) and loads every partition in it with
     /// `config` (broker-level defaults) and per-topic overrides from `topic_config`.
     ///
-    /// Errors: [`LogError::Io`] and the errors of [`PartitionLog::open`], naming the partition.
+    /// A writable open takes an exclusive lock on `<dir>/.lock` for the manager's lifetime.
+    ///
+    /// Errors: [`LogError::Io`] (kind `WouldBlock` when another process has the directory open)
+    /// and the errors of [`PartitionLog::open`], naming the partition.
     pub fn open(
         dir: &Path,
         config: LogConfig,
@@ -75,6 +109,7 @@ impl LogManager {
         if !read_only {
             fs::create_dir_all(dir).map_err(|e| LogError::io("create", dir, e))?;
         }
+        let lock = if read_only { None } else { Some(lock_dir(dir)?) };
         let mut report = ManagerReport::default();
         let marker = dir.join(CLEAN_SHUTDOWN_MARKER);
         report.had_clean_shutdown = marker.exists();
@@ -125,7 +160,7 @@ impl LogManager {
             logs.insert(key, log);
         }
         let producer_ids = ProducerIdManager::new(dir);
-        let mgr = LogManager { dir: dir.to_path_buf(), config, logs, read_only, producer_ids };
+        let mgr = LogManager { dir: dir.to_path_buf(), config, logs, read_only, producer_ids, _lock: lock };
         if !read_only {
             mgr.checkpoint()?;
         }
@@ -263,4 +298,23 @@ pub fn validate_topic_name(topic: &str) -> Result<(), String> {
         return Err(format!("topic name {topic:?} contains {c:?}: only [a-zA-Z0-9._-] are legal"));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_writer_per_log_directory() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (first, _) = LogManager::open(tmp.path(), LogConfig::default(), |_| None, false).unwrap();
+        let err = LogManager::open(tmp.path(), LogConfig::default(), |_| None, false).unwrap_err();
+        assert!(err.to_string().contains("in use by another process"), "{err}");
+        // Readers (log dump) are not locked out.
+        assert!(LogManager::open(tmp.path(), LogConfig::default(), |_| None, true).is_ok());
+        first.shutdown().unwrap();
+        let (again, _) = LogManager::open(tmp.path(), LogConfig::default(), |_| None, false).unwrap();
+        drop(again);
+        assert!(tmp.path().join(LOCK_FILE).is_file());
+    }
 }

@@ -363,6 +363,11 @@ fn serve_config_applies_kafka_server_properties() {
     config.apply_props(&props(KAFKA_4_SERVER_PROPERTIES)).unwrap();
     assert_eq!(config.log_dir, PathBuf::from("/tmp/kraft-combined-logs"));
     assert_eq!(config.listen, "0.0.0.0:9092".parse().unwrap(), "PLAINTEXT://:9092 binds every interface");
+    assert_eq!(
+        config.advertised_listener,
+        Some(("localhost".to_string(), 9092)),
+        "clients are told advertised.listeners' PLAINTEXT entry"
+    );
     assert_eq!(config.socket_request_max_bytes, 104_857_600);
     assert_eq!(config.log_config.retention_ms, 168 * 3_600_000);
     // Kafka's defaults for the group coordinator.

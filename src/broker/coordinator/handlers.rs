@@ -65,8 +65,8 @@ const KEY_TYPE_GROUP: i8 = 0;
 /// share groups) are answered COORDINATOR_NOT_AVAILABLE with a message, since this broker has
 /// no transaction coordinator.
 pub fn find_coordinator(shared: &Shared, request: &FindCoordinatorRequest, version: i16) -> FindCoordinatorResponse {
-    let host = s(&shared.local_addr.ip().to_string());
-    let port = i32::from(shared.local_addr.port());
+    let (host, port) = shared.advertised();
+    let host = s(&host);
     let answer = |key: &StrBytes| -> (i16, Option<StrBytes>, i32, StrBytes, i32) {
         if request.key_type == KEY_TYPE_GROUP {
             tracing::debug!(group = %key.as_str(), partition = shared.coordinator().partition_for(key), "FindCoordinator");

@@ -20,7 +20,6 @@ impl crate::broker::BrokerConfig {
     /// The group coordinator's configuration from the broker's `group.*` and `offsets.*`
     /// settings (the rest at Kafka's defaults).
     pub fn coordinator_config(&self) -> CoordinatorConfig {
-        let defaults = CoordinatorConfig::default();
         CoordinatorConfig {
             group: group::GroupConfig {
                 min_session_timeout_ms: self.group_min_session_timeout_ms,
@@ -29,7 +28,9 @@ impl crate::broker::BrokerConfig {
                 initial_rebalance_delay_ms: i64::from(self.group_initial_rebalance_delay_ms),
             },
             offsets_topic_num_partitions: self.offsets_topic_num_partitions.max(1),
-            ..defaults
+            offsets_retention_ms: i64::from(self.offsets_retention_minutes) * 60_000,
+            offsets_retention_check_interval_ms: i64::from(self.offsets_retention_check_interval_ms),
+            offset_metadata_max_bytes: usize::try_from(self.offset_metadata_max_bytes).unwrap_or(0),
         }
     }
 }

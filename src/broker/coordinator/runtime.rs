@@ -751,6 +751,13 @@ impl GroupCoordinator {
         }
     }
 
+    /// Runs one offset expiration pass at `now` (what the timer loop does every
+    /// `offsets.retention.check.interval.ms`).
+    pub fn expire_offsets_now(&self, storage: &dyn OffsetsStorage, now: i64) {
+        let mut st = self.lock();
+        self.expire_offsets(&mut st, storage, now);
+    }
+
     /// Kafka's `cleanupGroupMetadata` / `removeExpiredOffsets` (KIP-211): offsets with an
     /// explicit expiry past `now` go; the offsets of a group that is Empty (or has no group
     /// management) go `offsets.retention.minutes` after it became Empty (or after the commit).
@@ -1068,5 +1075,28 @@ mod tests {
             assert_eq!(replay(&storage).describe_group("g").state, "Dead");
             c.shutdown();
         });
+    }
+
+    #[test]
+    fn offsets_of_empty_groups_expire_after_the_retention_and_the_group_goes() {
+        let c = GroupCoordinator::new(CoordinatorConfig { offsets_retention_ms: 60_000, ..config() });
+        c.finish_loading();
+        let storage = MemStorage::default();
+        let simple = MemberRef { member_id: "", group_instance_id: None, generation_id: -1 };
+        let entry = [("t".to_string(), 0, 5, -1, None, -1)];
+        assert_eq!(c.commit_offsets(&storage, "g", simple, -1, &entry), vec![errors::NONE]);
+        // An explicit retention (OffsetCommit v2-v4) expires on its own clock: stored as value v1.
+        assert_eq!(c.commit_offsets(&storage, "h", simple, 1000, &entry), vec![errors::NONE]);
+        let now = now_ms();
+        c.expire_offsets_now(&storage, now + 30_000);
+        assert_eq!(c.fetch_offsets("g", None).unwrap().len(), 1, "not yet");
+        assert_eq!(c.fetch_offsets("h", None).unwrap(), vec![], "its own 1 s retention passed");
+        c.expire_offsets_now(&storage, now + 61_000);
+        assert_eq!(c.fetch_offsets("g", None).unwrap(), vec![]);
+        assert_eq!(c.describe_group("g").state, "Dead", "an Empty group without offsets is deleted");
+        // Tombstones were written for both offsets and both groups, and a replay agrees.
+        let tombstones = storage.records.borrow().iter().filter(|(_, _, v)| v.is_none()).count();
+        assert_eq!(tombstones, 4);
+        assert_eq!(replay(&storage).fetch_offsets("g", None).unwrap(), vec![]);
     }
 }

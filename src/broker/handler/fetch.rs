@@ -13,7 +13,9 @@
 //!
 //! Every partition carries the high watermark, last stable offset (= high watermark: no
 //! transactions) and log start offset. Errors per partition: `UNKNOWN_TOPIC_OR_PARTITION`,
-//! `OFFSET_OUT_OF_RANGE` and the rest of [`errors::log_error_code`].
+//! `FENCED_LEADER_EPOCH` / `UNKNOWN_LEADER_EPOCH` (v9+ `current_leader_epoch` older / newer than
+//! the partition's, KIP-320, as Kafka's `Partition.fetchRecords`), `OFFSET_OUT_OF_RANGE` and the
+//! rest of [`errors::log_error_code`].
 //!
 //! Long polling: a fetch that finds fewer than `min_bytes` bytes (and no error) is parked for
 //! up to `max_wait_ms` and rebuilt when a produce appends ([`delayed_fetch`]).
@@ -41,6 +43,7 @@ use std::time::Instant;
 use kafka_protocol::messages::FetchRequest;
 
 use crate::broker::connection::Response;
+use crate::broker::handler::offset_for_leader_epoch::check_current_leader_epoch;
 use crate::broker::{delayed_fetch, errors, topics, Shared};
 use crate::log::PartitionLog;
 use crate::protocol::fetch_response::{FetchResponse, FetchableTopic, PartitionData, FIRST_TOPIC_ID_VERSION};
@@ -115,6 +118,12 @@ pub fn build(shared: &Shared, request: &FetchRequest, version: i16) -> FetchResp
                 None => data.error_code = errors::UNKNOWN_TOPIC_OR_PARTITION,
                 Some(log) => {
                     fill(&mut data, log);
+                    // KIP-320 (v9+): Kafka's `Partition.fetchRecords` -> `localLogWithEpochOrThrow`.
+                    if let Err(code) = check_current_leader_epoch(log, p.current_leader_epoch) {
+                        data.error_code = code;
+                        out.partitions.push(data);
+                        continue;
+                    }
                     let limit = i64::from(p.partition_max_bytes.max(0)).min(bytes_left);
                     if limit > 0 || !got_data {
                         let max_bytes = u32::try_from(limit.max(0)).unwrap_or(u32::MAX);

@@ -6,8 +6,15 @@
 //! both with timestamp -1; -4 (earliest local, KIP-405) is the log start offset here (no tiered
 //! storage). A timestamp >= 0 gives the earliest offset whose record timestamp is >= it, looking
 //! inside batches ([`PartitionLog::fetch_offset_by_timestamp`]), or offset -1 and timestamp -1
-//! when there is none. Other negative timestamps (-3 max timestamp, KIP-734; -5 earliest
-//! pending upload) are not served yet: `INVALID_REQUEST`.
+//! when there is none. -3 ([`MAX_TIMESTAMP`], KIP-734) gives the first record carrying the largest
+//! timestamp of the log, -5 ([`LATEST_TIERED_TIMESTAMP`], KIP-1005) offset -1 (no tiered storage),
+//! both as Kafka 4's `UnifiedLog.fetchOffsetByTimestamp`. Other negative timestamps:
+//! `INVALID_REQUEST`.
+//!
+//! As Kafka's `ReplicaManager.fetchOffset`: a partition named twice in one request gets
+//! `INVALID_REQUEST` in every occurrence, and the v4+ `current_leader_epoch` is checked
+//! (`FENCED_LEADER_EPOCH` / `UNKNOWN_LEADER_EPOCH`, KIP-320;
+//! [`offset_for_leader_epoch::check_current_leader_epoch`]).
 //!
 //! Leader epoch (v4+; the field does not exist before, so it stays -1 there), as Kafka's
 //! `UnifiedLog.fetchOffsetByTimestamp`: latest gets the current leader epoch, earliest and
@@ -25,12 +32,23 @@ use crate::log::PartitionLog;
 
 /// ListOffsets target timestamp meaning "the earliest offset on local storage" (KIP-405).
 pub const EARLIEST_LOCAL_TIMESTAMP: i64 = -4;
+/// ListOffsets target timestamp meaning "the record with the largest timestamp" (KIP-734, v7+).
+pub const MAX_TIMESTAMP: i64 = -3;
+/// ListOffsets target timestamp meaning "the latest offset in tiered storage" (KIP-1005, v9+).
+pub const LATEST_TIERED_TIMESTAMP: i64 = -5;
 
 /// Answers every partition of the request, in request order.
 pub fn handle(shared: &Shared, request: &ListOffsetsRequest, version: i16) -> ListOffsetsResponse {
     // The leader epoch field exists from v4 on; setting it at v1-v3 fails the encoding.
     let with_epoch = version >= 4;
     let guard = shared.logs();
+    let mut seen = std::collections::HashSet::new();
+    let duplicates: std::collections::HashSet<(&str, i32)> = request
+        .topics
+        .iter()
+        .flat_map(|t| t.partitions.iter().map(move |p| (t.name.0.as_str(), p.partition_index)))
+        .filter(|tp| !seen.insert(*tp))
+        .collect();
     let topics = request
         .topics
         .iter()
@@ -45,19 +63,26 @@ pub fn handle(shared: &Shared, request: &ListOffsetsRequest, version: i16) -> Li
                         .with_timestamp(-1)
                         .with_offset(-1)
                         .with_leader_epoch(-1);
+                    if duplicates.contains(&(name, p.partition_index)) {
+                        return resp.with_error_code(errors::INVALID_REQUEST);
+                    }
                     match guard.as_ref().and_then(|logs| logs.log(name, p.partition_index)) {
                         None => resp.with_error_code(errors::UNKNOWN_TOPIC_OR_PARTITION),
-                        Some(log) => match lookup(log, p.timestamp) {
-                            Ok((timestamp, offset)) => {
-                                let epoch = match p.timestamp {
-                                    _ if !with_epoch || offset < 0 => -1,
-                                    LATEST_TIMESTAMP => offset_for_leader_epoch::current_leader_epoch(log),
-                                    _ => epoch_for_offset(&leader_epochs(log), offset).unwrap_or(-1),
-                                };
-                                resp.with_timestamp(timestamp).with_offset(offset).with_leader_epoch(epoch)
+                        Some(log) => {
+                            match offset_for_leader_epoch::check_current_leader_epoch(log, p.current_leader_epoch)
+                                .and_then(|()| lookup(log, p.timestamp))
+                            {
+                                Ok((timestamp, offset)) => {
+                                    let epoch = match p.timestamp {
+                                        _ if !with_epoch || offset < 0 => -1,
+                                        LATEST_TIMESTAMP => offset_for_leader_epoch::current_leader_epoch(log),
+                                        _ => epoch_for_offset(&leader_epochs(log), offset).unwrap_or(-1),
+                                    };
+                                    resp.with_timestamp(timestamp).with_offset(offset).with_leader_epoch(epoch)
+                                }
+                                Err(code) => resp.with_error_code(code),
                             }
-                            Err(code) => resp.with_error_code(code),
-                        },
+                        }
                     }
                 })
                 .collect();
@@ -72,6 +97,8 @@ fn lookup(log: &PartitionLog, target: i64) -> Result<(i64, i64), i16> {
     match target {
         LATEST_TIMESTAMP => Ok((-1, log.high_watermark())),
         EARLIEST_TIMESTAMP | EARLIEST_LOCAL_TIMESTAMP => Ok((-1, log.log_start_offset())),
+        LATEST_TIERED_TIMESTAMP => Ok((-1, -1)),
+        MAX_TIMESTAMP => max_timestamp(log).map_err(|e| errors::log_error_code(&e)),
         t if t < 0 => Err(errors::INVALID_REQUEST),
         t => match log.fetch_offset_by_timestamp(t) {
             Ok(Some(found)) => Ok((found.timestamp, found.offset)),
@@ -79,4 +106,21 @@ fn lookup(log: &PartitionLog, target: i64) -> Result<(i64, i64), i16> {
             Err(e) => Err(errors::log_error_code(&e)),
         },
     }
+}
+
+/// Kafka's `UnifiedLog.fetchOffsetByTimestamp` for [`MAX_TIMESTAMP`]: the segment with the
+/// largest max timestamp (the first such), and in it the first record carrying that timestamp;
+/// `(-1, -1)` for a log without timestamps.
+fn max_timestamp(log: &PartitionLog) -> Result<(i64, i64), crate::log::LogError> {
+    let mut best: Option<&crate::log::segment::Segment> = None;
+    for seg in log.segments() {
+        if seg.size() > 0
+            && best.is_none_or(|b| seg.max_timestamp_so_far().timestamp > b.max_timestamp_so_far().timestamp)
+        {
+            best = Some(seg);
+        }
+    }
+    let Some(seg) = best.filter(|s| s.max_timestamp_so_far().timestamp >= 0) else { return Ok((-1, -1)) };
+    let max = seg.max_timestamp_so_far().timestamp;
+    Ok(seg.find_offset_by_timestamp(max, log.log_start_offset())?.map_or((-1, -1), |f| (f.timestamp, f.offset)))
 }

@@ -13,7 +13,8 @@
 //! both `auto.create.topics.enable` and the request's `allow_auto_topic_creation` (v4+; always
 //! true before) allow it, as Kafka's `KafkaApis.handleTopicMetadataRequest` does; it is then
 //! returned with its partitions (Kafka answers `LEADER_NOT_AVAILABLE` first, while the
-//! controller works; one node needs no wait). Otherwise `UNKNOWN_TOPIC_OR_PARTITION`; an illegal
+//! controller works; one node needs no wait). `__consumer_offsets` is created as the group
+//! coordinator creates it: `offsets.topic.num.partitions` partitions, compacted. Otherwise `UNKNOWN_TOPIC_OR_PARTITION`; an illegal
 //! name, or one colliding on `.`/`_` with an existing topic, gets `INVALID_TOPIC_EXCEPTION`.
 
 use kafka_protocol::messages::metadata_response::{
@@ -22,6 +23,8 @@ use kafka_protocol::messages::metadata_response::{
 use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
+use crate::broker::coordinator::storage::offsets_topic_config;
+use crate::broker::coordinator::OFFSETS_TOPIC;
 use crate::broker::handler::offset_for_leader_epoch::current_leader_epoch;
 use crate::broker::{ensure_topic_id, errors, topics, Shared, CLUSTER_ID, NODE_ID};
 use crate::log::manager::{validate_topic_name, LogManager};
@@ -30,8 +33,8 @@ use crate::log::manager::{validate_topic_name, LogManager};
 pub fn handle(shared: &Shared, request: &MetadataRequest, version: i16) -> MetadataResponse {
     let broker = MetadataResponseBroker::default()
         .with_node_id(BrokerId(NODE_ID))
-        .with_host(StrBytes::from_string(shared.local_addr.ip().to_string()))
-        .with_port(i32::from(shared.local_addr.port()));
+        .with_host(StrBytes::from_string(shared.advertised().0))
+        .with_port(shared.advertised().1);
     let mut response = MetadataResponse::default()
         .with_brokers(vec![broker])
         .with_cluster_id(Some(StrBytes::from_static_str(CLUSTER_ID)))
@@ -93,7 +96,16 @@ fn describe_or_create(shared: &Shared, logs: &mut LogManager, name: &str, allow_
         if let Err(e) = topics::check_new_topic(logs, name) {
             return topic_error(name, e.code);
         }
-        if let Err(e) = topics::create(logs, name, shared.config.num_partitions, None) {
+        // Kafka's `AutoTopicCreationManager.creatableTopic`: `__consumer_offsets` is created as the
+        // group coordinator creates it (`offsets.topic.num.partitions`, compacted), not with
+        // `num.partitions` and the broker defaults.
+        let (num_partitions, config) = if name == OFFSETS_TOPIC {
+            let n = shared.coordinator().config().offsets_topic_num_partitions;
+            (n, Some(offsets_topic_config(logs.config())))
+        } else {
+            (shared.config.num_partitions, None)
+        };
+        if let Err(e) = topics::create(logs, name, num_partitions, config) {
             tracing::warn!("auto-creating {name}: {e}");
             return topic_error(name, errors::log_error_code(&e));
         }
@@ -128,7 +140,7 @@ fn describe(logs: &mut LogManager, name: &str) -> MetadataResponseTopic {
     partitions.sort_by_key(|p| p.partition_index);
     topic_error(name, errors::NONE)
         .with_topic_id(topic_id)
-        .with_is_internal(name.starts_with("__"))
+        .with_is_internal(is_internal_topic(name))
         .with_partitions(partitions)
 }
 
@@ -153,4 +165,10 @@ fn leaderless_partitions(present: &[i32]) -> Vec<MetadataResponsePartition> {
                 .with_leader_epoch(-1)
         })
         .collect()
+}
+
+/// Kafka's `Topic.isInternal`: its own internal topics only (`__consumer_offsets`,
+/// `__transaction_state`, `__share_group_state`), not every name starting with `__`.
+fn is_internal_topic(name: &str) -> bool {
+    matches!(name, "__consumer_offsets" | "__transaction_state" | "__share_group_state")
 }

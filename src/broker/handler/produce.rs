@@ -5,6 +5,9 @@
 //! any partition failed, the connection is closed instead, so the client notices (Kafka's
 //! `KafkaApis.handleProduceRequest` does the same). Other `acks` values: `INVALID_REQUIRED_ACKS`.
 //!
+//! Each partition's record set must hold exactly one magic-2 batch (Kafka's
+//! `ProduceRequest.validateRecords`: `INVALID_RECORD` otherwise; bytes after the batch that do not
+//! make a whole one are dropped, as `UnifiedLog.trimInvalidBytes` drops them).
 //! [`PartitionLog::append`](crate::log::PartitionLog::append) validates every batch (length,
 //! magic, CRC) and assigns offsets from the log end offset; before it, each batch's size is
 //! checked against the topic's `max.message.bytes` (`MESSAGE_TOO_LARGE`, Kafka's
@@ -116,6 +119,7 @@ pub fn handle(shared: &Shared, request: &ProduceRequest, version: i16) -> Outcom
 /// Appends one record set: `(base_offset, log_append_time_ms, log_start_offset)` or
 /// `(error code, message)`.
 fn append(log: &mut PartitionLog, records: &[u8], now: i64) -> Result<(i64, i64, i64), (i16, String)> {
+    let records = validate_record_set(records)?;
     let max = i64::from(log.config().max_message_bytes);
     for batch in BatchBoundaries::new(records) {
         if batch.size as i64 > max {
@@ -149,4 +153,46 @@ fn append(log: &mut PartitionLog, records: &[u8], now: i64) -> Result<(i64, i64,
         Ok(info) => Ok((info.first_offset, if append_time { now } else { -1 }, info.log_start_offset)),
         Err(e) => Err((errors::log_error_code(&e), e.to_string())),
     }
+}
+
+/// Kafka's `ProduceRequest.validateRecords` for Produce v3+ (run by `KafkaApis.handleProduceRequest`
+/// before the append): the record set must hold exactly one batch, of magic 2; otherwise
+/// `INVALID_RECORD` (its `InvalidRecordException`). Batches are walked as Kafka's
+/// `ByteBufferLogInputStream` walks them: a length below 14 (the smallest legacy record) or a
+/// magic above 2 is `CORRUPT_MESSAGE` (`CorruptRecordException`); a batch that extends past the end
+/// of the set is not a batch (so a set whose only batch claims more bytes than were sent has none).
+///
+/// Returns the batch's bytes: bytes after it that do not make a whole batch are dropped, as
+/// Kafka's `UnifiedLog.trimInvalidBytes` drops them.
+fn validate_record_set(records: &[u8]) -> Result<&[u8], (i16, String)> {
+    /// `ByteBufferLogInputStream.nextBatchSize` + `nextBatch`: the size of the batch at the start
+    /// of `rest` (with its 12-byte log overhead) and its magic, `None` when there is none.
+    fn next_batch(rest: &[u8]) -> Result<Option<(usize, i8)>, (i16, String)> {
+        let Some(head) = rest.first_chunk::<12>() else { return Ok(None) };
+        let size = i32::from_be_bytes([head[8], head[9], head[10], head[11]]);
+        if size < 14 {
+            return Err((
+                errors::CORRUPT_MESSAGE,
+                format!("record size {size} is less than the minimum record overhead (14)"),
+            ));
+        }
+        let Some(&magic) = rest.get(16) else { return Ok(None) };
+        let magic = magic as i8;
+        if !(0..=2).contains(&magic) {
+            return Err((errors::CORRUPT_MESSAGE, format!("invalid magic found in record: {magic}")));
+        }
+        let total = size as usize + 12;
+        Ok((rest.len() >= total).then_some((total, magic)))
+    }
+    let invalid = |what: &str| (errors::INVALID_RECORD, format!("Produce requests with version 3 and above {what}"));
+    let Some((size, magic)) = next_batch(records)? else {
+        return Err(invalid("must have at least one record batch per partition"));
+    };
+    if magic != 2 {
+        return Err(invalid("are only allowed to contain record batches with magic version 2"));
+    }
+    if next_batch(&records[size..])?.is_some() {
+        return Err(invalid("are only allowed to contain exactly one record batch per partition"));
+    }
+    Ok(&records[..size])
 }
