@@ -44,7 +44,7 @@ enum Command {
 
 #[derive(clap::Args, Debug)]
 struct GroupsArgs {
-    /// The broker (host:port).
+    /// The broker, `host:port` (a comma-separated list: the first that answers).
     #[arg(long, default_value = "127.0.0.1:9092")]
     bootstrap: String,
     /// The group to describe.
@@ -155,7 +155,12 @@ struct ReadPathsArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt().with_max_level(cli.log_level).with_writer(std::io::stderr).init();
+    use std::io::IsTerminal;
+    tracing_subscriber::fmt()
+        .with_max_level(cli.log_level)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
     match cli.command {
         Command::Log(LogCommand::Dump(a)) => log_dump(a),
         Command::Serve(a) => match serve(a) {
@@ -166,7 +171,8 @@ fn main() -> ExitCode {
             }
         },
         Command::Groups(a) => match groups(a) {
-            Ok(()) => ExitCode::SUCCESS,
+            Ok(true) => ExitCode::SUCCESS,
+            Ok(false) => ExitCode::from(1),
             Err(e) => {
                 say(format_args!("error: {e}"));
                 ExitCode::from(2)
@@ -198,13 +204,38 @@ fn error_chain(e: &anyhow::Error) -> String {
     out
 }
 
-/// `fetchbench groups`: ListGroups, or one group's report (`client::admin`).
-fn groups(args: GroupsArgs) -> Result<(), fetchbench::client::ClientError> {
+/// `fetchbench groups`: ListGroups, or one group's report (`client::admin`). `Ok(false)`: the
+/// group does not exist (Kafka's tool says so too).
+fn groups(args: GroupsArgs) -> Result<bool, fetchbench::client::ClientError> {
     use fetchbench::client::{admin, KafkaConnection};
     let timeout = std::time::Duration::from_secs(args.timeout.max(1));
-    let mut conn = KafkaConnection::connect(args.bootstrap.as_str(), "fetchbench-groups", timeout)?;
+    // A bootstrap list: the first broker that answers.
+    let mut last_error = None;
+    let mut conn = None;
+    for broker in args.bootstrap.split(',').map(str::trim).filter(|b| !b.is_empty()) {
+        match KafkaConnection::connect(broker, "fetchbench-groups", timeout) {
+            Ok(c) => {
+                conn = Some(c);
+                break;
+            }
+            Err(e) => last_error = Some(e),
+        }
+    }
+    let Some(mut conn) = conn else {
+        return Err(last_error.unwrap_or(fetchbench::client::ClientError::Io {
+            context: "--bootstrap".into(),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "no broker address given"),
+        }));
+    };
     match args.group {
-        Some(group) => print!("{}", admin::format_report(&admin::describe_group(&mut conn, &group)?)),
+        Some(group) => {
+            let report = admin::describe_group(&mut conn, &group)?;
+            if report.state == "Dead" && report.members.is_empty() && report.partitions.is_empty() {
+                say(format_args!("consumer group {group:?} does not exist"));
+                return Ok(false);
+            }
+            print!("{}", admin::format_report(&report));
+        }
         None => {
             let listed = admin::list_groups(&mut conn)?;
             println!("{:<40} {:<20} {:<14}", "GROUP", "STATE", "PROTOCOL-TYPE");
@@ -215,7 +246,7 @@ fn groups(args: GroupsArgs) -> Result<(), fetchbench::client::ClientError> {
             }
         }
     }
-    Ok(())
+    Ok(true)
 }
 
 /// Parses a byte count: `4096`, `64K`, `64KiB`, `1M`, `2GiB`, `1.5G` (suffixes are powers of

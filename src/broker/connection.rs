@@ -86,6 +86,12 @@ pub fn serve(mut stream: TcpStream, shared: &Shared) {
         if let Err(e) = write_response(&mut stream, &mut path, response) {
             match e {
                 WriteEnd::Close => tracing::info!("{peer}: closing after a request that cannot be answered"),
+                // A client that goes away mid-answer (a closed consumer) is routine.
+                WriteEnd::Io(e)
+                    if matches!(e.kind(), std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset) =>
+                {
+                    tracing::debug!("{peer}: writing a response: {e}; closing")
+                }
                 WriteEnd::Io(e) => tracing::warn!("{peer}: writing a response: {e}; closing"),
             }
             return;

@@ -6,6 +6,7 @@
 //! ApiVersions (KIP-35, KIP-511).
 
 pub mod admin;
+pub mod assignor;
 pub mod connection;
 
 pub use connection::{ClientError, KafkaConnection};

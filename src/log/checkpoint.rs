@@ -303,7 +303,7 @@ impl TopicId {
         }
         let data = s.trim_end_matches('=');
         let pad = s.len() - data.len();
-        if pad > 2 || (pad > 0 && s.len() % 4 != 0) || data.len() % 4 == 1 {
+        if pad > 2 || (pad > 0 && !s.len().is_multiple_of(4)) || data.len() % 4 == 1 {
             return Err(err("malformed base64 padding"));
         }
         let mut out = Vec::with_capacity(18);

@@ -765,7 +765,7 @@ impl MappedIndex {
 
     /// Kafka's length check in `sanityCheck`.
     pub(super) fn check_length_multiple(&self) -> Result<(), LogError> {
-        if self.length % self.entry_size as u64 != 0 {
+        if !self.length.is_multiple_of(self.entry_size as u64) {
             return Err(self.corrupt(format!(
                 "found {} bytes which is not a multiple of the entry size {}",
                 self.length, self.entry_size

@@ -505,7 +505,7 @@ mod tests {
                     Err(e) => panic!("reader: {e}"),
                 }
                 reads += 1;
-                if slow && reads % 64 == 0 {
+                if slow && reads.is_multiple_of(64) {
                     thread::sleep(Duration::from_millis(1));
                 }
             }

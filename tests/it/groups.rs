@@ -531,5 +531,11 @@ fn groups_cli_lists_and_describes_with_lag() {
     assert_eq!(&row[..5], ["lagged", "0", "4", "10", "6"], "{report}");
     assert_eq!(row[5], me);
     assert!(report.contains("lagged-0"), "the member's assignment is shown: {report}");
+    let missing = std::process::Command::new(env!("CARGO_BIN_EXE_fetchbench"))
+        .args(["groups", "--bootstrap", &format!("127.0.0.1:1,{bootstrap}"), "--group", "nosuch"])
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(1), "a group that does not exist");
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("does not exist"));
     broker.shutdown().unwrap();
 }
