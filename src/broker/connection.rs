@@ -54,13 +54,10 @@ pub fn serve(mut stream: TcpStream, shared: &Shared) {
         return;
     }
     let _ = stream.set_nodelay(true);
-    let mut path = match shared.config.read_path.create(&shared.config.read_path_config) {
-        Ok(p) => p,
-        Err(e) => {
-            tracing::error!("{peer}: cannot create read path {}: {e}; closing", shared.config.read_path);
-            return;
-        }
-    };
+    // The read path (an io_uring ring and a 1 MiB pipe for uring-splice) is made at the first
+    // Fetch response, so connections that never fetch (producers, admin tools, group
+    // heartbeats) hold none.
+    let mut path: Option<AnyReadPath> = None;
     loop {
         let payload = match frame::read_frame(&mut stream, shared.config.socket_request_max_bytes) {
             Ok(Some(p)) => p,
@@ -83,7 +80,7 @@ pub fn serve(mut stream: TcpStream, shared: &Shared) {
                 return;
             }
         };
-        if let Err(e) = write_response(&mut stream, &mut path, response) {
+        if let Err(e) = write_response(&mut stream, &mut path, shared, response) {
             match e {
                 WriteEnd::Close => tracing::info!("{peer}: closing after a request that cannot be answered"),
                 // A client that goes away mid-answer (a closed consumer) is routine.
@@ -104,11 +101,26 @@ enum WriteEnd {
     Io(std::io::Error),
 }
 
-fn write_response(stream: &mut TcpStream, path: &mut AnyReadPath, response: Response) -> Result<(), WriteEnd> {
+fn write_response(
+    stream: &mut TcpStream,
+    path: &mut Option<AnyReadPath>,
+    shared: &Shared,
+    response: Response,
+) -> Result<(), WriteEnd> {
     match response {
         Response::None => Ok(()),
         Response::Close => Err(WriteEnd::Close),
         Response::Encoded(bytes) => stream.write_all(&bytes).map_err(WriteEnd::Io),
-        Response::Fetch(frame) => frame.write_to(stream.as_fd(), path).map(|_| ()).map_err(WriteEnd::Io),
+        Response::Fetch(frame) => {
+            if path.is_none() {
+                let created = shared.config.read_path.create(&shared.config.read_path_config).map_err(|e| {
+                    tracing::error!("cannot create read path {}: {e}", shared.config.read_path);
+                    WriteEnd::Close
+                })?;
+                *path = Some(created);
+            }
+            let path = path.as_mut().expect("created above");
+            frame.write_to(stream.as_fd(), path).map(|_| ()).map_err(WriteEnd::Io)
+        }
     }
 }

@@ -58,7 +58,7 @@ pub const INVALID_RECORD: i16 = 87;
 /// `FENCED_LEADER_EPOCH`: the request's current leader epoch is older than the broker's (KIP-320).
 pub const FENCED_LEADER_EPOCH: i16 = 74;
 /// `UNKNOWN_LEADER_EPOCH`: the request's current leader epoch is newer than the broker's (KIP-320).
-pub const UNKNOWN_LEADER_EPOCH: i16 = 76;
+pub const UNKNOWN_LEADER_EPOCH: i16 = 75;
 /// `UNKNOWN_TOPIC_ID`: a request named a topic id this broker does not have (KIP-516).
 pub const UNKNOWN_TOPIC_ID: i16 = 100;
 

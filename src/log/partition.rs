@@ -221,7 +221,16 @@ impl PartitionLog {
                     );
                     seg = Segment::open_without_indexes(dir, base, seg_cfg)?;
                 } else {
-                    tracing::warn!("{}: rebuilding indexes: {e}", seg.log_path().display());
+                    if opts.had_clean_shutdown {
+                        tracing::warn!("{}: rebuilding indexes: {e}", seg.log_path().display());
+                    } else {
+                        // After an unclean shutdown the active segment's preallocated index was
+                        // never trimmed: expected, not a corruption.
+                        tracing::info!(
+                            "{}: rebuilding indexes after an unclean shutdown ({e})",
+                            seg.log_path().display()
+                        );
+                    }
                     let outcome = seg.recover(next_base)?;
                     report.rebuilt_indexes.push(base);
                     report.truncated_bytes += outcome.truncated_bytes as u64;

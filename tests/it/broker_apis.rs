@@ -308,7 +308,7 @@ fn offset_for_leader_epoch_follows_the_leader_epoch_cache() {
         assert_eq!(q(&mut c, 6, 5), (0, -1, -1), "v{version}: above the latest: undefined");
         assert_eq!(q(&mut c, -1, 5), (0, -1, -1), "v{version}: undefined epoch");
         assert_eq!(q(&mut c, 5, 4), (74, -1, -1), "v{version}: older current epoch: FENCED_LEADER_EPOCH");
-        assert_eq!(q(&mut c, 5, 6), (76, -1, -1), "v{version}: newer current epoch: UNKNOWN_LEADER_EPOCH");
+        assert_eq!(q(&mut c, 5, 6), (75, -1, -1), "v{version}: newer current epoch: UNKNOWN_LEADER_EPOCH");
         let unknown = epoch_query(&mut c, version, "nope", 0, -1);
         assert_eq!((unknown.error_code, unknown.leader_epoch, unknown.end_offset), (3, -1, -1), "v{version}");
     }

@@ -18,6 +18,7 @@ mod log_engine;
 mod protocol_corpus;
 mod python_clients;
 mod read_paths;
+mod review_broker;
 mod review_regressions;
 mod serve_corpus;
 mod serve_process;

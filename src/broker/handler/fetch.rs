@@ -17,6 +17,9 @@
 //! the partition's, KIP-320, as Kafka's `Partition.fetchRecords`), `OFFSET_OUT_OF_RANGE` and the
 //! rest of [`errors::log_error_code`].
 //!
+//! The response's `max_bytes` and `min_bytes` are capped at [`FETCH_MAX_BYTES`], Kafka's default
+//! broker `fetch.max.bytes` (55 MiB).
+//!
 //! Long polling: a fetch that finds fewer than `min_bytes` bytes (and no error) is parked for
 //! up to `max_wait_ms` and rebuilt when a produce appends ([`delayed_fetch`]).
 //!
@@ -36,7 +39,8 @@
 //! `TXN_COMMITTED`.
 //!
 //! Not yet (issue 4): fetch sessions (KIP-227: `session_id` is always 0, so clients send full
-//! fetches; a request naming a session gets `FETCH_SESSION_ID_NOT_FOUND`).
+//! fetches; a full fetch (session epoch 0 or -1) is answered whatever session it names, as Kafka
+//! answers one, and an incremental fetch (any other epoch) gets `FETCH_SESSION_ID_NOT_FOUND`).
 
 use std::time::Instant;
 
@@ -47,6 +51,13 @@ use crate::broker::handler::offset_for_leader_epoch::check_current_leader_epoch;
 use crate::broker::{delayed_fetch, errors, topics, Shared};
 use crate::log::PartitionLog;
 use crate::protocol::fetch_response::{FetchResponse, FetchableTopic, PartitionData, FIRST_TOPIC_ID_VERSION};
+
+/// Kafka's broker `fetch.max.bytes` default (57671680 = 55 MiB): the most record bytes one Fetch
+/// response carries whatever the request's `max_bytes` (`KafkaApis.handleFetchRequest` takes
+/// `min(max_bytes, fetch.max.bytes, quota window)`; KIP-74's first batch may still exceed it).
+/// Without it a request for everything over partitions holding more than 2 GiB asks for a
+/// response too large to frame.
+pub const FETCH_MAX_BYTES: i32 = 57_671_680;
 
 /// `isolation_level` of a `read_committed` fetch (KIP-98).
 const READ_COMMITTED: i8 = 1;
@@ -60,7 +71,9 @@ pub fn handle(shared: &Shared, request: &FetchRequest, version: i16, correlation
     let deadline = delayed_fetch::deadline(Instant::now(), request.max_wait_ms);
     let mut seen = shared.fetch_wakeup().generation();
     let mut response = build(shared, request, version);
-    while delayed_fetch::should_park(available_bytes(&response), request.min_bytes, request.max_wait_ms)
+    // Kafka caps `fetch.min.bytes` like `max_bytes` (`KafkaApis.handleFetchRequest`).
+    let min_bytes = request.min_bytes.min(FETCH_MAX_BYTES);
+    while delayed_fetch::should_park(available_bytes(&response), min_bytes, request.max_wait_ms)
         && !has_error(&response)
         && !shared.is_shutting_down()
         && Instant::now() < deadline
@@ -84,13 +97,16 @@ pub fn handle(shared: &Shared, request: &FetchRequest, version: i16, correlation
 /// `UNKNOWN_TOPIC_ID` in each of its partitions, the response naming the requested id).
 pub fn build(shared: &Shared, request: &FetchRequest, version: i16) -> FetchResponse {
     let mut response = FetchResponse::default();
-    if request.session_id != 0 {
+    // KIP-227 (Kafka's `FetchManager.newContext`): epoch 0 (INITIAL) and -1 (FINAL) are full
+    // fetches whatever session they name (Kafka closes that session); any other epoch is an
+    // incremental fetch of a session, and this broker keeps none.
+    if request.session_epoch != 0 && request.session_epoch != -1 {
         response.error_code = errors::FETCH_SESSION_ID_NOT_FOUND;
         return response;
     }
     let read_committed = request.isolation_level == READ_COMMITTED;
     // max_bytes exists from v3 on; kafka-protocol's default for older versions is i32::MAX.
-    let mut bytes_left = i64::from(request.max_bytes.max(0));
+    let mut bytes_left = i64::from(request.max_bytes.clamp(0, FETCH_MAX_BYTES));
     let mut got_data = false;
     let guard = shared.logs();
     for topic in &request.topics {

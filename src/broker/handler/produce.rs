@@ -31,6 +31,9 @@ use crate::log::config::TimestampType;
 use crate::log::partition::now_ms;
 use crate::log::PartitionLog;
 
+/// `NOT_LEADER_OR_FOLLOWER` (6, retriable): the answer while the broker shuts down.
+const NOT_LEADER_OR_FOLLOWER: i16 = 6;
+
 /// What to do after a produce.
 #[derive(Debug)]
 pub enum Outcome {
@@ -73,7 +76,9 @@ pub fn handle(shared: &Shared, request: &ProduceRequest, version: i16) -> Outcom
                 .with_log_start_offset(-1);
             let result = match (fixed_error, guard.as_mut()) {
                 (Some((code, message)), _) => Err((code, message.to_string())),
-                (None, None) => Err((errors::UNKNOWN_SERVER_ERROR, "broker is shutting down".to_string())),
+                // Retriable, as Kafka answers a partition it no longer leads: the client retries
+                // until the broker is back, instead of failing the record for good.
+                (None, None) => Err((NOT_LEADER_OR_FOLLOWER, "broker is shutting down".to_string())),
                 (None, Some(logs)) => match logs.log_mut(name, data.index) {
                     None if resolved.is_none() => {
                         Err((errors::UNKNOWN_TOPIC_ID, format!("topic id {} is not hosted here", topic.topic_id)))
