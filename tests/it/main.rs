@@ -10,6 +10,7 @@ mod common;
 mod consumer_offsets_corpus;
 mod dump_cli;
 mod fetch_response;
+mod group_clients;
 mod groups;
 mod idempotence;
 mod index_corpus;
