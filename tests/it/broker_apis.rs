@@ -3,8 +3,7 @@
 //! advertised versions. Requests go through the shared test client of `broker.rs`.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use fetchbench::broker::{Broker, BrokerConfig};
@@ -473,46 +472,11 @@ fn read_committed_gets_the_high_watermark_and_no_aborted_transactions() {
 /// Runs kcat with `args`, killed after 30 s; `None` when kcat is not installed (skipped outside
 /// CI, a failure in CI, as in `kcat.rs`).
 fn run_kcat(args: &[&str]) -> Option<(bool, String, String)> {
-    let found = Command::new("kcat").arg("-V").stdout(Stdio::null()).stderr(Stdio::null()).status();
-    if !found.map(|s| s.success()).unwrap_or(false) {
-        if std::env::var("CI").map(|v| !v.is_empty() && v != "false").unwrap_or(false) {
-            panic!("kcat not found: CI must run the kcat interop tests");
-        }
-        eprintln!("SKIP: kcat not found");
+    if !crate::common::kcat_available() {
         return None;
     }
-    let mut child = Command::new("kcat")
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawning kcat");
-    let mut out = child.stdout.take().unwrap();
-    let mut err = child.stderr.take().unwrap();
-    let out_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = std::io::Read::read_to_string(&mut out, &mut s);
-        s
-    });
-    let err_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = std::io::Read::read_to_string(&mut err, &mut s);
-        s
-    });
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let ok = loop {
-        match child.try_wait().unwrap() {
-            Some(status) => break status.success(),
-            None if Instant::now() >= deadline => {
-                let _ = child.kill();
-                let _ = child.wait();
-                break false;
-            }
-            None => std::thread::sleep(Duration::from_millis(20)),
-        }
-    };
-    Some((ok, out_reader.join().unwrap(), err_reader.join().unwrap()))
+    let out = crate::common::kcat(args, "", Duration::from_secs(30));
+    Some((out.status.is_some_and(|s| s.success()), out.stdout_text(), out.stderr))
 }
 
 /// kcat (librdkafka 2.0.2) still lists and consumes now that Fetch is advertised up to v18 and

@@ -38,3 +38,112 @@ pub fn files_with_suffix(dir: &std::path::Path, suffix: &str) -> Vec<PathBuf> {
     out.sort();
     out
 }
+
+/// Whether this is a CI run (`CI` set to anything but `false` or empty): real-client tests then
+/// fail instead of skipping when their client is missing.
+pub fn in_ci() -> bool {
+    std::env::var("CI").map(|v| !v.is_empty() && v != "false").unwrap_or(false)
+}
+
+/// What a child process did.
+pub struct ChildOutput {
+    /// Exit status; `None` when it was killed at the timeout.
+    pub status: Option<std::process::ExitStatus>,
+    /// Everything it wrote to stdout.
+    pub stdout: Vec<u8>,
+    /// Everything it wrote to stderr (lossy UTF-8).
+    pub stderr: String,
+}
+
+impl ChildOutput {
+    /// stdout as text (lossy UTF-8).
+    pub fn stdout_text(&self) -> String {
+        String::from_utf8_lossy(&self.stdout).into_owned()
+    }
+
+    /// Panics with both outputs unless the child exited 0 in time; returns stdout as text.
+    pub fn expect_success(self, what: &str) -> String {
+        let out = self.stdout_text();
+        match self.status {
+            None => panic!("{what}: killed at its timeout\nstdout:\n{out}\nstderr:\n{}", self.stderr),
+            Some(s) if !s.success() => panic!("{what}: failed ({s})\nstdout:\n{out}\nstderr:\n{}", self.stderr),
+            Some(_) => out,
+        }
+    }
+}
+
+/// Runs `cmd` with `stdin` (none: `/dev/null`), collecting stdout and stderr on threads so a
+/// chatty child never blocks, and kills it after `timeout` so the suite never hangs.
+pub fn run_with_timeout(
+    cmd: &mut std::process::Command,
+    stdin: Option<&[u8]>,
+    timeout: std::time::Duration,
+) -> ChildOutput {
+    use std::io::{Read, Write};
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawning {cmd:?}: {e}"));
+    let writer = stdin.map(|data| {
+        let mut input = child.stdin.take().unwrap();
+        let data = data.to_vec();
+        std::thread::spawn(move || {
+            let _ = input.write_all(&data);
+        })
+    });
+    let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let out_reader = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = out.read_to_end(&mut v);
+        v
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = err.read_to_end(&mut v);
+        String::from_utf8_lossy(&v).into_owned()
+    });
+    let deadline = std::time::Instant::now() + timeout;
+    let status = loop {
+        match child.try_wait().expect("waiting for a child process") {
+            Some(status) => break Some(status),
+            None if std::time::Instant::now() >= deadline => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            None => std::thread::sleep(std::time::Duration::from_millis(20)),
+        }
+    };
+    if let Some(w) = writer {
+        let _ = w.join();
+    }
+    ChildOutput { status, stdout: out_reader.join().unwrap(), stderr: err_reader.join().unwrap() }
+}
+
+/// Whether kcat can run; `false` (with a notice) outside CI, a panic in CI (scripts/test.sh
+/// installs it).
+pub fn kcat_available() -> bool {
+    let found = std::process::Command::new("kcat")
+        .arg("-V")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if found {
+        return true;
+    }
+    if in_ci() {
+        panic!("kcat not found: CI must run the kcat interop tests (apt-get install kcat)");
+    }
+    eprintln!("SKIP: kcat not found; install the Debian package kcat to run this test");
+    false
+}
+
+/// Runs kcat with `args` and `stdin`, killed after `timeout`.
+pub fn kcat(args: &[&str], stdin: &str, timeout: std::time::Duration) -> ChildOutput {
+    run_with_timeout(std::process::Command::new("kcat").args(args), Some(stdin.as_bytes()), timeout)
+}

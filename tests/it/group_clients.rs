@@ -373,47 +373,7 @@ fn assert_no_complaints(what: &str, members: &[&Member]) {
 
 /// Runs kcat with `args` and `stdin`, killed after [`WAIT`]; asserts success, returns stdout.
 fn kcat_run(args: &[&str], stdin: &str) -> String {
-    let mut child = Command::new("kcat")
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawning kcat");
-    let mut input = child.stdin.take().unwrap();
-    let data = stdin.to_string();
-    let writer = std::thread::spawn(move || {
-        let _ = input.write_all(data.as_bytes());
-    });
-    let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
-    let out_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = out.read_to_string(&mut s);
-        s
-    });
-    let err_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
-    let deadline = Instant::now() + WAIT;
-    let status = loop {
-        match child.try_wait().unwrap() {
-            Some(s) => break Some(s),
-            None if Instant::now() >= deadline => {
-                let _ = child.kill();
-                let _ = child.wait();
-                break None;
-            }
-            None => std::thread::sleep(Duration::from_millis(20)),
-        }
-    };
-    let _ = writer.join();
-    let (stdout, stderr) = (out_reader.join().unwrap(), err_reader.join().unwrap());
-    match status {
-        Some(s) if s.success() => stdout,
-        _ => panic!("kcat {args:?}: {status:?}\nstdout:\n{stdout}\nstderr:\n{stderr}"),
-    }
+    crate::common::kcat(args, stdin, WAIT).expect_success(&format!("kcat {args:?}"))
 }
 
 fn settings() -> Value {
@@ -733,11 +693,7 @@ fn kafka_python_group_consumer_subscribes_consumes_and_commits() {
 /// commits hold: a second run of the group finds nothing left.
 #[test]
 fn kcat_balanced_consumer_consumes_in_a_group() {
-    let kcat_ok = Command::new("kcat").arg("-V").output().map(|o| o.status.success()).unwrap_or(false);
-    if !kcat_ok {
-        let in_ci = std::env::var("CI").map(|v| !v.is_empty() && v != "false").unwrap_or(false);
-        assert!(!in_ci, "kcat not found: CI must run the kcat interop tests");
-        eprintln!("SKIP: kcat not found; install the Debian package kcat to run this test");
+    if !crate::common::kcat_available() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();

@@ -8,13 +8,13 @@
 //!
 //! kcat missing: the tests fail in CI (`CI` set, not `false`) and skip with a notice elsewhere.
 
-use std::io::{Read, Write};
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fetchbench::broker::{Broker, BrokerConfig, BrokerHandle};
 use fetchbench::read_path::ReadPathKind;
+
+use crate::common::{self, kcat_available};
 
 /// The longest one kcat run may take before it is killed.
 const KCAT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -23,84 +23,9 @@ const RECORDS: usize = 50;
 /// `(kcat -z name, Kafka codec id in the batch attributes)`.
 const CODECS: [(&str, u8); 4] = [("gzip", 1), ("snappy", 2), ("lz4", 3), ("zstd", 4)];
 
-/// Whether kcat can run; `false` (with a notice) outside CI, a panic in CI.
-fn kcat_available() -> bool {
-    let found = Command::new("kcat")
-        .arg("-V")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    if found {
-        return true;
-    }
-    let in_ci = std::env::var("CI").map(|v| !v.is_empty() && v != "false").unwrap_or(false);
-    if in_ci {
-        panic!("kcat not found: CI must run the kcat interop tests (apt-get install kcat)");
-    }
-    eprintln!("SKIP: kcat not found (`which kcat` fails); install the Debian package kcat to run this test");
-    false
-}
-
-struct Output {
-    status: Option<std::process::ExitStatus>,
-    stdout: String,
-    stderr: String,
-}
-
-/// Runs kcat with `args`, feeding `stdin`, killing it after [`KCAT_TIMEOUT`].
-fn kcat(args: &[&str], stdin: &str) -> Output {
-    let mut child = Command::new("kcat")
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawning kcat");
-    let mut input = child.stdin.take().unwrap();
-    let data = stdin.to_string();
-    let writer = std::thread::spawn(move || {
-        let _ = input.write_all(data.as_bytes());
-    });
-    let mut out = child.stdout.take().unwrap();
-    let mut err = child.stderr.take().unwrap();
-    let out_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = out.read_to_string(&mut s);
-        s
-    });
-    let err_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
-    let deadline = Instant::now() + KCAT_TIMEOUT;
-    let status = loop {
-        match child.try_wait().expect("waiting for kcat") {
-            Some(status) => break Some(status),
-            None if Instant::now() >= deadline => {
-                let _ = child.kill();
-                let _ = child.wait();
-                break None;
-            }
-            None => std::thread::sleep(Duration::from_millis(20)),
-        }
-    };
-    let _ = writer.join();
-    Output { status, stdout: out_reader.join().unwrap(), stderr: err_reader.join().unwrap() }
-}
-
 /// Runs kcat and asserts it exited successfully in time; returns stdout.
 fn kcat_ok(args: &[&str], stdin: &str) -> String {
-    let out = kcat(args, stdin);
-    match out.status {
-        None => panic!("kcat {args:?} killed after {KCAT_TIMEOUT:?}\nstdout:\n{}\nstderr:\n{}", out.stdout, out.stderr),
-        Some(s) if !s.success() => {
-            panic!("kcat {args:?} failed ({s})\nstdout:\n{}\nstderr:\n{}", out.stdout, out.stderr)
-        }
-        Some(_) => out.stdout,
-    }
+    common::kcat(args, stdin, KCAT_TIMEOUT).expect_success(&format!("kcat {args:?}"))
 }
 
 /// `key-i:value-i` lines for `topic` (values with spaces and punctuation, not `:` in keys).

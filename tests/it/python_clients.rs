@@ -14,10 +14,9 @@
 //! versions of both clients), else `.venv/bin/python` of the crate. Interpreter or client package
 //! missing: the tests fail in CI (`CI` set, not `false`) and skip with a notice elsewhere.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fetchbench::read_path::ReadPathKind;
 use serde_json::Value;
@@ -32,10 +31,6 @@ const CONFLUENT_TOPICS: [(&str, u8); 6] =
     [("ck-none", 0), ("ck-gzip", 1), ("ck-snappy", 2), ("ck-lz4", 3), ("ck-zstd", 4), ("ck-idempotent", 3)];
 /// kafka-python topics and their codec ids.
 const KAFKA_PYTHON_TOPICS: [(&str, u8); 2] = [("kp-none", 0), ("kp-gzip", 1)];
-
-fn in_ci() -> bool {
-    std::env::var("CI").map(|v| !v.is_empty() && v != "false").unwrap_or(false)
-}
 
 /// The Python interpreter that can import `module`; `None` (with a notice) outside CI, a panic
 /// in CI.
@@ -54,7 +49,7 @@ pub(crate) fn python_with(module: &str) -> Option<PathBuf> {
         return Some(python);
     }
     let why = format!("{} cannot import {module}", python.display());
-    if in_ci() {
+    if crate::common::in_ci() {
         panic!("{why}: CI must run the Python client interop tests (scripts/test.sh installs them)");
     }
     eprintln!("SKIP: {why}; run scripts/test.sh (or set FETCHBENCH_PYTHON) to run this test");
@@ -70,50 +65,15 @@ fn run_script(python: &Path, script: &str, bootstrap: &str, what: &str) -> Value
 /// Runs `tests/python/<script> <args...>` as [`run_script`] does.
 pub(crate) fn run_script_args(python: &Path, script: &str, args: &[&str], what: &str) -> Value {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python").join(script);
-    let mut child = Command::new(python)
-        .arg(&path)
-        .args(args)
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .env("PYTHONUNBUFFERED", "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawning {} {}: {e}", python.display(), path.display()));
-    let mut out = child.stdout.take().unwrap();
-    let mut err = child.stderr.take().unwrap();
-    let out_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = out.read_to_string(&mut s);
-        s
-    });
-    let err_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
-    let deadline = Instant::now() + SCRIPT_TIMEOUT;
-    let status = loop {
-        match child.try_wait().expect("waiting for the script") {
-            Some(status) => break Some(status),
-            None if Instant::now() >= deadline => {
-                let _ = child.kill();
-                let _ = child.wait();
-                break None;
-            }
-            None => std::thread::sleep(Duration::from_millis(20)),
-        }
-    };
-    let (stdout, stderr) = (out_reader.join().unwrap(), err_reader.join().unwrap());
-    match status {
-        None => panic!("{what}: {script} killed after {SCRIPT_TIMEOUT:?}\nstdout:\n{stdout}\nstderr:\n{stderr}"),
-        Some(s) if !s.success() => panic!("{what}: {script} failed ({s})\nstdout:\n{stdout}\nstderr:\n{stderr}"),
-        Some(_) => {}
-    }
+    let out = crate::common::run_with_timeout(
+        Command::new(python).arg(&path).args(args).env("PYTHONDONTWRITEBYTECODE", "1").env("PYTHONUNBUFFERED", "1"),
+        None,
+        SCRIPT_TIMEOUT,
+    );
+    let stdout = out.expect_success(&format!("{what}: {script}"));
     let last = stdout.lines().last().unwrap_or("");
-    serde_json::from_str(last).unwrap_or_else(|e| {
-        panic!("{what}: {script} printed no JSON summary ({e})\nstdout:\n{stdout}\nstderr:\n{stderr}")
-    })
+    serde_json::from_str(last)
+        .unwrap_or_else(|e| panic!("{what}: {script} printed no JSON summary ({e})\nstdout:\n{stdout}"))
 }
 
 /// `(codec id, producer id)` of every batch in the partition's first segment file.

@@ -19,32 +19,21 @@
 //!
 //! Corpus or kcat missing: fail in CI, skip with a notice elsewhere.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fetchbench::broker::{Broker, BrokerConfig};
 use fetchbench::log::batch::mixed::MixedBatches;
 use fetchbench::log::manager::CLUSTER_METADATA_TOPIC;
 use fetchbench::read_path::ReadPathKind;
 
+use crate::common::{self, kcat_available};
+
 /// The longest one kcat run may take before it is killed.
 const KCAT_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// One consumed record: offset, timestamp (ms), key, value.
 type Rec = (i64, i64, Option<Vec<u8>>, Option<Vec<u8>>);
-
-fn kcat_available() -> bool {
-    let found = Command::new("kcat").arg("-V").stdout(Stdio::null()).stderr(Stdio::null()).status();
-    if found.map(|s| s.success()).unwrap_or(false) {
-        return true;
-    }
-    let in_ci = std::env::var("CI").map(|v| !v.is_empty() && v != "false").unwrap_or(false);
-    assert!(!in_ci, "kcat not found: CI must run the corpus serving test (apt-get install kcat)");
-    eprintln!("SKIP: kcat not found; install the Debian package kcat to run this test");
-    false
-}
 
 /// `<topic>-<partition>` of a directory name (the topic may contain `-`).
 fn topic_partition(name: &str) -> Option<(String, i32)> {
@@ -147,42 +136,10 @@ fn kcat_consume(bootstrap: &str, topic: &str, partition: i32) -> Vec<u8> {
         "-f",
         "%o %T %K %S\n%k%s\n",
     ];
-    let mut child = Command::new("kcat")
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawning kcat");
-    let mut out = child.stdout.take().unwrap();
-    let mut err = child.stderr.take().unwrap();
-    let out_reader = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = out.read_to_end(&mut v);
-        v
-    });
-    let err_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
-    let deadline = Instant::now() + KCAT_TIMEOUT;
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break Some(status);
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let stdout = out_reader.join().unwrap();
-    let stderr = err_reader.join().unwrap();
-    match status {
-        Some(s) if s.success() => stdout,
-        _ => panic!("kcat {args:?}: {status:?}\nstderr:\n{stderr}\nstdout:\n{}", String::from_utf8_lossy(&stdout)),
+    let out = common::run_with_timeout(std::process::Command::new("kcat").args(args), None, KCAT_TIMEOUT);
+    match out.status {
+        Some(s) if s.success() => out.stdout,
+        status => panic!("kcat {args:?}: {status:?}\nstderr:\n{}\nstdout:\n{}", out.stderr, out.stdout_text()),
     }
 }
 
