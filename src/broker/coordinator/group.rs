@@ -173,7 +173,8 @@ pub struct JoinResult {
 }
 
 impl JoinResult {
-    fn error(member_id: &str, error: i16) -> Self {
+    /// An error answer for `member_id` (generation -1, no protocol, no members).
+    pub fn error(member_id: &str, error: i16) -> Self {
         JoinResult {
             error,
             member_id: member_id.to_string(),
@@ -201,7 +202,8 @@ pub struct SyncResult {
 }
 
 impl SyncResult {
-    fn error(error: i16) -> Self {
+    /// An error answer (no assignment).
+    pub fn error(error: i16) -> Self {
         SyncResult { error, protocol_type: None, protocol_name: None, assignment: Bytes::new() }
     }
 }

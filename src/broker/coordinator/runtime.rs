@@ -330,16 +330,7 @@ impl GroupCoordinator {
         let now = now_ms();
         let mut st = self.lock();
         let asked_member_id = request.member_id.clone();
-        let fail = |code| JoinResult {
-            error: code,
-            member_id: asked_member_id.clone(),
-            generation_id: -1,
-            protocol_type: None,
-            protocol_name: None,
-            leader: String::new(),
-            skip_assignment: false,
-            members: Vec::new(),
-        };
+        let fail = |code| JoinResult::error(&asked_member_id, code);
         if let Err(code) = self.check(&st, group_id, false) {
             return fail(code);
         }
@@ -380,8 +371,7 @@ impl GroupCoordinator {
     pub fn sync_group(&self, storage: &dyn OffsetsStorage, group_id: &str, request: SyncRequest<'_>) -> SyncResult {
         let now = now_ms();
         let mut st = self.lock();
-        let fail =
-            |code| SyncResult { error: code, protocol_type: None, protocol_name: None, assignment: Bytes::new() };
+        let fail = SyncResult::error;
         match self.check(&st, group_id, false) {
             // Kafka: a loading coordinator lost the rebalance; REBALANCE_IN_PROGRESS makes the
             // member rejoin (older clients do not expect COORDINATOR_LOAD_IN_PROGRESS here).
