@@ -40,6 +40,13 @@ enum Command {
     /// with its state; with `--group`, its state, generation, protocol, members and their
     /// assignments, and committed offsets with log end offsets and lag.
     Groups(GroupsArgs),
+    /// Load a topic with fetchbench's producer (any Kafka broker) and print records, bytes,
+    /// seconds, records/s, MB/s and errors; each value starts with its send time (8-byte
+    /// big-endian ns since the Unix epoch), see `client::produce_cmd`.
+    Produce(fetchbench::client::produce_cmd::ProduceArgs),
+    /// Consume a topic with fetchbench's consumer, one record per line like kcat (`--count`:
+    /// throughput only); see `client::consume_cmd`.
+    Consume(fetchbench::client::consume_cmd::ConsumeArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -170,6 +177,8 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
+        Command::Produce(a) => fetchbench::client::produce_cmd::main(a),
+        Command::Consume(a) => fetchbench::client::consume_cmd::main(a),
         Command::Groups(a) => match groups(a) {
             Ok(true) => ExitCode::SUCCESS,
             Ok(false) => ExitCode::from(1),

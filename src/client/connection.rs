@@ -131,6 +131,36 @@ impl KafkaConnection {
         self.addr
     }
 
+    /// Sets the read timeout of the socket (`None`: block forever), e.g. for a JoinGroup that
+    /// may wait for the whole rebalance timeout.
+    ///
+    /// Errors: [`ClientError::Io`].
+    pub fn set_read_timeout(&self, timeout: Option<Duration>) -> Result<(), ClientError> {
+        self.stream
+            .set_read_timeout(timeout)
+            .map_err(|source| ClientError::Io { context: format!("configuring {}", self.addr), source })
+    }
+
+    /// Waits up to `timeout` for the answer to a request in flight to start arriving; `true`
+    /// when bytes (or the end of the stream) are there to read, so [`Self::receive`] will not
+    /// wait for the broker to decide. Used to poll a long-poll Fetch without blocking past a
+    /// caller's deadline. The read timeout is restored to `restore` afterwards.
+    ///
+    /// Errors: [`ClientError::Io`] for socket errors other than the timeout.
+    pub fn wait_readable(&self, timeout: Duration, restore: Option<Duration>) -> Result<bool, ClientError> {
+        let io = |source| ClientError::Io { context: format!("waiting for {}", self.addr), source };
+        self.stream.set_read_timeout(Some(timeout.max(Duration::from_millis(1)))).map_err(io)?;
+        let mut byte = [0u8; 1];
+        let ready = match self.stream.peek(&mut byte) {
+            Ok(_) => true,
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => false,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => false,
+            Err(e) => return Err(io(e)),
+        };
+        self.stream.set_read_timeout(restore).map_err(io)?;
+        Ok(ready)
+    }
+
     /// The highest version of `api` within `ours` (inclusive) that the broker serves.
     ///
     /// Errors: [`ClientError::Unsupported`] when the ranges do not meet.

@@ -1,5 +1,7 @@
 //! Kafka clients of fetchbench's own: a blocking connection that negotiates API versions
-//! ([`connection`]) and the admin queries behind `fetchbench groups` ([`admin`]).
+//! ([`connection`]), the admin queries behind `fetchbench groups` ([`admin`]), and the
+//! consumer ([`consumer`], behind `fetchbench consume`: [`consume_cmd`]), and the load
+//! producer ([`producer`], behind `fetchbench produce`: [`produce_cmd`]).
 //!
 //! Codecs are the `kafka-protocol` crate's ([`crate::protocol::frame`]); a connection sends
 //! requests with the highest version both sides know, as Kafka's `NetworkClient` does after
@@ -8,5 +10,9 @@
 pub mod admin;
 pub mod assignor;
 pub mod connection;
+pub mod consume_cmd;
+pub mod consumer;
+pub mod produce_cmd;
+pub mod producer;
 
 pub use connection::{ClientError, KafkaConnection};

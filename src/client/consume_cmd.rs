@@ -1,0 +1,350 @@
+//! `fetchbench consume`: fetchbench's consumer ([`crate::client::consumer`]) on the command
+//! line, printing one record per line as kcat does (`--format`, kcat's `-f` tokens), or with
+//! `--count` only the throughput.
+//!
+//! Without `--group` the consumer assigns itself the topic's partitions (all, or
+//! `--partition`), starting at `--offset` (a number, `beginning` or `end`; `--from-beginning`
+//! is `--offset beginning`; default `end`, as kcat). With `--group` it subscribes in that group
+//! (`--from-beginning` sets `auto.offset.reset=earliest` for partitions without a committed
+//! offset). `--exit-at-end` stops once every assigned partition reached the high watermark of
+//! its last fetch (kcat `-e`). `-X key=value` sets any consumer config by Kafka's name.
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use super::consumer::{Consumer, ConsumerConfig, ConsumerError, ConsumerRecord, TopicPartition};
+
+/// Arguments of `fetchbench consume`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ConsumeArgs {
+    /// The broker(s), `host:port[,host:port...]` (`bootstrap.servers`).
+    #[arg(long, default_value = "127.0.0.1:9092")]
+    pub bootstrap: String,
+    /// The topic.
+    #[arg(long)]
+    pub topic: String,
+    /// Consume in this consumer group (subscribe; commits as `enable.auto.commit` says).
+    #[arg(long)]
+    pub group: Option<String>,
+    /// Only this partition (without `--group`; default: every partition of the topic).
+    #[arg(long, conflicts_with = "group")]
+    pub partition: Option<i32>,
+    /// Start offset without `--group`: a number, `beginning` or `end` (default `end`).
+    #[arg(long, conflicts_with = "group")]
+    pub offset: Option<String>,
+    /// Start at the beginning (`--offset beginning`; in a group, `auto.offset.reset=earliest`).
+    #[arg(long)]
+    pub from_beginning: bool,
+    /// Exit once every assigned partition reached its high watermark (kcat `-e`).
+    #[arg(long)]
+    pub exit_at_end: bool,
+    /// Print no records, only the count and throughput (records/s, MB/s of keys and values).
+    #[arg(long)]
+    pub count: bool,
+    /// Stop after this many records (kcat `-c`).
+    #[arg(long)]
+    pub max_records: Option<u64>,
+    /// Output format per record, kcat's `-f` tokens: `%t` topic, `%p` partition, `%o` offset,
+    /// `%k` key, `%s` value, `%T` timestamp, `%S` value size, `%K` key size, `%h` headers,
+    /// `\n`, `\t`, `%%`.
+    #[arg(long, default_value = "%s\\n")]
+    pub format: String,
+    /// A consumer config with Kafka's name, `key=value` (repeatable), e.g.
+    /// `-X fetch.max.wait.ms=100 -X check.crcs=false`.
+    #[arg(short = 'X', value_name = "KEY=VALUE")]
+    pub config: Vec<String>,
+}
+
+/// What a run consumed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConsumeSummary {
+    /// Records consumed.
+    pub records: u64,
+    /// Bytes of keys and values consumed.
+    pub bytes: u64,
+    /// Seconds from the start of the first poll (after assigning and seeking; in a group,
+    /// before joining) to the arrival of the last record.
+    pub seconds: f64,
+}
+
+impl ConsumeSummary {
+    /// Records per second (0 when nothing was timed).
+    pub fn records_per_second(&self) -> f64 {
+        if self.seconds > 0.0 {
+            self.records as f64 / self.seconds
+        } else {
+            0.0
+        }
+    }
+    /// MB (10^6 bytes) of keys and values per second.
+    pub fn megabytes_per_second(&self) -> f64 {
+        if self.seconds > 0.0 {
+            self.bytes as f64 / 1e6 / self.seconds
+        } else {
+            0.0
+        }
+    }
+}
+
+/// Builds the consumer config of `args`.
+///
+/// Errors: [`ConsumerError::Config`] for a bad `-X`.
+pub fn config_of(args: &ConsumeArgs) -> Result<ConsumerConfig, ConsumerError> {
+    let mut config = ConsumerConfig::new(args.bootstrap.clone());
+    config.client_id = "fetchbench-consume".into();
+    if let Some(g) = &args.group {
+        config.group_id = Some(g.clone());
+    }
+    if args.from_beginning {
+        config.set("auto.offset.reset", "earliest")?;
+    }
+    for kv in &args.config {
+        let (k, v) = kv.split_once('=').ok_or_else(|| ConsumerError::Config {
+            key: kv.clone(),
+            value: String::new(),
+            reason: "expected key=value".into(),
+        })?;
+        config.set(k.trim(), v.trim())?;
+    }
+    Ok(config)
+}
+
+/// Runs `fetchbench consume`, writing records (or, with `--count`, nothing) to `out`.
+///
+/// Errors: [`ConsumerError`]; writing to `out` failing (a closed pipe) ends the run normally.
+pub fn run(args: &ConsumeArgs, out: &mut dyn Write) -> Result<ConsumeSummary, ConsumerError> {
+    let config = config_of(args)?;
+    let mut consumer = Consumer::new(config)?;
+    if args.group.is_some() {
+        consumer.subscribe(&[args.topic.as_str()])?;
+    } else {
+        let partitions: Vec<TopicPartition> = match args.partition {
+            Some(p) => vec![(args.topic.clone(), p)],
+            None => {
+                let n = consumer.partition_count(&args.topic)?.ok_or_else(|| ConsumerError::Kafka {
+                    context: format!("Metadata {}: no such topic", args.topic),
+                    code: 3,
+                })?;
+                (0..n).map(|p| (args.topic.clone(), p)).collect()
+            }
+        };
+        consumer.assign(&partitions)?;
+        let offset = if args.from_beginning { Some("beginning") } else { args.offset.as_deref() };
+        match offset.unwrap_or("end") {
+            "beginning" | "earliest" => consumer.seek_to_beginning(&partitions)?,
+            "end" | "latest" => consumer.seek_to_end(&partitions)?,
+            n => {
+                let o: i64 = n.parse().map_err(|_| ConsumerError::Config {
+                    key: "--offset".into(),
+                    value: n.into(),
+                    reason: "expected a number, beginning or end".into(),
+                })?;
+                for tp in &partitions {
+                    consumer.seek(tp, o)?;
+                }
+            }
+        }
+    }
+    let format = Format::parse(&args.format);
+    let mut summary = ConsumeSummary { records: 0, bytes: 0, seconds: 0.0 };
+    let start = Instant::now();
+    let mut last = start;
+    let mut line = Vec::with_capacity(4096);
+    'run: loop {
+        let records = consumer.poll(Duration::from_millis(200))?;
+        for r in &records {
+            summary.records += 1;
+            summary.bytes += (r.key.as_ref().map_or(0, |k| k.len()) + r.value.as_ref().map_or(0, |v| v.len())) as u64;
+            if !args.count {
+                line.clear();
+                format.write(r, &mut line);
+                if out.write_all(&line).is_err() {
+                    break 'run;
+                }
+            }
+            if args.max_records.is_some_and(|m| summary.records >= m) {
+                last = Instant::now();
+                break 'run;
+            }
+        }
+        if !records.is_empty() {
+            last = Instant::now();
+        }
+        if args.exit_at_end && at_end(&mut consumer)? {
+            break;
+        }
+    }
+    let _ = out.flush();
+    summary.seconds = last.duration_since(start).as_secs_f64();
+    consumer.close()?;
+    Ok(summary)
+}
+
+/// Whether every assigned partition's position reached its last known high watermark.
+fn at_end(consumer: &mut Consumer) -> Result<bool, ConsumerError> {
+    let assignment = consumer.assignment();
+    if assignment.is_empty() {
+        return Ok(false);
+    }
+    for tp in &assignment {
+        let Some(hw) = consumer.high_watermark(tp) else { return Ok(false) };
+        if consumer.position(tp)? < hw {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// `fetchbench consume`: runs [`run`] on stdout, prints `--count`'s figures and errors.
+pub fn main(args: ConsumeArgs) -> ExitCode {
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
+    match run(&args, &mut out) {
+        Ok(s) => {
+            drop(out);
+            if args.count {
+                println!(
+                    "{} records, {} bytes in {:.3} s: {:.0} records/s, {:.1} MB/s",
+                    s.records,
+                    s.bytes,
+                    s.seconds,
+                    s.records_per_second(),
+                    s.megabytes_per_second()
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            drop(out);
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// A parsed `--format`.
+#[derive(Debug)]
+struct Format(Vec<Token>);
+
+#[derive(Debug)]
+enum Token {
+    Literal(Vec<u8>),
+    Topic,
+    Partition,
+    Offset,
+    Key,
+    Value,
+    Timestamp,
+    ValueSize,
+    KeySize,
+    Headers,
+}
+
+impl Format {
+    fn parse(f: &str) -> Self {
+        let mut tokens = Vec::new();
+        let mut lit = Vec::new();
+        let mut chars = f.chars().peekable();
+        while let Some(c) = chars.next() {
+            let token = match (c, chars.peek().copied()) {
+                ('%', Some(n)) => {
+                    chars.next();
+                    match n {
+                        't' => Token::Topic,
+                        'p' => Token::Partition,
+                        'o' => Token::Offset,
+                        'k' => Token::Key,
+                        's' => Token::Value,
+                        'T' => Token::Timestamp,
+                        'S' => Token::ValueSize,
+                        'K' => Token::KeySize,
+                        'h' => Token::Headers,
+                        other => {
+                            if other != '%' {
+                                lit.push(b'%');
+                            }
+                            let mut b = [0u8; 4];
+                            lit.extend_from_slice(other.encode_utf8(&mut b).as_bytes());
+                            continue;
+                        }
+                    }
+                }
+                ('\\', Some(n @ ('n' | 't' | '\\'))) => {
+                    chars.next();
+                    lit.push(match n {
+                        'n' => b'\n',
+                        't' => b'\t',
+                        _ => b'\\',
+                    });
+                    continue;
+                }
+                _ => {
+                    let mut b = [0u8; 4];
+                    lit.extend_from_slice(c.encode_utf8(&mut b).as_bytes());
+                    continue;
+                }
+            };
+            if !lit.is_empty() {
+                tokens.push(Token::Literal(std::mem::take(&mut lit)));
+            }
+            tokens.push(token);
+        }
+        if !lit.is_empty() {
+            tokens.push(Token::Literal(lit));
+        }
+        Format(tokens)
+    }
+
+    fn write(&self, r: &ConsumerRecord, out: &mut Vec<u8>) {
+        for t in &self.0 {
+            match t {
+                Token::Literal(l) => out.extend_from_slice(l),
+                Token::Topic => out.extend_from_slice(r.topic.as_bytes()),
+                Token::Partition => out.extend_from_slice(r.partition.to_string().as_bytes()),
+                Token::Offset => out.extend_from_slice(r.offset.to_string().as_bytes()),
+                Token::Key => out.extend_from_slice(r.key.as_deref().unwrap_or(b"")),
+                Token::Value => out.extend_from_slice(r.value.as_deref().unwrap_or(b"")),
+                Token::Timestamp => out.extend_from_slice(r.timestamp.to_string().as_bytes()),
+                Token::ValueSize => {
+                    out.extend_from_slice(r.value.as_ref().map_or(-1, |v| v.len() as i64).to_string().as_bytes())
+                }
+                Token::KeySize => {
+                    out.extend_from_slice(r.key.as_ref().map_or(-1, |k| k.len() as i64).to_string().as_bytes())
+                }
+                Token::Headers => {
+                    for (i, h) in r.headers.iter().enumerate() {
+                        if i > 0 {
+                            out.push(b',');
+                        }
+                        out.extend_from_slice(&h.key);
+                        out.push(b'=');
+                        out.extend_from_slice(h.value.as_deref().unwrap_or(b""));
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn format_tokens() {
+        let r = ConsumerRecord {
+            topic: "t".into(),
+            partition: 3,
+            offset: 42,
+            timestamp: 7,
+            timestamp_type: crate::client::consumer::TimestampType::CreateTime,
+            key: Some(bytes::Bytes::from_static(b"k")),
+            value: Some(bytes::Bytes::from_static(b"val")),
+            headers: Vec::new(),
+        };
+        let mut out = Vec::new();
+        Format::parse("%t/%p@%o %k=%s %S %K 100%% %x\\n").write(&r, &mut out);
+        assert_eq!(String::from_utf8(out).unwrap(), "t/3@42 k=val 3 1 100% %x\n");
+    }
+}

@@ -1,0 +1,1228 @@
+//! fetchbench's own Kafka consumer: blocking, one application thread plus a heartbeat thread,
+//! configured with Kafka's config names ([`ConsumerConfig`]), modelled on Kafka's
+//! `KafkaConsumer`.
+//!
+//! Two ways to get partitions:
+//!
+//! * [`Consumer::assign`]: the application names the partitions; no group, no commits unless
+//!   `group.id` is set (then commits and `committed` work, but nothing is coordinated);
+//! * [`Consumer::subscribe`] / [`Consumer::subscribe_pattern`]: the group coordinator shares
+//!   the partitions of the topics among the group's members (module `group`): JoinGroup / SyncGroup
+//!   with the consumer protocol, the leader running the assignor of
+//!   `partition.assignment.strategy` ([`crate::client::assignor`]), eager or cooperative
+//!   (KIP-429) rebalances, a [`RebalanceListener`] told of assigned, revoked and lost
+//!   partitions.
+//!
+//! [`Consumer::poll`] rejoins the group when needed, initializes positions (the committed
+//! offset, else `auto.offset.reset` via ListOffsets, once per assignment), and returns up to
+//! `max.poll.records` records. Fetching ([`fetcher`]) keeps one Fetch in flight per broker
+//! connection and sends the next one before handing out the records of the last one.
+//!
+//! Positions and commits follow Kafka: [`Consumer::position`] is the offset of the next record
+//! `poll` returns; a commit stores the next offset to read (last processed + 1);
+//! `enable.auto.commit` commits the positions every `auto.commit.interval.ms` from `poll`,
+//! before a rebalance revokes partitions, and in [`Consumer::close`].
+
+pub mod fetcher;
+pub(crate) mod group;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::{
+    ApiKey, BrokerId, ListOffsetsRequest, MetadataRequest, RequestKind, ResponseKind, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+
+pub use crate::client::assignor::TopicPartition;
+use crate::client::assignor::{
+    assignor_by_name, decode_assignment, perform_assignment, GroupMember, RebalanceProtocol,
+};
+use crate::client::{ClientError, KafkaConnection};
+pub use crate::log::batch::mixed::{DecodedHeader, TimestampType};
+use crate::log::batch::BatchError;
+use fetcher::{FetchSettings, Fetcher};
+use group::{GroupSettings, Membership};
+
+/// Errors of the consumer.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConsumerError {
+    /// A config key is unknown or its value invalid.
+    #[error("config {key}={value}: {reason}")]
+    Config {
+        /// The key.
+        key: String,
+        /// The value.
+        value: String,
+        /// Why it is refused.
+        reason: String,
+    },
+    /// A connection or protocol error.
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    /// The broker answered with a Kafka error code.
+    #[error("{context}: Kafka error {code}")]
+    Kafka {
+        /// The request and object.
+        context: String,
+        /// The error code.
+        code: i16,
+    },
+    /// Fetch offsets out of range with `auto.offset.reset=none` (Kafka's
+    /// `OffsetOutOfRangeException`): `(topic, partition, fetch offset)`. Seek to continue.
+    #[error("offsets out of range with no reset policy (auto.offset.reset=none): {}", fmt_offsets(partitions))]
+    OffsetOutOfRange {
+        /// The partitions and their fetch offsets.
+        partitions: Vec<(TopicPartition, i64)>,
+    },
+    /// Partitions without a committed offset under `auto.offset.reset=none` (Kafka's
+    /// `NoOffsetForPartitionException`).
+    #[error("no committed offset and no reset policy (auto.offset.reset=none) for {}", fmt_partitions(partitions))]
+    NoOffset {
+        /// The partitions.
+        partitions: Vec<TopicPartition>,
+    },
+    /// A record set failed to decode (a CRC mismatch, an unknown codec, ...).
+    #[error("corrupt record set of {topic}-{partition} at offset {offset}: {source}")]
+    Corrupt {
+        /// Topic.
+        topic: String,
+        /// Partition.
+        partition: i32,
+        /// The fetch position where decoding failed.
+        offset: i64,
+        /// The decoding error.
+        #[source]
+        source: BatchError,
+    },
+    /// An offset commit failed (`(topic, partition, error code)`); REBALANCE_IN_PROGRESS,
+    /// ILLEGAL_GENERATION and UNKNOWN_MEMBER_ID make the next poll rejoin (Kafka's
+    /// `CommitFailedException`).
+    #[error("offset commit failed: {partitions:?}")]
+    CommitFailed {
+        /// The failed partitions with their error codes.
+        partitions: Vec<(String, i32, i16)>,
+    },
+    /// The group leader could not compute the assignment.
+    #[error(transparent)]
+    Assignor(#[from] crate::client::assignor::AssignorError),
+    /// A protocol payload could not be encoded or decoded.
+    #[error("{0}")]
+    Protocol(String),
+    /// The call does not fit the consumer's state (seek on an unassigned partition, commit
+    /// without `group.id`, ...).
+    #[error("{0}")]
+    IllegalState(String),
+}
+
+fn fmt_partitions(p: &[TopicPartition]) -> String {
+    p.iter().map(|(t, p)| format!("{t}-{p}")).collect::<Vec<_>>().join(", ")
+}
+
+fn fmt_offsets(p: &[(TopicPartition, i64)]) -> String {
+    p.iter().map(|((t, p), o)| format!("{t}-{p} at offset {o}")).collect::<Vec<_>>().join(", ")
+}
+
+/// One record as `poll` returns it (Kafka's `ConsumerRecord`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConsumerRecord {
+    /// Topic (shared by the records of a partition).
+    pub topic: Arc<str>,
+    /// Partition.
+    pub partition: i32,
+    /// Offset.
+    pub offset: i64,
+    /// Timestamp in ms (-1 for magic 0).
+    pub timestamp: i64,
+    /// CreateTime or LogAppendTime (NoTimestampType for magic 0).
+    pub timestamp_type: TimestampType,
+    /// Key, `None` when null.
+    pub key: Option<Bytes>,
+    /// Value, `None` when null (a tombstone).
+    pub value: Option<Bytes>,
+    /// Headers (always empty for magic 0/1).
+    pub headers: Vec<DecodedHeader>,
+}
+
+/// `auto.offset.reset`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OffsetReset {
+    /// The log start offset.
+    Earliest,
+    /// The log end offset (high watermark; last stable offset under read_committed).
+    Latest,
+    /// No reset: [`ConsumerError::NoOffset`] / [`ConsumerError::OffsetOutOfRange`].
+    None,
+}
+
+/// The consumer's configuration, with Kafka's names and defaults (Kafka 3.x):
+///
+/// | key | default |
+/// | --- | --- |
+/// | `bootstrap.servers` | (required) `host:port[,host:port...]` |
+/// | `group.id` | none |
+/// | `group.instance.id` | none (static membership, KIP-345) |
+/// | `client.id` | `fetchbench-consumer` |
+/// | `enable.auto.commit` | `true` (only with `group.id`) |
+/// | `auto.commit.interval.ms` | 5000 |
+/// | `auto.offset.reset` | `latest` (`earliest`, `latest`, `none`) |
+/// | `fetch.min.bytes` | 1 |
+/// | `fetch.max.wait.ms` | 500 |
+/// | `fetch.max.bytes` | 52428800 |
+/// | `max.partition.fetch.bytes` | 1048576 |
+/// | `max.poll.records` | 500 |
+/// | `session.timeout.ms` | 45000 |
+/// | `heartbeat.interval.ms` | 3000 |
+/// | `max.poll.interval.ms` | 300000 (also the rebalance timeout) |
+/// | `partition.assignment.strategy` | `range,cooperative-sticky` (names of [`crate::client::assignor::ASSIGNOR_NAMES`]) |
+/// | `check.crcs` | `true` |
+/// | `isolation.level` | `read_uncommitted` (`read_committed`) |
+/// | `request.timeout.ms` | 30000 |
+/// | `client.rack` | none |
+#[derive(Clone, Debug)]
+pub struct ConsumerConfig {
+    /// `bootstrap.servers`.
+    pub bootstrap_servers: String,
+    /// `group.id`.
+    pub group_id: Option<String>,
+    /// `group.instance.id`.
+    pub group_instance_id: Option<String>,
+    /// `client.id`.
+    pub client_id: String,
+    /// `enable.auto.commit`.
+    pub enable_auto_commit: bool,
+    /// `auto.commit.interval.ms`.
+    pub auto_commit_interval_ms: u64,
+    /// `auto.offset.reset`.
+    pub auto_offset_reset: OffsetReset,
+    /// `fetch.min.bytes`.
+    pub fetch_min_bytes: i32,
+    /// `fetch.max.wait.ms`.
+    pub fetch_max_wait_ms: i32,
+    /// `fetch.max.bytes`.
+    pub fetch_max_bytes: i32,
+    /// `max.partition.fetch.bytes`.
+    pub max_partition_fetch_bytes: i32,
+    /// `max.poll.records`.
+    pub max_poll_records: usize,
+    /// `session.timeout.ms`.
+    pub session_timeout_ms: i32,
+    /// `heartbeat.interval.ms`.
+    pub heartbeat_interval_ms: u64,
+    /// `max.poll.interval.ms`.
+    pub max_poll_interval_ms: i32,
+    /// `partition.assignment.strategy`, in preference order.
+    pub partition_assignment_strategy: Vec<String>,
+    /// `check.crcs`.
+    pub check_crcs: bool,
+    /// `isolation.level=read_committed`.
+    pub read_committed: bool,
+    /// `request.timeout.ms`.
+    pub request_timeout_ms: u64,
+    /// `client.rack`.
+    pub client_rack: Option<String>,
+}
+
+impl ConsumerConfig {
+    /// Kafka's defaults with `bootstrap.servers`.
+    pub fn new(bootstrap_servers: impl Into<String>) -> Self {
+        ConsumerConfig {
+            bootstrap_servers: bootstrap_servers.into(),
+            group_id: None,
+            group_instance_id: None,
+            client_id: "fetchbench-consumer".into(),
+            enable_auto_commit: true,
+            auto_commit_interval_ms: 5000,
+            auto_offset_reset: OffsetReset::Latest,
+            fetch_min_bytes: 1,
+            fetch_max_wait_ms: 500,
+            fetch_max_bytes: 52_428_800,
+            max_partition_fetch_bytes: 1_048_576,
+            max_poll_records: 500,
+            session_timeout_ms: 45_000,
+            heartbeat_interval_ms: 3000,
+            max_poll_interval_ms: 300_000,
+            partition_assignment_strategy: vec!["range".into(), "cooperative-sticky".into()],
+            check_crcs: true,
+            read_committed: false,
+            request_timeout_ms: 30_000,
+            client_rack: None,
+        }
+    }
+
+    /// Builds a config from `key=value` pairs with Kafka's names (`bootstrap.servers` required).
+    ///
+    /// Errors: [`ConsumerError::Config`] for unknown keys and invalid values.
+    pub fn from_pairs<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<Self, ConsumerError> {
+        let mut config = ConsumerConfig::new("");
+        for (k, v) in pairs {
+            config.set(k, v)?;
+        }
+        if config.bootstrap_servers.is_empty() {
+            return Err(ConsumerError::Config {
+                key: "bootstrap.servers".into(),
+                value: String::new(),
+                reason: "required".into(),
+            });
+        }
+        Ok(config)
+    }
+
+    /// Sets one config by Kafka's name.
+    ///
+    /// Errors: [`ConsumerError::Config`] for an unknown key or an invalid value.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<&mut Self, ConsumerError> {
+        let bad = |reason: &str| ConsumerError::Config { key: key.into(), value: value.into(), reason: reason.into() };
+        fn num<T: std::str::FromStr>(v: &str, bad: impl Fn(&str) -> ConsumerError) -> Result<T, ConsumerError> {
+            v.trim().parse().map_err(|_| bad("not a number in range"))
+        }
+        let boolean = |v: &str| match v {
+            "true" => Ok(true),
+            "false" => Ok(false),
+            _ => Err(bad("expected true or false")),
+        };
+        let opt = |v: &str| (!v.is_empty()).then(|| v.to_string());
+        match key {
+            "bootstrap.servers" => self.bootstrap_servers = value.into(),
+            "group.id" => self.group_id = opt(value),
+            "group.instance.id" => self.group_instance_id = opt(value),
+            "client.id" => self.client_id = value.into(),
+            "client.rack" => self.client_rack = opt(value),
+            "enable.auto.commit" => self.enable_auto_commit = boolean(value)?,
+            "auto.commit.interval.ms" => self.auto_commit_interval_ms = num(value, bad)?,
+            "auto.offset.reset" => {
+                self.auto_offset_reset = match value {
+                    "earliest" | "smallest" | "beginning" => OffsetReset::Earliest,
+                    "latest" | "largest" | "end" => OffsetReset::Latest,
+                    "none" | "error" => OffsetReset::None,
+                    _ => return Err(bad("expected earliest, latest or none")),
+                }
+            }
+            "fetch.min.bytes" => self.fetch_min_bytes = num(value, bad)?,
+            "fetch.max.wait.ms" => self.fetch_max_wait_ms = num(value, bad)?,
+            "fetch.max.bytes" => self.fetch_max_bytes = num(value, bad)?,
+            "max.partition.fetch.bytes" => self.max_partition_fetch_bytes = num(value, bad)?,
+            "max.poll.records" => {
+                self.max_poll_records = num(value, bad)?;
+                if self.max_poll_records == 0 {
+                    return Err(bad("must be at least 1"));
+                }
+            }
+            "session.timeout.ms" => self.session_timeout_ms = num(value, bad)?,
+            "heartbeat.interval.ms" => self.heartbeat_interval_ms = num(value, bad)?,
+            "max.poll.interval.ms" => self.max_poll_interval_ms = num(value, bad)?,
+            "request.timeout.ms" => self.request_timeout_ms = num(value, bad)?,
+            "partition.assignment.strategy" => {
+                let names: Vec<String> =
+                    value.split(',').map(|n| n.trim().to_string()).filter(|n| !n.is_empty()).collect();
+                if names.is_empty() {
+                    return Err(bad("no assignor named"));
+                }
+                for n in &names {
+                    if assignor_by_name(n).is_none() {
+                        return Err(bad(&format!(
+                            "unknown assignor {n:?} (known: {})",
+                            crate::client::assignor::ASSIGNOR_NAMES.join(", ")
+                        )));
+                    }
+                }
+                self.partition_assignment_strategy = names;
+            }
+            "check.crcs" => self.check_crcs = boolean(value)?,
+            "isolation.level" => {
+                self.read_committed = match value {
+                    "read_committed" => true,
+                    "read_uncommitted" => false,
+                    _ => return Err(bad("expected read_committed or read_uncommitted")),
+                }
+            }
+            _ => return Err(bad("unknown consumer config")),
+        }
+        Ok(self)
+    }
+}
+
+/// Told of partition changes in a group, from inside [`Consumer::poll`] and
+/// [`Consumer::close`] (Kafka's `ConsumerRebalanceListener`).
+pub trait RebalanceListener: Send {
+    /// Partitions taken away in a rebalance (eager: all, before rejoining; cooperative: only
+    /// those moving to another member). Positions are committed before this when auto-commit
+    /// is on.
+    fn on_partitions_revoked(&mut self, partitions: &[TopicPartition]) {
+        let _ = partitions;
+    }
+    /// Partitions given to this member (cooperative: only the new ones; possibly none).
+    fn on_partitions_assigned(&mut self, partitions: &[TopicPartition]) {
+        let _ = partitions;
+    }
+    /// Partitions lost without a chance to commit (the generation ended: session or poll
+    /// timeout, fenced). Calls [`Self::on_partitions_revoked`] by default, as Kafka does.
+    fn on_partitions_lost(&mut self, partitions: &[TopicPartition]) {
+        self.on_partitions_revoked(partitions);
+    }
+}
+
+/// What the consumer subscribes to.
+#[derive(Debug)]
+enum Subscription {
+    None,
+    Assigned,
+    Topics(Vec<String>),
+    Pattern(regex::Regex),
+}
+
+/// Brokers and partition leaders from Metadata.
+#[derive(Debug, Default)]
+struct Cluster {
+    brokers: HashMap<i32, String>,
+    leaders: HashMap<TopicPartition, i32>,
+    partition_counts: BTreeMap<String, i32>,
+}
+
+/// The consumer. Not thread-safe (`&mut self` everywhere), as Kafka's.
+pub struct Consumer {
+    config: ConsumerConfig,
+    bootstrap: KafkaConnection,
+    control: HashMap<i32, KafkaConnection>,
+    cluster: Cluster,
+    fetcher: Fetcher,
+    subscription: Subscription,
+    group: Option<Membership>,
+    listener: Option<Box<dyn RebalanceListener>>,
+    last_auto_commit: Instant,
+    last_pattern_check: Option<Instant>,
+    closed: bool,
+}
+
+impl std::fmt::Debug for Consumer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Consumer")
+            .field("bootstrap", &self.config.bootstrap_servers)
+            .field("group_id", &self.config.group_id)
+            .field("subscription", &self.subscription)
+            .finish()
+    }
+}
+
+impl Consumer {
+    /// Connects to the first answering `bootstrap.servers` address.
+    ///
+    /// Errors: [`ConsumerError::Client`] when none answers.
+    pub fn new(config: ConsumerConfig) -> Result<Self, ConsumerError> {
+        let timeout = Duration::from_millis(config.request_timeout_ms);
+        let mut last = None;
+        let mut bootstrap = None;
+        for addr in config.bootstrap_servers.split(',').map(str::trim).filter(|a| !a.is_empty()) {
+            match KafkaConnection::connect(addr, &config.client_id, timeout) {
+                Ok(c) => {
+                    bootstrap = Some(c);
+                    break;
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        let bootstrap = match (bootstrap, last) {
+            (Some(b), _) => b,
+            (None, Some(e)) => return Err(e.into()),
+            (None, None) => {
+                return Err(ConsumerError::Config {
+                    key: "bootstrap.servers".into(),
+                    value: config.bootstrap_servers.clone(),
+                    reason: "no address".into(),
+                })
+            }
+        };
+        let fetcher = Fetcher::new(FetchSettings {
+            client_id: config.client_id.clone(),
+            min_bytes: config.fetch_min_bytes,
+            max_wait_ms: config.fetch_max_wait_ms,
+            max_bytes: config.fetch_max_bytes,
+            partition_max_bytes: config.max_partition_fetch_bytes,
+            check_crcs: config.check_crcs,
+            read_committed: config.read_committed,
+            request_timeout: timeout + Duration::from_millis(config.fetch_max_wait_ms.max(0) as u64),
+        });
+        let group = match &config.group_id {
+            None => None,
+            Some(group_id) => {
+                let assignors = config
+                    .partition_assignment_strategy
+                    .iter()
+                    .map(|n| {
+                        assignor_by_name(n).ok_or_else(|| ConsumerError::Config {
+                            key: "partition.assignment.strategy".into(),
+                            value: n.clone(),
+                            reason: "unknown assignor".into(),
+                        })
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                Some(Membership::new(
+                    GroupSettings {
+                        group_id: group_id.clone(),
+                        instance_id: config.group_instance_id.clone(),
+                        client_id: config.client_id.clone(),
+                        session_timeout_ms: config.session_timeout_ms,
+                        rebalance_timeout_ms: config.max_poll_interval_ms,
+                        heartbeat_interval: Duration::from_millis(config.heartbeat_interval_ms),
+                        request_timeout: timeout,
+                        assignors,
+                    },
+                    Duration::from_millis(config.max_poll_interval_ms.max(0) as u64),
+                ))
+            }
+        };
+        Ok(Consumer {
+            config,
+            bootstrap,
+            control: HashMap::new(),
+            cluster: Cluster::default(),
+            fetcher,
+            subscription: Subscription::None,
+            group,
+            listener: None,
+            last_auto_commit: Instant::now(),
+            last_pattern_check: None,
+            closed: false,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ConsumerConfig {
+        &self.config
+    }
+
+    /// Assigns `partitions` manually (no group rebalancing), replacing any assignment; positions
+    /// are initialized at the next poll (committed offset when `group.id` is set, else
+    /// `auto.offset.reset`).
+    ///
+    /// Errors: [`ConsumerError::IllegalState`] when subscribed.
+    pub fn assign(&mut self, partitions: &[TopicPartition]) -> Result<(), ConsumerError> {
+        if matches!(self.subscription, Subscription::Topics(_) | Subscription::Pattern(_)) {
+            return Err(ConsumerError::IllegalState("assign() after subscribe(): unsubscribe first".into()));
+        }
+        let keep: BTreeSet<&TopicPartition> = partitions.iter().collect();
+        let old: Vec<TopicPartition> =
+            self.fetcher.partitions.keys().filter(|tp| !keep.contains(tp)).cloned().collect();
+        for tp in &old {
+            self.fetcher.remove(tp);
+        }
+        for tp in partitions {
+            self.fetcher.add(tp.clone());
+        }
+        self.subscription = if partitions.is_empty() { Subscription::None } else { Subscription::Assigned };
+        let topics: Vec<String> =
+            partitions.iter().map(|(t, _)| t.clone()).collect::<BTreeSet<_>>().into_iter().collect();
+        if !topics.is_empty() {
+            self.refresh_metadata(Some(&topics))?;
+        }
+        Ok(())
+    }
+
+    /// Subscribes to `topics` in the group of `group.id`; partitions come at the next poll.
+    ///
+    /// Errors: [`ConsumerError::IllegalState`] without `group.id` or after `assign`.
+    pub fn subscribe(&mut self, topics: &[&str]) -> Result<(), ConsumerError> {
+        self.check_subscribe()?;
+        let mut topics: Vec<String> = topics.iter().map(|t| t.to_string()).collect();
+        topics.sort();
+        topics.dedup();
+        self.subscription = Subscription::Topics(topics);
+        self.group.as_ref().expect("checked").request_rejoin();
+        Ok(())
+    }
+
+    /// Subscribes to every topic whose whole name matches `pattern` (a regular expression),
+    /// checked against Metadata at each rebalance and at each poll after
+    /// `metadata.max.age.ms`-like intervals of 5 s (a new matching topic triggers a rebalance).
+    ///
+    /// Errors: [`ConsumerError::Config`] for an invalid pattern, and as [`Self::subscribe`].
+    pub fn subscribe_pattern(&mut self, pattern: &str) -> Result<(), ConsumerError> {
+        self.check_subscribe()?;
+        let re = regex::Regex::new(&format!("^(?:{pattern})$")).map_err(|e| ConsumerError::Config {
+            key: "pattern".into(),
+            value: pattern.into(),
+            reason: e.to_string(),
+        })?;
+        self.subscription = Subscription::Pattern(re);
+        self.group.as_ref().expect("checked").request_rejoin();
+        Ok(())
+    }
+
+    fn check_subscribe(&self) -> Result<(), ConsumerError> {
+        if self.group.is_none() {
+            return Err(ConsumerError::IllegalState("subscribe() needs group.id".into()));
+        }
+        if matches!(self.subscription, Subscription::Assigned) {
+            return Err(ConsumerError::IllegalState("subscribe() after assign(): unsubscribe first".into()));
+        }
+        Ok(())
+    }
+
+    /// Sets the rebalance listener.
+    pub fn set_rebalance_listener(&mut self, listener: Box<dyn RebalanceListener>) {
+        self.listener = Some(listener);
+    }
+
+    /// The partitions currently assigned, sorted.
+    pub fn assignment(&self) -> Vec<TopicPartition> {
+        self.fetcher.partitions.keys().cloned().collect()
+    }
+
+    /// The member id in the group (empty when not a member).
+    pub fn member_id(&self) -> String {
+        self.group.as_ref().map(|g| g.identity().0).unwrap_or_default()
+    }
+
+    /// The generation of the group (-1 when not a member).
+    pub fn generation(&self) -> i32 {
+        self.group.as_ref().map_or(-1, |g| g.identity().1)
+    }
+
+    /// Waits up to `timeout` for records and returns at most `max.poll.records` of them. In a
+    /// group it first completes any rebalance (which may take longer than `timeout`, as
+    /// Kafka's), calling the rebalance listener. An empty result means none arrived in time.
+    ///
+    /// Errors: [`ConsumerError::NoOffset`] / [`ConsumerError::OffsetOutOfRange`] under
+    /// `auto.offset.reset=none`, [`ConsumerError::Corrupt`], connection and Kafka errors.
+    pub fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumerRecord>, ConsumerError> {
+        if self.closed {
+            return Err(ConsumerError::IllegalState("poll() after close()".into()));
+        }
+        let deadline = Instant::now() + timeout;
+        let max = self.config.max_poll_records;
+        let reset_none = self.config.auto_offset_reset == OffsetReset::None;
+        loop {
+            if let Err(e) = self.coordinate().and_then(|()| self.update_positions()) {
+                // A broken coordinator or broker connection: rediscover and retry until the
+                // deadline (Kafka's consumer retries these too); other errors go to the caller.
+                let ConsumerError::Client(e) = e else { return Err(e) };
+                tracing::warn!("consumer request failed, retrying: {e}");
+                if let Some(g) = self.group.as_mut() {
+                    g.coordinator_lost();
+                }
+                self.control.clear();
+                if Instant::now() >= deadline {
+                    return Ok(Vec::new());
+                }
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
+            }
+            if self.fetcher.has_chunks() {
+                if self.fetcher.buffered() <= max {
+                    self.send_fetches()?;
+                }
+                let out = self.fetcher.drain(max);
+                if !out.is_empty() {
+                    return Ok(out);
+                }
+            }
+            self.send_fetches()?;
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(Vec::new());
+            }
+            // Wake up at least every 100 ms to serve the group (rebalances, auto-commit).
+            let until = deadline.min(now + Duration::from_millis(100));
+            if self.fetcher.in_flight() {
+                if let Err(e) = self.fetcher.wait(until, reset_none) {
+                    if matches!(e, ConsumerError::Client(_)) {
+                        tracing::warn!("fetch failed, retrying: {e}");
+                        self.fetcher.metadata_stale = true;
+                        std::thread::sleep(Duration::from_millis(50));
+                        continue;
+                    }
+                    return Err(e);
+                }
+            } else {
+                std::thread::sleep(until - now);
+            }
+        }
+    }
+
+    /// Group duties of poll: poll timestamp, async commit answers, auto-commit, rejoin.
+    fn coordinate(&mut self) -> Result<(), ConsumerError> {
+        if self.fetcher.metadata_stale {
+            self.fetcher.metadata_stale = false;
+            let topics: Vec<String> =
+                self.fetcher.partitions.keys().map(|(t, _)| t.clone()).collect::<BTreeSet<_>>().into_iter().collect();
+            if !topics.is_empty() {
+                self.refresh_metadata(Some(&topics))?;
+            }
+        }
+        let Some(group) = self.group.as_mut() else { return Ok(()) };
+        group.note_poll();
+        if let Some(code) = group.fatal() {
+            return Err(ConsumerError::Kafka { context: format!("group {}", group.settings.group_id), code });
+        }
+        group.drain_commits(false)?;
+        if self.config.enable_auto_commit
+            && self.last_auto_commit.elapsed() >= Duration::from_millis(self.config.auto_commit_interval_ms)
+        {
+            self.last_auto_commit = Instant::now();
+            let offsets = self.positions();
+            let group = self.group.as_mut().expect("group");
+            if let Err(e) = group.commit(&mut self.bootstrap, &offsets, false) {
+                tracing::warn!("auto-commit failed: {e}");
+            }
+        }
+        if matches!(self.subscription, Subscription::Topics(_) | Subscription::Pattern(_)) {
+            if let Subscription::Pattern(_) = self.subscription {
+                self.check_pattern()?;
+            }
+            if self.group.as_ref().expect("group").needs_rejoin() {
+                self.rebalance()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Pattern subscriptions: rejoin when the matching topics changed (checked every 5 s).
+    fn check_pattern(&mut self) -> Result<(), ConsumerError> {
+        // Every 5 s (Kafka waits metadata.max.age.ms, 5 min, by default).
+        if self.last_pattern_check.is_some_and(|t| t.elapsed() < Duration::from_secs(5)) {
+            return Ok(());
+        }
+        self.last_pattern_check = Some(Instant::now());
+        let before: BTreeSet<String> = self.subscribed_topics().into_iter().collect();
+        self.refresh_metadata(None)?;
+        let after: BTreeSet<String> = self.subscribed_topics().into_iter().collect();
+        if before != after {
+            self.group.as_ref().expect("group").request_rejoin();
+        }
+        Ok(())
+    }
+
+    /// The subscribed topics (a pattern: those of the last Metadata that match).
+    fn subscribed_topics(&self) -> Vec<String> {
+        match &self.subscription {
+            Subscription::Topics(t) => t.clone(),
+            Subscription::Pattern(re) => {
+                self.cluster.partition_counts.keys().filter(|t| re.is_match(t)).cloned().collect()
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// The positions of the assigned partitions that have one: what a commit stores.
+    fn positions(&self) -> BTreeMap<TopicPartition, i64> {
+        self.fetcher.partitions.iter().filter_map(|(tp, s)| s.position.map(|p| (tp.clone(), p))).collect()
+    }
+
+    /// Revokes (eager: everything; cooperative: what moved), joins, syncs and applies the new
+    /// assignment, until the group is stable.
+    fn rebalance(&mut self) -> Result<(), ConsumerError> {
+        for _attempt in 0..100 {
+            let group = self.group.as_mut().expect("group");
+            if group.take_lost() && !group.owned.is_empty() {
+                let lost = std::mem::take(&mut group.owned);
+                tracing::info!("partitions lost: {}", fmt_partitions(&lost));
+                for tp in &lost {
+                    self.fetcher.remove(tp);
+                }
+                if let Some(l) = self.listener.as_mut() {
+                    l.on_partitions_lost(&lost);
+                }
+            }
+            let group = self.group.as_mut().expect("group");
+            if group.protocol == RebalanceProtocol::Eager && !group.owned.is_empty() {
+                let owned = group.owned.clone();
+                self.revoke(&owned)?;
+                self.group.as_mut().expect("group").owned.clear();
+            }
+            if let Subscription::Pattern(_) = self.subscription {
+                self.refresh_metadata(None)?;
+            }
+            let topics = self.subscribed_topics();
+            let rack = self.config.client_rack.clone();
+            let group = self.group.as_mut().expect("group");
+            group.ensure_coordinator(&mut self.bootstrap)?;
+            let joined = group.join(&mut self.bootstrap, &topics, rack.as_deref())?;
+            let assignments = match &joined.leader_members {
+                None => BTreeMap::new(),
+                Some(members) => {
+                    let assignor = assignor_by_name(&joined.protocol).ok_or_else(|| {
+                        ConsumerError::Protocol(format!("the group chose assignor {:?}, unknown here", joined.protocol))
+                    })?;
+                    let mut all_topics: BTreeSet<String> = BTreeSet::new();
+                    let mut version = 3i16;
+                    for (_, _, metadata) in members {
+                        if metadata.len() >= 2 {
+                            version = version.min(i16::from_be_bytes([metadata[0], metadata[1]]).max(0));
+                        }
+                        if let Ok(sub) = crate::log::consumer_offsets::ConsumerSubscription::decode(metadata) {
+                            all_topics.extend(sub.topics);
+                        }
+                    }
+                    let all_topics: Vec<String> = all_topics.into_iter().collect();
+                    self.refresh_metadata(Some(&all_topics))?;
+                    let counts: BTreeMap<String, i32> = self
+                        .cluster
+                        .partition_counts
+                        .iter()
+                        .filter(|(t, _)| all_topics.contains(t))
+                        .map(|(t, n)| (t.clone(), *n))
+                        .collect();
+                    let gm: Vec<GroupMember<'_>> = members
+                        .iter()
+                        .map(|(m, i, md)| GroupMember { member_id: m, group_instance_id: i.as_deref(), metadata: md })
+                        .collect();
+                    perform_assignment(assignor, &counts, &gm, version)?
+                }
+            };
+            let group = self.group.as_mut().expect("group");
+            let bytes = match group.sync(&joined, assignments)? {
+                Ok(b) => b,
+                Err(code) => {
+                    tracing::info!("SyncGroup of {}: error {code}, rejoining", group.settings.group_id);
+                    group.request_rejoin();
+                    continue;
+                }
+            };
+            let new: Vec<TopicPartition> = if bytes.is_empty() {
+                Vec::new()
+            } else {
+                decode_assignment(&bytes)
+                    .map_err(|e| ConsumerError::Protocol(format!("decoding the assignment: {e}")))?
+            };
+            let new_set: BTreeSet<TopicPartition> = new.iter().cloned().collect();
+            let owned = group.owned.clone();
+            let revoked: Vec<TopicPartition> = owned.iter().filter(|tp| !new_set.contains(*tp)).cloned().collect();
+            let added: Vec<TopicPartition> =
+                new.iter().filter(|tp| !owned.contains(tp)).cloned().collect::<BTreeSet<_>>().into_iter().collect();
+            if !revoked.is_empty() {
+                self.revoke(&revoked)?;
+                // KIP-429: partitions revoked in a cooperative rebalance go to their new owner in
+                // a follow-up rebalance.
+                self.group.as_ref().expect("group").request_rejoin();
+            }
+            let group = self.group.as_mut().expect("group");
+            group.owned = new_set.iter().cloned().collect();
+            group.ever_assigned = true;
+            group.set_stable();
+            tracing::info!(
+                "joined group {} generation {} as {}: assigned {}",
+                group.settings.group_id,
+                joined.generation,
+                joined.member_id,
+                fmt_partitions(&group.owned)
+            );
+            for tp in &added {
+                self.fetcher.add(tp.clone());
+            }
+            let topics: Vec<String> =
+                new_set.iter().map(|(t, _)| t.clone()).collect::<BTreeSet<_>>().into_iter().collect();
+            if !topics.is_empty() {
+                self.refresh_metadata(Some(&topics))?;
+            }
+            if let Some(l) = self.listener.as_mut() {
+                l.on_partitions_assigned(&added);
+            }
+            if !self.group.as_ref().expect("group").needs_rejoin() {
+                return Ok(());
+            }
+        }
+        Err(ConsumerError::IllegalState("the group did not stabilize after 100 rebalances".into()))
+    }
+
+    /// Commits (auto-commit) and revokes `partitions`.
+    fn revoke(&mut self, partitions: &[TopicPartition]) -> Result<(), ConsumerError> {
+        if self.config.enable_auto_commit {
+            let offsets: BTreeMap<TopicPartition, i64> =
+                self.positions().into_iter().filter(|(tp, _)| partitions.contains(tp)).collect();
+            let group = self.group.as_mut().expect("group");
+            if let Err(e) = group.commit(&mut self.bootstrap, &offsets, true) {
+                tracing::warn!("commit before revocation failed: {e}");
+            }
+        }
+        tracing::info!("partitions revoked: {}", fmt_partitions(partitions));
+        if let Some(l) = self.listener.as_mut() {
+            l.on_partitions_revoked(partitions);
+        }
+        for tp in partitions {
+            self.fetcher.remove(tp);
+        }
+        Ok(())
+    }
+
+    /// Initializes positions: committed offsets (with `group.id`), then `auto.offset.reset`.
+    fn update_positions(&mut self) -> Result<(), ConsumerError> {
+        let missing: Vec<TopicPartition> = self
+            .fetcher
+            .partitions
+            .iter()
+            .filter(|(_, s)| s.position.is_none() && !s.needs_reset)
+            .map(|(tp, _)| tp.clone())
+            .collect();
+        if !missing.is_empty() {
+            let committed = match self.group.as_mut() {
+                Some(g) => g.committed(&mut self.bootstrap, &missing)?,
+                None => missing.iter().map(|tp| (tp.clone(), None)).collect(),
+            };
+            for (tp, offset) in committed {
+                if let Some(s) = self.fetcher.partitions.get_mut(&tp) {
+                    match offset {
+                        Some(o) => {
+                            s.position = Some(o);
+                            s.fetch_position = Some(o);
+                        }
+                        None => s.needs_reset = true,
+                    }
+                }
+            }
+        }
+        let reset: Vec<TopicPartition> =
+            self.fetcher.partitions.iter().filter(|(_, s)| s.needs_reset).map(|(tp, _)| tp.clone()).collect();
+        if reset.is_empty() {
+            return Ok(());
+        }
+        let timestamp = match self.config.auto_offset_reset {
+            OffsetReset::Earliest => -2,
+            OffsetReset::Latest => -1,
+            OffsetReset::None => return Err(ConsumerError::NoOffset { partitions: reset }),
+        };
+        let offsets = self.list_offsets(&reset, timestamp)?;
+        for (tp, offset) in offsets {
+            self.fetcher.seek(&tp, offset);
+        }
+        Ok(())
+    }
+
+    /// ListOffsets of `partitions` at `timestamp` (-2 earliest, -1 latest), per leader.
+    fn list_offsets(
+        &mut self,
+        partitions: &[TopicPartition],
+        timestamp: i64,
+    ) -> Result<BTreeMap<TopicPartition, i64>, ConsumerError> {
+        let mut out = BTreeMap::new();
+        for attempt in 0..20 {
+            let mut by_node: BTreeMap<i32, BTreeMap<&str, Vec<i32>>> = BTreeMap::new();
+            let mut stale = false;
+            for tp in partitions.iter().filter(|tp| !out.contains_key(*tp)) {
+                match self.cluster.leaders.get(tp) {
+                    Some(&n) => by_node.entry(n).or_default().entry(tp.0.as_str()).or_default().push(tp.1),
+                    None => stale = true,
+                }
+            }
+            let mut retry = stale;
+            for (node, topics) in by_node {
+                let read_committed = self.config.read_committed;
+                let conn = self.control_conn(node)?;
+                let version = conn.version(ApiKey::ListOffsets, (1, 7))?;
+                let req = ListOffsetsRequest::default()
+                    .with_replica_id(BrokerId(-1))
+                    .with_isolation_level(i8::from(read_committed))
+                    .with_topics(
+                        topics
+                            .iter()
+                            .map(|(t, ps)| {
+                                ListOffsetsTopic::default()
+                                    .with_name(TopicName(StrBytes::from_string(t.to_string())))
+                                    .with_partitions(
+                                        ps.iter()
+                                            .map(|&p| {
+                                                ListOffsetsPartition::default()
+                                                    .with_partition_index(p)
+                                                    .with_current_leader_epoch(-1)
+                                                    .with_timestamp(timestamp)
+                                            })
+                                            .collect(),
+                                    )
+                            })
+                            .collect(),
+                    );
+                let ResponseKind::ListOffsets(r) =
+                    conn.call(ApiKey::ListOffsets, version, RequestKind::ListOffsets(req))?
+                else {
+                    unreachable!()
+                };
+                for t in &r.topics {
+                    for p in &t.partitions {
+                        match p.error_code {
+                            0 => {
+                                out.insert((t.name.to_string(), p.partition_index), p.offset);
+                            }
+                            3 | 5 | 6 | 74 | 75 => retry = true,
+                            code => {
+                                return Err(ConsumerError::Kafka {
+                                    context: format!("ListOffsets {}-{}", t.name.as_str(), p.partition_index),
+                                    code,
+                                })
+                            }
+                        }
+                    }
+                }
+            }
+            if !retry {
+                return Ok(out);
+            }
+            if attempt > 0 {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let topics: Vec<String> =
+                partitions.iter().map(|(t, _)| t.clone()).collect::<BTreeSet<_>>().into_iter().collect();
+            self.refresh_metadata(Some(&topics))?;
+        }
+        Err(ConsumerError::IllegalState(format!(
+            "ListOffsets: no leader found for {}",
+            fmt_partitions(&partitions.iter().filter(|tp| !out.contains_key(*tp)).cloned().collect::<Vec<_>>())
+        )))
+    }
+
+    /// A connection for requests other than Fetch to `node` (the fetch connection may be busy
+    /// with a long poll).
+    fn control_conn(&mut self, node: i32) -> Result<&mut KafkaConnection, ConsumerError> {
+        if !self.control.contains_key(&node) {
+            let addr = self
+                .cluster
+                .brokers
+                .get(&node)
+                .ok_or_else(|| ConsumerError::IllegalState(format!("broker {node} unknown to Metadata")))?;
+            let conn = if addr.parse::<std::net::SocketAddr>().ok() == Some(self.bootstrap.addr()) {
+                KafkaConnection::connect(self.bootstrap.addr(), &self.config.client_id, self.timeout())?
+            } else {
+                KafkaConnection::connect(addr.as_str(), &self.config.client_id, self.timeout())?
+            };
+            self.control.insert(node, conn);
+        }
+        Ok(self.control.get_mut(&node).expect("inserted"))
+    }
+
+    fn timeout(&self) -> Duration {
+        Duration::from_millis(self.config.request_timeout_ms)
+    }
+
+    fn send_fetches(&mut self) -> Result<(), ConsumerError> {
+        match self.fetcher.send_fetches(&self.cluster.leaders, &self.cluster.brokers) {
+            Err(ConsumerError::Client(e)) => {
+                tracing::warn!("sending a fetch failed, retrying: {e}");
+                self.fetcher.metadata_stale = true;
+                Ok(())
+            }
+            other => other,
+        }
+    }
+
+    /// Metadata of `topics` (`None`: all topics); merges brokers, leaders and partition counts.
+    fn refresh_metadata(&mut self, topics: Option<&[String]>) -> Result<(), ConsumerError> {
+        let version = self.bootstrap.version(ApiKey::Metadata, (1, 12))?;
+        let req = MetadataRequest::default().with_allow_auto_topic_creation(true).with_topics(topics.map(|ts| {
+            ts.iter()
+                .map(|t| MetadataRequestTopic::default().with_name(Some(TopicName(StrBytes::from_string(t.clone())))))
+                .collect()
+        }));
+        let ResponseKind::Metadata(r) = self.bootstrap.call(ApiKey::Metadata, version, RequestKind::Metadata(req))?
+        else {
+            unreachable!()
+        };
+        for b in &r.brokers {
+            self.cluster.brokers.insert(b.node_id.0, format!("{}:{}", b.host, b.port));
+        }
+        if topics.is_none() {
+            self.cluster.partition_counts.clear();
+        }
+        for t in &r.topics {
+            let Some(name) = &t.name else { continue };
+            let name = name.to_string();
+            if t.error_code != 0 || t.is_internal {
+                if t.error_code != 0 {
+                    self.cluster.partition_counts.remove(&name);
+                }
+                continue;
+            }
+            self.cluster.partition_counts.insert(name.clone(), t.partitions.len() as i32);
+            for p in &t.partitions {
+                if p.leader_id.0 >= 0 {
+                    self.cluster.leaders.insert((name.clone(), p.partition_index), p.leader_id.0);
+                } else {
+                    self.cluster.leaders.remove(&(name.clone(), p.partition_index));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The partition count of `topic` from Metadata (`None` when it does not exist).
+    ///
+    /// Errors: connection and protocol errors.
+    pub fn partition_count(&mut self, topic: &str) -> Result<Option<i32>, ConsumerError> {
+        self.refresh_metadata(Some(&[topic.to_string()]))?;
+        Ok(self.cluster.partition_counts.get(topic).copied())
+    }
+
+    fn state(&mut self, tp: &TopicPartition) -> Result<&mut fetcher::PartitionState, ConsumerError> {
+        self.fetcher
+            .partitions
+            .get_mut(tp)
+            .ok_or_else(|| ConsumerError::IllegalState(format!("{}-{} is not assigned to this consumer", tp.0, tp.1)))
+    }
+
+    /// Sets the position of `tp` to `offset` (the next poll returns records from there).
+    ///
+    /// Errors: [`ConsumerError::IllegalState`] when `tp` is not assigned.
+    pub fn seek(&mut self, tp: &TopicPartition, offset: i64) -> Result<(), ConsumerError> {
+        self.state(tp)?;
+        self.fetcher.seek(tp, offset);
+        Ok(())
+    }
+
+    /// Moves the positions of `partitions` to their log start offsets (ListOffsets earliest).
+    ///
+    /// Errors: as [`Self::seek`], and ListOffsets errors.
+    pub fn seek_to_beginning(&mut self, partitions: &[TopicPartition]) -> Result<(), ConsumerError> {
+        self.seek_to(partitions, -2)
+    }
+
+    /// Moves the positions of `partitions` to their log end offsets (ListOffsets latest).
+    ///
+    /// Errors: as [`Self::seek`], and ListOffsets errors.
+    pub fn seek_to_end(&mut self, partitions: &[TopicPartition]) -> Result<(), ConsumerError> {
+        self.seek_to(partitions, -1)
+    }
+
+    fn seek_to(&mut self, partitions: &[TopicPartition], timestamp: i64) -> Result<(), ConsumerError> {
+        for tp in partitions {
+            self.state(tp)?;
+        }
+        for (tp, offset) in self.list_offsets(partitions, timestamp)? {
+            self.fetcher.seek(&tp, offset);
+        }
+        Ok(())
+    }
+
+    /// The offset of the next record poll returns for `tp`, initializing it (committed offset
+    /// or `auto.offset.reset`) when unknown.
+    ///
+    /// Errors: as [`Self::seek`], [`ConsumerError::NoOffset`].
+    pub fn position(&mut self, tp: &TopicPartition) -> Result<i64, ConsumerError> {
+        if self.state(tp)?.position.is_none() {
+            self.update_positions()?;
+        }
+        self.state(tp)?
+            .position
+            .ok_or_else(|| ConsumerError::IllegalState(format!("{}-{} has no position", tp.0, tp.1)))
+    }
+
+    /// Whether a Fetch is in flight (diagnostics: right after a `poll` that returned records,
+    /// the next Fetch is already out, so fetching overlaps the processing of those records).
+    pub fn fetch_in_flight(&self) -> bool {
+        self.fetcher.in_flight()
+    }
+
+    /// The high watermark of `tp` from the last Fetch response (`None` before one).
+    pub fn high_watermark(&self, tp: &TopicPartition) -> Option<i64> {
+        self.fetcher.partitions.get(tp).and_then(|s| s.high_watermark)
+    }
+
+    /// Stops fetching `partitions` (poll returns none of their records) until resumed.
+    ///
+    /// Errors: as [`Self::seek`].
+    pub fn pause(&mut self, partitions: &[TopicPartition]) -> Result<(), ConsumerError> {
+        for tp in partitions {
+            self.state(tp)?;
+            self.fetcher.pause(tp);
+        }
+        Ok(())
+    }
+
+    /// Resumes fetching `partitions`.
+    ///
+    /// Errors: as [`Self::seek`].
+    pub fn resume(&mut self, partitions: &[TopicPartition]) -> Result<(), ConsumerError> {
+        for tp in partitions {
+            self.state(tp)?.paused = false;
+        }
+        Ok(())
+    }
+
+    /// The paused partitions.
+    pub fn paused(&self) -> Vec<TopicPartition> {
+        self.fetcher.partitions.iter().filter(|(_, s)| s.paused).map(|(tp, _)| tp.clone()).collect()
+    }
+
+    /// Commits the positions of all assigned partitions (the next offsets to read) and waits.
+    ///
+    /// Errors: [`ConsumerError::IllegalState`] without `group.id`, [`ConsumerError::CommitFailed`].
+    pub fn commit_sync(&mut self) -> Result<(), ConsumerError> {
+        let offsets = self.positions();
+        self.commit_offsets(&offsets, true)
+    }
+
+    /// Commits the positions of all assigned partitions without waiting; the answer is read
+    /// by a later poll or commit (failures are logged).
+    ///
+    /// Errors: as [`Self::commit_sync`] for sending.
+    pub fn commit_async(&mut self) -> Result<(), ConsumerError> {
+        let offsets = self.positions();
+        self.commit_offsets(&offsets, false)
+    }
+
+    /// Commits explicit offsets (each the next offset to read), waiting when `sync`.
+    ///
+    /// Errors: as [`Self::commit_sync`].
+    pub fn commit_offsets(&mut self, offsets: &BTreeMap<TopicPartition, i64>, sync: bool) -> Result<(), ConsumerError> {
+        let group = self.group.as_mut().ok_or_else(|| ConsumerError::IllegalState("commit needs group.id".into()))?;
+        group.commit(&mut self.bootstrap, offsets, sync)
+    }
+
+    /// The committed offsets of `partitions` (`None` where none).
+    ///
+    /// Errors: [`ConsumerError::IllegalState`] without `group.id`; OffsetFetch errors.
+    pub fn committed(
+        &mut self,
+        partitions: &[TopicPartition],
+    ) -> Result<BTreeMap<TopicPartition, Option<i64>>, ConsumerError> {
+        let group =
+            self.group.as_mut().ok_or_else(|| ConsumerError::IllegalState("committed() needs group.id".into()))?;
+        group.committed(&mut self.bootstrap, partitions)
+    }
+
+    /// Closes the consumer: commits the positions when `enable.auto.commit` (in a group),
+    /// tells the listener the partitions are revoked, and leaves the group (LeaveGroup; static
+    /// members do not leave).
+    ///
+    /// Errors: the commit's or LeaveGroup's error (the consumer is closed anyway).
+    pub fn close(mut self) -> Result<(), ConsumerError> {
+        self.close_inner()
+    }
+
+    fn close_inner(&mut self) -> Result<(), ConsumerError> {
+        if self.closed {
+            return Ok(());
+        }
+        self.closed = true;
+        let Some(mut group) = self.group.take() else { return Ok(()) };
+        let mut result = Ok(());
+        let subscribed = matches!(self.subscription, Subscription::Topics(_) | Subscription::Pattern(_));
+        if self.config.enable_auto_commit {
+            let offsets = self.positions();
+            result = group.commit(&mut self.bootstrap, &offsets, true);
+        } else {
+            result = result.and(group.drain_commits(true));
+        }
+        if subscribed {
+            let owned = std::mem::take(&mut group.owned);
+            if !owned.is_empty() {
+                if let Some(l) = self.listener.as_mut() {
+                    l.on_partitions_revoked(&owned);
+                }
+            }
+            let left = group.leave(&mut self.bootstrap);
+            result = result.and(left);
+        }
+        group.stop_heartbeat();
+        result
+    }
+}
+
+impl Drop for Consumer {
+    fn drop(&mut self) {
+        // Stops the heartbeat thread (Membership's Drop); no commit, no LeaveGroup: the
+        // coordinator expires the member after session.timeout.ms, as for a crashed client.
+        self.closed = true;
+    }
+}
