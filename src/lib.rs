@@ -31,10 +31,14 @@
 //! - [`broker`]: a single-node broker on the Kafka wire protocol, one handler file per API, with
 //!   idempotent produce, zero-copy Fetch responses, long polling, and a group coordinator
 //!   ([`broker::coordinator`]: consumer groups, rebalances, offsets in `__consumer_offsets`).
-//! - [`client`]: fetchbench's own Kafka clients: a version-negotiating connection and the admin
-//!   queries behind `fetchbench groups`.
+//! - [`client`]: fetchbench's own Kafka clients: a version-negotiating connection, the load
+//!   producer, the consumer (assign or group membership, assignors), and the admin queries behind
+//!   `fetchbench groups`.
+//! - [`bench`](mod@bench): the benchmark harness: workload files with sweeps, latency histograms with
+//!   coordinated-omission correction, the results JSON schema and `fetchbench compare`.
 #![forbid(unsafe_op_in_unsafe_fn)]
 
+pub mod bench;
 pub mod broker;
 pub mod client;
 pub mod log;

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 use fetchbench::log::dump::{self, DumpOptions};
+use fetchbench::client::produce_cmd::parse_bytes;
 use fetchbench::read_path::report;
 use fetchbench::read_path::{ReadPathConfig, ReadPathKind};
 
@@ -47,6 +48,9 @@ enum Command {
     /// Consume a topic with fetchbench's consumer, one record per line like kcat (`--count`:
     /// throughput only); see `client::consume_cmd`.
     Consume(fetchbench::client::consume_cmd::ConsumeArgs),
+    /// Compare two results files of `fetchbench run` side by side with ratios; flags metrics
+    /// that moved the wrong way beyond `--threshold`. Exit 0 none, 1 a regression, 2 bad input.
+    Compare(fetchbench::bench::compare::CompareArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -179,6 +183,7 @@ fn main() -> ExitCode {
         },
         Command::Produce(a) => fetchbench::client::produce_cmd::main(a),
         Command::Consume(a) => fetchbench::client::consume_cmd::main(a),
+        Command::Compare(a) => fetchbench::bench::compare::main(a),
         Command::Groups(a) => match groups(a) {
             Ok(true) => ExitCode::SUCCESS,
             Ok(false) => ExitCode::from(1),
@@ -256,28 +261,6 @@ fn groups(args: GroupsArgs) -> Result<bool, fetchbench::client::ClientError> {
         }
     }
     Ok(true)
-}
-
-/// Parses a byte count: `4096`, `64K`, `64KiB`, `1M`, `2GiB`, `1.5G` (suffixes are powers of
-/// 1024; a `B` alone or none means bytes).
-fn parse_bytes(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        "t" | "tb" | "tib" => 1 << 40,
-        other => return Err(format!("unknown unit {other:?} in {s:?} (use K, M, G, T or KiB, MiB, GiB, TiB)")),
-    };
-    let value: f64 = num.parse().map_err(|_| format!("{s:?} is not a byte count like 4096, 64KiB or 1GiB"))?;
-    let bytes = value * mult as f64;
-    if !(0.0..=u64::MAX as f64).contains(&bytes) {
-        return Err(format!("{s:?} is out of range"));
-    }
-    Ok(bytes as u64)
 }
 
 /// Writes a line to stderr, ignoring a closed stderr (never panics, unlike `eprintln!`).

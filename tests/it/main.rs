@@ -4,6 +4,7 @@
 //! it is missing in CI (`CI` set) and skip with a printed notice elsewhere.
 
 mod batch_corpus;
+mod bench_compare;
 mod broker;
 mod broker_apis;
 mod common;

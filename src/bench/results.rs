@@ -1,0 +1,551 @@
+//! The results file of a benchmark run: one JSON document per resolved workload, its schema
+//! ([`Results`], a doc comment per field with its unit), a validator with clear errors
+//! ([`validate`]) and a CSV summary ([`write_csv`]).
+//!
+//! ## Schema (`schema` = [`SCHEMA`], `schema_version` = [`SCHEMA_VERSION`])
+//!
+//! ```text
+//! { schema, schema_version, date, machine {nproc, kernel, arch}, git {commit, dirty},
+//!   command [..], workload {every workload key, as in the TOML file},
+//!   paths [ { read_path, phase, seconds, bytes, records, mb_per_sec, records_per_sec,
+//!             broker_cpu {user_s_per_gb, sys_s_per_gb}, consumer_cpu {..},
+//!             minor_faults_per_gb, major_faults_per_gb, context_switches_per_gb,
+//!             residency_before, broker_rss_bytes,
+//!             fetch_latency {summary {count, p50_us, p99_us, p999_us, max_us}, histogram},
+//!             end_to_end_latency {raw {..}, corrected {..}},
+//!             rebalance_ms } ] }
+//! ```
+//!
+//! Units: MB = 1e6 bytes, GB = 1e9 bytes (of record batches served to consumers); CPU seconds
+//! are process CPU time (`getrusage`/`/proc`) over the measured interval; latencies are in
+//! microseconds in summaries and nanoseconds inside histograms (base64 of the HdrHistogram
+//! V2 serialization, see [`super::histogram`]). Every number is finite and non-negative.
+//! Unknown fields are refused: a reader of version 1 knows every field of version 1.
+
+use std::fmt;
+use std::io::{self, Write};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use super::histogram::{Latency, Summary};
+use super::workload::Workload;
+
+/// The `schema` field of every results file.
+pub const SCHEMA: &str = "fetchbench-results";
+
+/// Version of the results schema; bumped on any incompatible change.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// One results file: a run of one resolved workload over its read paths.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Results {
+    /// Always [`SCHEMA`].
+    pub schema: String,
+    /// Always [`SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// When the run started, UTC, `YYYY-MM-DDTHH:MM:SSZ`.
+    pub date: String,
+    /// The machine the run was on.
+    pub machine: Machine,
+    /// The source the binary was built from.
+    pub git: Git,
+    /// The exact command, as its argument vector (program first).
+    pub command: Vec<String>,
+    /// The resolved workload, with every key as in a workload file (see
+    /// [`Workload::to_table`]); [`Results::workload`] parses it.
+    pub workload: Value,
+    /// One entry per (read path, phase), in the order they ran.
+    pub paths: Vec<PathResult>,
+}
+
+/// Facts about the machine.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Machine {
+    /// CPUs this process could use.
+    pub nproc: u64,
+    /// Kernel release (`uname -r`).
+    pub kernel: String,
+    /// CPU architecture (`x86_64`, `aarch64`).
+    pub arch: String,
+}
+
+impl Machine {
+    /// The machine this process runs on.
+    pub fn current() -> Machine {
+        let m = crate::read_path::report::Machine::current();
+        Machine { nproc: m.nproc as u64, kernel: m.kernel, arch: m.arch.to_string() }
+    }
+}
+
+/// The git state of the working tree.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Git {
+    /// `git rev-parse HEAD`, `null` outside a repository.
+    pub commit: Option<String>,
+    /// Whether `git status --porcelain` listed changes (the binary may not be `commit`).
+    pub dirty: bool,
+}
+
+impl Git {
+    /// The state of the repository around the current directory.
+    pub fn current() -> Git {
+        let run = |args: &[&str]| {
+            let out = std::process::Command::new("git").args(args).output().ok()?;
+            out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+        };
+        let commit = run(&["rev-parse", "HEAD"]);
+        let dirty = commit.is_some() && run(&["status", "--porcelain"]).is_some_and(|s| !s.is_empty());
+        Git { commit, dirty }
+    }
+}
+
+/// CPU time of a process per GB served.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CpuPerGb {
+    /// User CPU seconds per GB.
+    pub user_s_per_gb: f64,
+    /// System (kernel) CPU seconds per GB.
+    pub sys_s_per_gb: f64,
+}
+
+/// A latency summary with the histogram it was taken from.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LatencyResult {
+    /// Percentiles in microseconds.
+    pub summary: Summary,
+    /// The histogram (ns), base64 of its V2 serialization ([`Latency::encode`]).
+    pub histogram: String,
+}
+
+impl LatencyResult {
+    /// The summary and encoding of `latency`.
+    pub fn of(latency: &Latency) -> LatencyResult {
+        LatencyResult { summary: latency.summary(), histogram: latency.encode() }
+    }
+}
+
+/// Produce-to-consume latency, both views (see [`super::histogram::LatencyRecorder`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EndToEnd {
+    /// From the actual send time.
+    pub raw: LatencyResult,
+    /// From the intended send time of the schedule (coordinated omission corrected).
+    pub corrected: LatencyResult,
+}
+
+/// The measurements of one read path in one phase.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PathResult {
+    /// The read path that actually ran ([`crate::read_path::ReadPathKind::name`]).
+    pub read_path: String,
+    /// The phase: `catch_up` or `tail`.
+    pub phase: String,
+    /// Measured wall-clock time, s.
+    pub seconds: f64,
+    /// Record-batch bytes delivered to consumers (all groups), bytes.
+    pub bytes: u64,
+    /// Records delivered to consumers (all groups).
+    pub records: u64,
+    /// Throughput, MB/s (1e6 bytes).
+    pub mb_per_sec: f64,
+    /// Throughput, records/s.
+    pub records_per_sec: f64,
+    /// CPU of the broker process, s/GB.
+    pub broker_cpu: CpuPerGb,
+    /// CPU of the consumer processes together, s/GB.
+    pub consumer_cpu: CpuPerGb,
+    /// Minor page faults of the broker, per GB.
+    pub minor_faults_per_gb: f64,
+    /// Major page faults (disk reads through faults) of the broker, per GB.
+    pub major_faults_per_gb: f64,
+    /// Voluntary + involuntary context switches of the broker, per GB.
+    pub context_switches_per_gb: f64,
+    /// Fraction (0..=1) of the backlog's pages in the page cache when the path started.
+    pub residency_before: f64,
+    /// Peak resident set size of the broker, bytes.
+    pub broker_rss_bytes: u64,
+    /// Broker-side Fetch latency: request received to response written.
+    pub fetch_latency: LatencyResult,
+    /// Produce-to-consume latency.
+    pub end_to_end_latency: EndToEnd,
+    /// Time from the first JoinGroup to every member having its assignment, ms; `null` when
+    /// no rebalance was measured.
+    pub rebalance_ms: Option<f64>,
+}
+
+/// Why a results document is not valid: every problem found, each with its JSON pointer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ValidationError {
+    /// `"/pointer: what is wrong"`, in document order.
+    pub problems: Vec<String>,
+}
+
+impl fmt::Display for ValidationError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "not a valid {SCHEMA} v{SCHEMA_VERSION} document: {}", self.problems.join("; "))
+    }
+}
+
+impl std::error::Error for ValidationError {}
+
+/// The shape of a document, for [`validate`]: type names where values go, one element for
+/// arrays. `uint` is a non-negative integer, `number` a finite non-negative number,
+/// `histogram` a base64 V2 histogram, `workload` a workload table.
+pub fn schema_shape() -> Value {
+    let latency = json!({
+        "summary": {"count": "uint", "p50_us": "number", "p99_us": "number", "p999_us": "number", "max_us": "number"},
+        "histogram": "histogram",
+    });
+    let cpu = json!({"user_s_per_gb": "number", "sys_s_per_gb": "number"});
+    json!({
+        "schema": "string",
+        "schema_version": "uint",
+        "date": "string",
+        "machine": {"nproc": "uint", "kernel": "string", "arch": "string"},
+        "git": {"commit": "string|null", "dirty": "bool"},
+        "command": ["string"],
+        "workload": "workload",
+        "paths": [{
+            "read_path": "string",
+            "phase": "string",
+            "seconds": "number",
+            "bytes": "uint",
+            "records": "uint",
+            "mb_per_sec": "number",
+            "records_per_sec": "number",
+            "broker_cpu": cpu,
+            "consumer_cpu": cpu,
+            "minor_faults_per_gb": "number",
+            "major_faults_per_gb": "number",
+            "context_switches_per_gb": "number",
+            "residency_before": "number",
+            "broker_rss_bytes": "uint",
+            "fetch_latency": latency,
+            "end_to_end_latency": {"raw": latency, "corrected": latency},
+            "rebalance_ms": "number|null",
+        }],
+    })
+}
+
+fn describe(v: &Value) -> String {
+    let s = v.to_string();
+    if s.len() > 40 {
+        format!(
+            "{}...",
+            &s[..s.char_indices().take_while(|(i, _)| *i < 37).last().map_or(0, |(i, c)| i + c.len_utf8())]
+        )
+    } else {
+        s
+    }
+}
+
+fn walk(shape: &Value, v: &Value, at: &str, problems: &mut Vec<String>) {
+    let mut bad = |expected: &str| problems.push(format!("{at}: expected {expected}, found {}", describe(v)));
+    match shape {
+        Value::Object(fields) => {
+            let Some(obj) = v.as_object() else { return bad("an object") };
+            for (k, s) in fields {
+                match obj.get(k) {
+                    Some(x) => walk(s, x, &format!("{at}/{k}"), problems),
+                    None => problems.push(format!("{at}/{k}: missing")),
+                }
+            }
+            for k in obj.keys().filter(|k| !fields.contains_key(*k)) {
+                problems.push(format!(
+                    "{at}/{k}: unknown field (known: {})",
+                    fields.keys().cloned().collect::<Vec<_>>().join(", ")
+                ));
+            }
+        }
+        Value::Array(elem) => {
+            let Some(items) = v.as_array() else { return bad("an array") };
+            for (i, x) in items.iter().enumerate() {
+                walk(&elem[0], x, &format!("{at}/{i}"), problems);
+            }
+        }
+        Value::String(kind) => match kind.as_str() {
+            "string" if v.is_string() => {}
+            "string" => bad("a string"),
+            "string|null" if v.is_string() || v.is_null() => {}
+            "string|null" => bad("a string or null"),
+            "bool" if v.is_boolean() => {}
+            "bool" => bad("true or false"),
+            "uint" if v.is_u64() => {}
+            "uint" => bad("a non-negative integer"),
+            "number|null" if v.is_null() => {}
+            "number" | "number|null" => match v.as_f64() {
+                Some(x) if x.is_finite() && x >= 0.0 => {}
+                _ => bad("a finite non-negative number"),
+            },
+            "histogram" => match v.as_str().map(Latency::decode) {
+                Some(Ok(_)) => {}
+                Some(Err(e)) => problems.push(format!("{at}: {e}")),
+                None => bad("a base64 histogram string"),
+            },
+            "workload" => {
+                let parsed = serde_json::from_value::<toml::Table>(v.clone())
+                    .map_err(|e| e.to_string())
+                    .and_then(|t| Workload::from_table(&t).map_err(|e| e.to_string()));
+                match parsed {
+                    Ok(w) if w.is_resolved() => {}
+                    Ok(_) => problems.push(format!("{at}: a sweep, expected a resolved workload")),
+                    Err(e) => problems.push(format!("{at}: {e}")),
+                }
+            }
+            other => unreachable!("shape type {other}"),
+        },
+        _ => unreachable!("shape values are objects, arrays and type names"),
+    }
+}
+
+/// Checks `doc` against the schema and returns it as [`Results`]. Errors list every problem
+/// with its JSON pointer: wrong `schema` or `schema_version`, a missing or unknown field, a
+/// value of the wrong type, a negative or non-finite number, a histogram that does not
+/// decode, a workload that does not parse, a `residency_before` above 1, an unknown phase.
+pub fn validate(doc: &Value) -> Result<Results, ValidationError> {
+    let mut problems = Vec::new();
+    if doc.get("schema").and_then(Value::as_str) != Some(SCHEMA) {
+        problems.push(format!(
+            "/schema: expected \"{SCHEMA}\", found {}",
+            doc.get("schema").map_or("nothing".into(), describe)
+        ));
+    }
+    if let Some(version) = doc.get("schema_version").filter(|v| v.as_u64() != Some(SCHEMA_VERSION.into())) {
+        problems.push(format!("/schema_version: expected {SCHEMA_VERSION}, found {}", describe(version)));
+        return Err(ValidationError { problems }); // another version: its fields mean other things
+    }
+    walk(&schema_shape(), doc, "", &mut problems);
+    if let Some(paths) = doc.get("paths").and_then(Value::as_array) {
+        for (i, p) in paths.iter().enumerate() {
+            if p.get("residency_before").and_then(Value::as_f64).is_some_and(|r| r > 1.0) {
+                problems.push(format!("/paths/{i}/residency_before: expected a fraction from 0 to 1"));
+            }
+            if let Some(phase) = p.get("phase").and_then(Value::as_str).filter(|s| !["catch_up", "tail"].contains(s)) {
+                problems.push(format!("/paths/{i}/phase: expected one of catch_up, tail, found \"{phase}\""));
+            }
+        }
+    }
+    if !problems.is_empty() {
+        return Err(ValidationError { problems });
+    }
+    serde_json::from_value(doc.clone()).map_err(|e| ValidationError { problems: vec![format!("/: {e}")] })
+}
+
+impl Results {
+    /// Parses and validates a results document. Errors: not JSON (with line and column),
+    /// or every problem [`validate`] finds.
+    pub fn from_json(text: &str) -> Result<Results, ValidationError> {
+        let doc: Value =
+            serde_json::from_str(text).map_err(|e| ValidationError { problems: vec![format!("not JSON: {e}")] })?;
+        validate(&doc)
+    }
+
+    /// The document, pretty-printed.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("results always serialize")
+    }
+
+    /// The run's workload (validated documents always have one that parses).
+    pub fn workload(&self) -> Option<Workload> {
+        let table = serde_json::from_value::<toml::Table>(self.workload.clone()).ok()?;
+        Workload::from_table(&table).ok()
+    }
+
+    /// The JSON form of `workload` for [`Results::workload`] (the workload file's keys).
+    pub fn workload_value(workload: &Workload) -> Value {
+        serde_json::to_value(workload.to_table()).expect("a TOML table is JSON")
+    }
+}
+
+/// The CSV header of [`write_csv`].
+pub const CSV_HEADER: &str = "read_path,phase,seconds,mb_per_sec,records_per_sec,broker_cpu_user_s_per_gb,\
+broker_cpu_sys_s_per_gb,consumer_cpu_user_s_per_gb,consumer_cpu_sys_s_per_gb,minor_faults_per_gb,\
+major_faults_per_gb,context_switches_per_gb,residency_before,broker_rss_bytes,fetch_p50_us,fetch_p99_us,\
+fetch_p999_us,fetch_max_us,e2e_corrected_p50_us,e2e_corrected_p99_us,e2e_corrected_p999_us,\
+e2e_corrected_max_us,e2e_raw_p99_us,rebalance_ms";
+
+/// Writes a CSV summary of `results`: [`CSV_HEADER`], then one line per path entry (units as
+/// in [`PathResult`]; an absent `rebalance_ms` is an empty cell).
+pub fn write_csv(results: &Results, mut out: impl Write) -> io::Result<()> {
+    writeln!(out, "{CSV_HEADER}")?;
+    for p in &results.paths {
+        let f = &p.fetch_latency.summary;
+        let c = &p.end_to_end_latency.corrected.summary;
+        let cells = [
+            csv_cell(&p.read_path),
+            csv_cell(&p.phase),
+            p.seconds.to_string(),
+            p.mb_per_sec.to_string(),
+            p.records_per_sec.to_string(),
+            p.broker_cpu.user_s_per_gb.to_string(),
+            p.broker_cpu.sys_s_per_gb.to_string(),
+            p.consumer_cpu.user_s_per_gb.to_string(),
+            p.consumer_cpu.sys_s_per_gb.to_string(),
+            p.minor_faults_per_gb.to_string(),
+            p.major_faults_per_gb.to_string(),
+            p.context_switches_per_gb.to_string(),
+            p.residency_before.to_string(),
+            p.broker_rss_bytes.to_string(),
+            f.p50_us.to_string(),
+            f.p99_us.to_string(),
+            f.p999_us.to_string(),
+            f.max_us.to_string(),
+            c.p50_us.to_string(),
+            c.p99_us.to_string(),
+            c.p999_us.to_string(),
+            c.max_us.to_string(),
+            p.end_to_end_latency.raw.summary.p99_us.to_string(),
+            p.rebalance_ms.map(|r| r.to_string()).unwrap_or_default(),
+        ];
+        writeln!(out, "{}", cells.join(","))?;
+    }
+    Ok(())
+}
+
+fn csv_cell(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+/// A results document with plausible figures, scaled by `speed` (1.0 = the reference): the
+/// throughput is multiplied by `speed`, costs and latencies divided by it. For tests, fixtures
+/// and examples of the schema.
+pub fn example(speed: f64) -> Results {
+    use super::histogram::LatencyRecorder;
+    let workload = Workload::default();
+    let paths = [("copy", 1.0), ("mmap", 1.15), ("sendfile", 1.6)]
+        .into_iter()
+        .flat_map(|(name, factor)| {
+            ["catch_up", "tail"].into_iter().map(move |phase| {
+                let s = speed * factor;
+                let mut fetch = Latency::new();
+                let mut e2e = LatencyRecorder::new();
+                for i in 0..1_000u64 {
+                    let ns = ((200_000 + (i * 7_919) % 800_000) as f64 / s) as u64;
+                    fetch.record_ns(ns);
+                    e2e.record(0, (ns / 10).min(1_000), 3 * ns);
+                }
+                let (mb_per_sec, seconds) = if phase == "tail" { (10.24, 60.0) } else { (900.0 * s, 1.2 / s) };
+                PathResult {
+                    read_path: name.to_string(),
+                    phase: phase.to_string(),
+                    seconds,
+                    bytes: (mb_per_sec * 1e6 * seconds) as u64,
+                    records: (mb_per_sec * 1e6 * seconds / 1024.0) as u64,
+                    mb_per_sec,
+                    records_per_sec: mb_per_sec * 1e6 / 1024.0,
+                    broker_cpu: CpuPerGb { user_s_per_gb: 0.30 / s, sys_s_per_gb: 0.50 / s },
+                    consumer_cpu: CpuPerGb { user_s_per_gb: 0.90 / s, sys_s_per_gb: 0.40 / s },
+                    minor_faults_per_gb: 1_000.0 / s,
+                    major_faults_per_gb: 0.0,
+                    context_switches_per_gb: 20_000.0 / s,
+                    residency_before: 1.0,
+                    broker_rss_bytes: (64.0 * 1048576.0 / s) as u64,
+                    fetch_latency: LatencyResult::of(&fetch),
+                    end_to_end_latency: EndToEnd {
+                        raw: LatencyResult::of(&e2e.raw),
+                        corrected: LatencyResult::of(&e2e.corrected),
+                    },
+                    rebalance_ms: (phase == "catch_up").then_some(120.0 / s),
+                }
+            })
+        })
+        .collect();
+    Results {
+        schema: SCHEMA.into(),
+        schema_version: SCHEMA_VERSION,
+        date: "2026-11-30T08:00:00Z".into(),
+        machine: Machine { nproc: 2, kernel: "6.1.0-example".into(), arch: "x86_64".into() },
+        git: Git { commit: Some("0123456789abcdef0123456789abcdef01234567".into()), dirty: false },
+        command: ["fetchbench", "run", "fixtures/workloads/default.toml"].map(String::from).to_vec(),
+        workload: Results::workload_value(&workload),
+        paths,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_results_file_round_trips_and_validates() {
+        let r = example(1.0);
+        let text = r.to_json();
+        let back = Results::from_json(&text).unwrap();
+        assert_eq!(back, r);
+        assert_eq!(back.workload().unwrap(), Workload::default());
+        let h = Latency::decode(&back.paths[0].end_to_end_latency.corrected.histogram).unwrap();
+        assert_eq!(h.count(), 1_000);
+        assert_eq!(h.summary(), back.paths[0].end_to_end_latency.corrected.summary);
+        // Every field of the shape is in the document and the other way round.
+        let doc: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            doc["paths"][0].as_object().unwrap().keys().collect::<Vec<_>>(),
+            schema_shape()["paths"][0].as_object().unwrap().keys().collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn validation_errors_name_the_field() {
+        let good: Value = serde_json::to_value(example(1.0)).unwrap();
+        let check = |edit: &dyn Fn(&mut Value), expected: &str| {
+            let mut doc = good.clone();
+            edit(&mut doc);
+            let e = validate(&doc).unwrap_err().to_string();
+            assert!(e.contains(expected), "{e}\n  does not contain {expected}");
+        };
+        check(&|d| d["schema"] = json!("other"), "/schema: expected \"fetchbench-results\", found \"other\"");
+        check(&|d| d["schema_version"] = json!(2), "/schema_version: expected 1, found 2");
+        check(
+            &|d| d["paths"][1]["mb_per_sec"] = json!("fast"),
+            "/paths/1/mb_per_sec: expected a finite non-negative number, found \"fast\"",
+        );
+        check(&|d| d["paths"][0]["bytes"] = json!(-1), "/paths/0/bytes: expected a non-negative integer, found -1");
+        check(
+            &|d| d["paths"][0].as_object_mut().unwrap().remove("broker_cpu").map(drop).unwrap(),
+            "/paths/0/broker_cpu: missing",
+        );
+        check(&|d| d["paths"][2]["speed"] = json!(1), "/paths/2/speed: unknown field (known: read_path, phase");
+        check(
+            &|d| d["paths"][0]["fetch_latency"]["histogram"] = json!("!!"),
+            "/paths/0/fetch_latency/histogram: histogram is not valid base64",
+        );
+        check(&|d| d["paths"][0]["residency_before"] = json!(1.5), "/paths/0/residency_before: expected a fraction");
+        check(&|d| d["paths"][0]["phase"] = json!("warm"), "/paths/0/phase: expected one of catch_up, tail");
+        check(&|d| d["workload"]["page_cache"] = json!("warm"), "/workload: page_cache: expected one of hot, cold");
+        check(&|d| d["workload"]["partitions"] = json!([1, 2]), "/workload: a sweep");
+        check(&|d| d["git"]["dirty"] = json!("no"), "/git/dirty: expected true or false");
+        check(&|d| d["command"] = json!("fetchbench run"), "/command: expected an array");
+        assert!(validate(&json!([1]))
+            .unwrap_err()
+            .to_string()
+            .contains("/schema: expected \"fetchbench-results\", found nothing"));
+        let e = Results::from_json("{\"schema\": ").unwrap_err().to_string();
+        assert!(e.contains("not JSON: EOF while parsing"), "{e}");
+    }
+
+    #[test]
+    fn csv_has_a_header_and_a_line_per_path() {
+        let mut out = Vec::new();
+        write_csv(&example(1.0), &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 7);
+        let columns = CSV_HEADER.split(',').count();
+        assert!(lines.iter().all(|l| l.split(',').count() == columns), "{text}");
+        assert!(lines[1].starts_with("copy,catch_up,"), "{text}");
+        assert!(lines[2].starts_with("copy,tail,") && lines[2].ends_with(','), "no rebalance in tail: {text}");
+        assert_eq!(csv_cell("a,\"b\""), "\"a,\"\"b\"\"\"");
+    }
+}
