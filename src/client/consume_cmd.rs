@@ -11,6 +11,8 @@
 
 use std::io::Write;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::consumer::{Consumer, ConsumerConfig, ConsumerError, ConsumerRecord, TopicPartition};
@@ -114,6 +116,14 @@ pub fn config_of(args: &ConsumeArgs) -> Result<ConsumerConfig, ConsumerError> {
 ///
 /// Errors: [`ConsumerError`]; writing to `out` failing (a closed pipe) ends the run normally.
 pub fn run(args: &ConsumeArgs, out: &mut dyn Write) -> Result<ConsumeSummary, ConsumerError> {
+    run_until(args, out, &AtomicBool::new(false))
+}
+
+/// [`run`], also ending (consumer closed: commit, LeaveGroup) once `stop` is set, checked after
+/// every poll (at most 200 ms apart).
+///
+/// Errors: as [`run`].
+pub fn run_until(args: &ConsumeArgs, out: &mut dyn Write, stop: &AtomicBool) -> Result<ConsumeSummary, ConsumerError> {
     let config = config_of(args)?;
     let mut consumer = Consumer::new(config)?;
     if args.group.is_some() {
@@ -170,8 +180,12 @@ pub fn run(args: &ConsumeArgs, out: &mut dyn Write) -> Result<ConsumeSummary, Co
         }
         if !records.is_empty() {
             last = Instant::now();
+            // Each poll's records are visible at once (a pipe, a terminal), as kcat's are.
+            if !args.count && out.flush().is_err() {
+                break 'run;
+            }
         }
-        if args.exit_at_end && at_end(&mut consumer)? {
+        if stop.load(Ordering::SeqCst) || args.exit_at_end && at_end(&mut consumer)? {
             break;
         }
     }
@@ -197,10 +211,15 @@ fn at_end(consumer: &mut Consumer) -> Result<bool, ConsumerError> {
 }
 
 /// `fetchbench consume`: runs [`run`] on stdout, prints `--count`'s figures and errors.
+///
+/// SIGINT and SIGTERM (Ctrl-C) end the run as `--exit-at-end` does: the consumer is closed
+/// (auto-commit, LeaveGroup) and the figures printed; a second signal exits at once (130).
 pub fn main(args: ConsumeArgs) -> ExitCode {
+    let stop = Arc::new(AtomicBool::new(false));
+    catch_stop_signals(Arc::clone(&stop));
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
-    match run(&args, &mut out) {
+    match run_until(&args, &mut out, &stop) {
         Ok(s) => {
             drop(out);
             if args.count {
@@ -220,6 +239,30 @@ pub fn main(args: ConsumeArgs) -> ExitCode {
             eprintln!("error: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Blocks SIGINT and SIGTERM in this thread (before the consumer starts its threads, which
+/// inherit the mask) and waits for them with `sigwait` on a thread of its own: the first sets
+/// `stop`, the second exits with 130. No signal handler runs.
+fn catch_stop_signals(stop: Arc<AtomicBool>) {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut signals = SigSet::empty();
+    signals.add(Signal::SIGINT);
+    signals.add(Signal::SIGTERM);
+    if signals.thread_block().is_err() {
+        return;
+    }
+    let spawned = std::thread::Builder::new().name("consume-signals".into()).spawn(move || {
+        if signals.wait().is_ok() {
+            stop.store(true, Ordering::SeqCst);
+        }
+        if signals.wait().is_ok() {
+            std::process::exit(130);
+        }
+    });
+    if spawned.is_err() {
+        let _ = SigSet::empty().thread_set_mask();
     }
 }
 

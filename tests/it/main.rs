@@ -23,6 +23,7 @@ mod protocol_corpus;
 mod python_clients;
 mod read_paths;
 mod review_broker;
+mod review_client;
 mod review_regressions;
 mod serve_corpus;
 mod serve_process;

@@ -606,6 +606,9 @@ impl Consumer {
                     g.coordinator_lost();
                 }
                 self.control.clear();
+                // The bootstrap connection (Metadata, FindCoordinator) may be the broken one:
+                // reconnect it, as Kafka's NetworkClient picks any reachable node for metadata.
+                self.reconnect_bootstrap();
                 if Instant::now() >= deadline {
                     return Ok(Vec::new());
                 }
@@ -623,23 +626,35 @@ impl Consumer {
             }
             self.send_fetches()?;
             let now = Instant::now();
-            if now >= deadline {
-                return Ok(Vec::new());
-            }
             // Wake up at least every 100 ms to serve the group (rebalances, auto-commit).
             let until = deadline.min(now + Duration::from_millis(100));
             if self.fetcher.in_flight() {
-                if let Err(e) = self.fetcher.wait(until, reset_none) {
-                    if matches!(e, ConsumerError::Client(_)) {
+                // Also at (or past) the deadline: an answer already there is read (Kafka's
+                // poll(Duration.ZERO) returns what arrived).
+                match self.fetcher.wait(until, reset_none) {
+                    Ok(true) if now >= deadline => {
+                        if self.fetcher.has_chunks() {
+                            return Ok(self.fetcher.drain(max));
+                        }
+                        return Ok(Vec::new());
+                    }
+                    Ok(_) => {}
+                    Err(e) if matches!(e, ConsumerError::Client(_)) => {
                         tracing::warn!("fetch failed, retrying: {e}");
                         self.fetcher.metadata_stale = true;
+                        if now >= deadline {
+                            return Ok(Vec::new());
+                        }
                         std::thread::sleep(Duration::from_millis(50));
                         continue;
                     }
-                    return Err(e);
+                    Err(e) => return Err(e),
                 }
-            } else {
+            } else if now < deadline {
                 std::thread::sleep(until - now);
+            }
+            if now >= deadline {
+                return Ok(Vec::new());
             }
         }
     }
@@ -695,6 +710,47 @@ impl Consumer {
             self.group.as_ref().expect("group").request_rejoin();
         }
         Ok(())
+    }
+
+    /// Runs `f`; after a connection error (a broker restart broke the bootstrap, coordinator
+    /// or a control connection) reconnects and runs it once more, as Kafka's `NetworkClient`
+    /// reconnects on the next request.
+    fn retry_connection<T>(
+        &mut self,
+        mut f: impl FnMut(&mut Self) -> Result<T, ConsumerError>,
+    ) -> Result<T, ConsumerError> {
+        match f(self) {
+            Err(ConsumerError::Client(e)) => {
+                tracing::warn!("consumer request failed, reconnecting: {e}");
+                if let Some(g) = self.group.as_mut() {
+                    g.coordinator_lost();
+                }
+                self.control.clear();
+                self.reconnect_bootstrap();
+                f(self)
+            }
+            other => other,
+        }
+    }
+
+    /// Replaces the bootstrap connection by a new one to the first answering address of
+    /// `bootstrap.servers` or of the brokers Metadata named (kept as it is when none answers).
+    fn reconnect_bootstrap(&mut self) {
+        let mut addrs: Vec<String> = self
+            .config
+            .bootstrap_servers
+            .split(',')
+            .map(str::trim)
+            .filter(|a| !a.is_empty())
+            .map(String::from)
+            .collect();
+        addrs.extend(self.cluster.brokers.values().cloned());
+        for addr in addrs {
+            if let Ok(c) = KafkaConnection::connect(addr.as_str(), &self.config.client_id, self.timeout()) {
+                self.bootstrap = c;
+                return;
+            }
+        }
     }
 
     /// The subscribed topics (a pattern: those of the last Metadata that match).
@@ -1050,7 +1106,7 @@ impl Consumer {
     ///
     /// Errors: connection and protocol errors.
     pub fn partition_count(&mut self, topic: &str) -> Result<Option<i32>, ConsumerError> {
-        self.refresh_metadata(Some(&[topic.to_string()]))?;
+        self.retry_connection(|c| c.refresh_metadata(Some(&[topic.to_string()])))?;
         Ok(self.cluster.partition_counts.get(topic).copied())
     }
 
@@ -1088,7 +1144,7 @@ impl Consumer {
         for tp in partitions {
             self.state(tp)?;
         }
-        for (tp, offset) in self.list_offsets(partitions, timestamp)? {
+        for (tp, offset) in self.retry_connection(|c| c.list_offsets(partitions, timestamp))? {
             self.fetcher.seek(&tp, offset);
         }
         Ok(())
@@ -1100,7 +1156,7 @@ impl Consumer {
     /// Errors: as [`Self::seek`], [`ConsumerError::NoOffset`].
     pub fn position(&mut self, tp: &TopicPartition) -> Result<i64, ConsumerError> {
         if self.state(tp)?.position.is_none() {
-            self.update_positions()?;
+            self.retry_connection(Self::update_positions)?;
         }
         self.state(tp)?
             .position
@@ -1165,8 +1221,10 @@ impl Consumer {
     ///
     /// Errors: as [`Self::commit_sync`].
     pub fn commit_offsets(&mut self, offsets: &BTreeMap<TopicPartition, i64>, sync: bool) -> Result<(), ConsumerError> {
-        let group = self.group.as_mut().ok_or_else(|| ConsumerError::IllegalState("commit needs group.id".into()))?;
-        group.commit(&mut self.bootstrap, offsets, sync)
+        if self.group.is_none() {
+            return Err(ConsumerError::IllegalState("commit needs group.id".into()));
+        }
+        self.retry_connection(|c| c.group.as_mut().expect("checked").commit(&mut c.bootstrap, offsets, sync))
     }
 
     /// The committed offsets of `partitions` (`None` where none).
@@ -1176,9 +1234,10 @@ impl Consumer {
         &mut self,
         partitions: &[TopicPartition],
     ) -> Result<BTreeMap<TopicPartition, Option<i64>>, ConsumerError> {
-        let group =
-            self.group.as_mut().ok_or_else(|| ConsumerError::IllegalState("committed() needs group.id".into()))?;
-        group.committed(&mut self.bootstrap, partitions)
+        if self.group.is_none() {
+            return Err(ConsumerError::IllegalState("committed() needs group.id".into()));
+        }
+        self.retry_connection(|c| c.group.as_mut().expect("checked").committed(&mut c.bootstrap, partitions))
     }
 
     /// Closes the consumer: commits the positions when `enable.auto.commit` (in a group),
