@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
-use fetchbench::log::dump::{self, DumpOptions};
 use fetchbench::client::produce_cmd::parse_bytes;
+use fetchbench::log::dump::{self, DumpOptions};
 use fetchbench::read_path::report;
 use fetchbench::read_path::{ReadPathConfig, ReadPathKind};
 
