@@ -41,7 +41,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use super::{ClientError, KafkaConnection};
-use crate::log::batch::record::{varlong_size, write_varint, write_varlong};
+use crate::log::batch::record::{varlong_size, write_nullable, write_varint, write_varlong};
 use crate::log::batch::{
     Attributes, BatchHeader, Compression, Header, ATTRIBUTES_OFFSET, CRC_OFFSET, HEADER_SIZE, LOG_OVERHEAD, MAGIC_V2,
     NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE,
@@ -528,16 +528,6 @@ impl OpenBatch {
         let crc = crc32c::crc32c(&self.buf[ATTRIBUTES_OFFSET..]);
         self.buf[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
         Ok(Bytes::from(self.buf))
-    }
-}
-
-fn write_nullable(out: &mut Vec<u8>, b: Option<&[u8]>) {
-    match b {
-        None => write_varint(out, -1),
-        Some(b) => {
-            write_varint(out, b.len() as i32);
-            out.extend_from_slice(b);
-        }
     }
 }
 

@@ -217,7 +217,8 @@ pub fn varlong_size(v: i64) -> usize {
     bits.max(1).div_ceil(7)
 }
 
-fn write_nullable(out: &mut Vec<u8>, b: Option<&[u8]>) {
+/// Writes a nullable byte field of a v2 record: varint length (-1 for null), then the bytes.
+pub fn write_nullable(out: &mut Vec<u8>, b: Option<&[u8]>) {
     match b {
         None => write_varint(out, -1),
         Some(b) => {
