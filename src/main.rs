@@ -51,6 +51,10 @@ enum Command {
     /// Compare two results files of `fetchbench run` side by side with ratios; flags metrics
     /// that moved the wrong way beyond `--threshold`. Exit 0 none, 1 a regression, 2 bad input.
     Compare(fetchbench::bench::compare::CompareArgs),
+    /// Run a workload (the default one without a file) and write
+    /// `<results-dir>/<UTC time>-<name>.json` and `.csv`: so far the catch-up phase only, each
+    /// read path in turn against an embedded broker; see `bench::run`.
+    Run(fetchbench::bench::run::RunArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -184,6 +188,7 @@ fn main() -> ExitCode {
         Command::Produce(a) => fetchbench::client::produce_cmd::main(a),
         Command::Consume(a) => fetchbench::client::consume_cmd::main(a),
         Command::Compare(a) => fetchbench::bench::compare::main(a),
+        Command::Run(a) => fetchbench::bench::run::main(a),
         Command::Groups(a) => match groups(a) {
             Ok(true) => ExitCode::SUCCESS,
             Ok(false) => ExitCode::from(1),

@@ -2,9 +2,10 @@
 //! ([`histogram`]), the results JSON schema ([`results`]) and comparing two results files
 //! ([`compare`], `fetchbench compare`).
 //!
-//! The runner that turns a workload into a results file builds on these.
+//! [`run`] (`fetchbench run`) turns a workload into a results file (catch-up phase so far).
 
 pub mod compare;
 pub mod histogram;
 pub mod results;
+pub mod run;
 pub mod workload;
