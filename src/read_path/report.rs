@@ -665,8 +665,8 @@ fn utc_now() -> String {
     utc_date(secs)
 }
 
-/// `secs` since the Unix epoch as `YYYY-MM-DDTHH:MM:SSZ`.
-fn utc_date(secs: u64) -> String {
+/// `secs` since the Unix epoch as `YYYY-MM-DDTHH:MM:SSZ` (UTC, proleptic Gregorian).
+pub fn utc_date(secs: u64) -> String {
     let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
     // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
     let z = days + 719_468;
