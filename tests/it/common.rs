@@ -147,3 +147,24 @@ pub fn kcat_available() -> bool {
 pub fn kcat(args: &[&str], stdin: &str, timeout: std::time::Duration) -> ChildOutput {
     run_with_timeout(std::process::Command::new("kcat").args(args), Some(stdin.as_bytes()), timeout)
 }
+
+/// Starts a broker on `addr` over `dir` with no initial rebalance delay (as benchmarks run
+/// groups), after `configure` adjusts the config, and waits until the group coordinator has
+/// replayed `__consumer_offsets`.
+pub fn start_group_broker(
+    dir: &std::path::Path,
+    addr: std::net::SocketAddr,
+    configure: impl FnOnce(&mut fetchbench::broker::BrokerConfig),
+) -> fetchbench::broker::BrokerHandle {
+    use fetchbench::broker::{Broker, BrokerConfig};
+    let mut config = BrokerConfig::new(addr, dir, fetchbench::read_path::ReadPathKind::Sendfile);
+    config.group_initial_rebalance_delay_ms = 0;
+    configure(&mut config);
+    let broker = Broker::start(config).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while broker.shared().coordinator().is_loading() {
+        assert!(std::time::Instant::now() < deadline, "the coordinator did not finish loading");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    broker
+}

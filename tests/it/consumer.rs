@@ -18,14 +18,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use fetchbench::broker::{Broker, BrokerConfig, BrokerHandle};
+use fetchbench::broker::BrokerHandle;
 use fetchbench::client::consumer::fetcher::parse_records;
 use fetchbench::client::consumer::{
     Consumer, ConsumerConfig, ConsumerError, ConsumerRecord, RebalanceListener, TopicPartition,
 };
 use fetchbench::client::KafkaConnection;
 use fetchbench::log::batch::{BatchBuilder, Compression};
-use fetchbench::read_path::ReadPathKind;
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
@@ -131,16 +130,7 @@ fn corpus_fetch_v10_responses_decode_to_every_record() {
 // Against the embedded broker.
 
 fn start_in(dir: &Path) -> BrokerHandle {
-    let mut config = BrokerConfig::new("127.0.0.1:0".parse().unwrap(), dir, ReadPathKind::Sendfile);
-    config.group_initial_rebalance_delay_ms = 0;
-    config.num_partitions = 6;
-    let broker = Broker::start(config).unwrap();
-    let deadline = Instant::now() + WAIT;
-    while broker.shared().coordinator().is_loading() {
-        assert!(Instant::now() < deadline, "the coordinator did not finish loading");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    broker
+    crate::common::start_group_broker(dir, "127.0.0.1:0".parse().unwrap(), |c| c.num_partitions = 6)
 }
 
 /// Produces `values` (key `k<i>`) to `topic`-`partition` as one batch; returns the base offset.
@@ -180,7 +170,7 @@ fn config(broker: &BrokerHandle, pairs: &[(&str, &str)]) -> ConsumerConfig {
 }
 
 /// Polls until `n` records arrived (panics after [`WAIT`]).
-fn poll_n(consumer: &mut Consumer, n: usize) -> Vec<ConsumerRecord> {
+pub(crate) fn poll_n(consumer: &mut Consumer, n: usize) -> Vec<ConsumerRecord> {
     let deadline = Instant::now() + WAIT;
     let mut out = Vec::new();
     while out.len() < n {
@@ -190,7 +180,7 @@ fn poll_n(consumer: &mut Consumer, n: usize) -> Vec<ConsumerRecord> {
     out
 }
 
-fn values(records: &[ConsumerRecord]) -> Vec<String> {
+pub(crate) fn values(records: &[ConsumerRecord]) -> Vec<String> {
     records.iter().map(|r| String::from_utf8(r.value.as_deref().unwrap().to_vec()).unwrap()).collect()
 }
 

@@ -22,8 +22,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use fetchbench::broker::{Broker, BrokerConfig, BrokerHandle};
-use fetchbench::read_path::ReadPathKind;
+use fetchbench::broker::BrokerHandle;
 use serde_json::{json, Value};
 
 use crate::python_clients::{python_with, run_script_args};
@@ -47,15 +46,7 @@ fn now_s() -> f64 {
 
 /// A broker in `dir` with no initial rebalance delay, its coordinator loaded.
 fn start_in(dir: &Path) -> BrokerHandle {
-    let mut config = BrokerConfig::new("127.0.0.1:0".parse().unwrap(), dir, ReadPathKind::Sendfile);
-    config.group_initial_rebalance_delay_ms = 0;
-    let broker = Broker::start(config).unwrap();
-    let deadline = Instant::now() + WAIT;
-    while broker.shared().coordinator().is_loading() {
-        assert!(Instant::now() < deadline, "the coordinator did not finish loading");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    broker
+    crate::common::start_group_broker(dir, "127.0.0.1:0".parse().unwrap(), |_| {})
 }
 
 /// Creates `topic` with `partitions` partitions in the broker's log (as CreateTopics does).

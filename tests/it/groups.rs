@@ -9,8 +9,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use fetchbench::broker::coordinator::partition_for;
-use fetchbench::broker::{Broker, BrokerConfig, BrokerHandle};
-use fetchbench::read_path::ReadPathKind;
+use fetchbench::broker::BrokerHandle;
 use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
 use kafka_protocol::messages::offset_commit_request::{OffsetCommitRequestPartition, OffsetCommitRequestTopic};
 use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
@@ -38,20 +37,10 @@ fn start_in(dir: &Path) -> BrokerHandle {
 }
 
 fn start_with(dir: &Path, initial_rebalance_delay_ms: i32) -> BrokerHandle {
-    let mut config = BrokerConfig::new("127.0.0.1:0".parse().unwrap(), dir, ReadPathKind::Sendfile);
-    config.group_initial_rebalance_delay_ms = initial_rebalance_delay_ms;
-    config.group_min_session_timeout_ms = 500;
-    let broker = Broker::start(config).unwrap();
-    wait_loaded(&broker);
-    broker
-}
-
-fn wait_loaded(broker: &BrokerHandle) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while broker.shared().coordinator().is_loading() {
-        assert!(Instant::now() < deadline, "the coordinator did not finish loading");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    crate::common::start_group_broker(dir, "127.0.0.1:0".parse().unwrap(), |c| {
+        c.group_initial_rebalance_delay_ms = initial_rebalance_delay_ms;
+        c.group_min_session_timeout_ms = 500;
+    })
 }
 
 struct Join {

@@ -8,12 +8,11 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use fetchbench::broker::{Broker, BrokerConfig, BrokerHandle};
+use fetchbench::broker::BrokerHandle;
 use fetchbench::client::consume_cmd::{self, ConsumeArgs};
-use fetchbench::client::consumer::{Consumer, ConsumerConfig, ConsumerRecord, TopicPartition};
+use fetchbench::client::consumer::{Consumer, ConsumerConfig, TopicPartition};
 use fetchbench::client::KafkaConnection;
 use fetchbench::log::batch::{BatchBuilder, Compression};
-use fetchbench::read_path::ReadPathKind;
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{ApiKey, MetadataRequest, ProduceRequest, RequestKind, ResponseKind, TopicName};
@@ -21,17 +20,10 @@ use kafka_protocol::protocol::StrBytes;
 
 const WAIT: Duration = Duration::from_secs(20);
 
+use crate::consumer::{poll_n, values};
+
 fn start_at(dir: &Path, addr: SocketAddr) -> BrokerHandle {
-    let mut config = BrokerConfig::new(addr, dir, ReadPathKind::Sendfile);
-    config.group_initial_rebalance_delay_ms = 0;
-    config.num_partitions = 3;
-    let broker = Broker::start(config).unwrap();
-    let deadline = Instant::now() + WAIT;
-    while broker.shared().coordinator().is_loading() {
-        assert!(Instant::now() < deadline, "the coordinator did not finish loading");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    broker
+    crate::common::start_group_broker(dir, addr, |c| c.num_partitions = 3)
 }
 
 fn start_in(dir: &Path) -> BrokerHandle {
@@ -72,21 +64,6 @@ fn config(addr: SocketAddr, pairs: &[(&str, &str)]) -> ConsumerConfig {
         c.set(k, v).unwrap();
     }
     c
-}
-
-/// Polls until `n` records arrived (panics after [`WAIT`]).
-fn poll_n(consumer: &mut Consumer, n: usize) -> Vec<ConsumerRecord> {
-    let deadline = Instant::now() + WAIT;
-    let mut out = Vec::new();
-    while out.len() < n {
-        assert!(Instant::now() < deadline, "only {} of {n} records after {WAIT:?}: {out:?}", out.len());
-        out.extend(consumer.poll(Duration::from_millis(200)).unwrap());
-    }
-    out
-}
-
-fn values(records: &[ConsumerRecord]) -> Vec<String> {
-    records.iter().map(|r| String::from_utf8(r.value.as_deref().unwrap().to_vec()).unwrap()).collect()
 }
 
 /// `fetchbench serve` as a child process (a restart closes every connection, as a real
