@@ -17,18 +17,24 @@
 //! `max.connections.per.ip` never gets here: the accept loop closes it at once, unread, with a
 //! warning naming the limit (see [`super`]); the place this connection holds in those limits is
 //! freed when [`serve`] returns.
+//!
+//! Each consumer Fetch (`replica_id` < 0, see `is_consumer_fetch`) is timed from the return of the frame read
+//! to the return of the response's last write and recorded in the broker's shared histogram
+//! ([`super::BrokerHandle::take_fetch_latency`]); a Fetch closed instead of answered, or whose
+//! write fails, is not recorded.
 
 use std::io::Write;
 use std::net::TcpStream;
 use std::os::fd::AsFd;
+use std::time::Instant;
 
 use bytes::BytesMut;
-use kafka_protocol::messages::ApiKey;
+use kafka_protocol::messages::{ApiKey, RequestKind};
 
 use super::handler::{self, api_versions};
 use super::Shared;
 use crate::protocol::fetch_response::FetchResponseFrame;
-use crate::protocol::frame::{self, ProtocolError};
+use crate::protocol::frame::{self, DecodedRequest, ProtocolError};
 use crate::read_path::AnyReadPath;
 
 /// What a handler produced for one request.
@@ -67,8 +73,14 @@ pub fn serve(mut stream: TcpStream, shared: &Shared) {
                 return;
             }
         };
+        // Kafka's TotalTimeMs starts when the request's receive completes.
+        let received = Instant::now();
+        let mut consumer_fetch = false;
         let response = match frame::decode_request(payload) {
-            Ok(request) => handler::dispatch(shared, request),
+            Ok(request) => {
+                consumer_fetch = is_consumer_fetch(&request);
+                handler::dispatch(shared, request)
+            }
             Err(ProtocolError::UnsupportedVersion { api_key, api_version, correlation_id, .. })
                 if api_key == ApiKey::ApiVersions as i16 =>
             {
@@ -80,7 +92,12 @@ pub fn serve(mut stream: TcpStream, shared: &Shared) {
                 return;
             }
         };
-        if let Err(e) = write_response(&mut stream, &mut path, shared, response) {
+        let answers = !matches!(response, Response::None | Response::Close);
+        let written = write_response(&mut stream, &mut path, shared, response);
+        if consumer_fetch && answers && written.is_ok() {
+            shared.record_fetch_latency(received.elapsed());
+        }
+        if let Err(e) = written {
             match e {
                 WriteEnd::Close => tracing::info!("{peer}: closing after a request that cannot be answered"),
                 // A client that goes away mid-answer (a closed consumer) is routine.
@@ -93,6 +110,17 @@ pub fn serve(mut stream: TcpStream, shared: &Shared) {
             }
             return;
         }
+    }
+}
+
+/// Whether `request` is a Fetch from a consumer: `replica_id` (below v15) and
+/// `replica_state.replica_id` (v15+, KIP-903) both negative. The field a version does not carry
+/// decodes as its default, -1, so one test covers every version (Kafka's `FetchRequest.isFromFollower`
+/// and the `FetchConsumer` / `FetchFollower` split of `RequestMetrics`).
+fn is_consumer_fetch(request: &DecodedRequest) -> bool {
+    match &request.body {
+        RequestKind::Fetch(r) => r.replica_id.0 < 0 && r.replica_state.replica_id.0 < 0,
+        _ => false,
     }
 }
 

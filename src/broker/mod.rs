@@ -32,6 +32,12 @@
 //! a warning naming the limit; open connections are unaffected and a closed one frees its place.
 //! Signals are handled by `fetchbench serve` (SIGINT/SIGTERM -> [`BrokerHandle::shutdown`]).
 //!
+//! Fetch latency, the broker's own view (Kafka's
+//! `kafka.network:type=RequestMetrics,name=TotalTimeMs,request=FetchConsumer`): every consumer
+//! Fetch answered is timed from the moment its request frame was completely read to the moment
+//! its response was completely written (long-poll waits included) and recorded in one shared
+//! histogram, taken and reset by [`BrokerHandle::take_fetch_latency`].
+//!
 //! Tested with a real client: kcat (librdkafka 2.0.2) lists, produces (uncompressed, gzip,
 //! snappy, lz4, zstd) and consumes over every read path (`tests/it/kcat.rs`).
 
@@ -49,7 +55,9 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
+use crate::bench::histogram::Latency;
 use crate::log::checkpoint::TopicId;
 use crate::log::manager::LogManager;
 use crate::log::{LogConfig, LogError};
@@ -387,6 +395,9 @@ pub struct Shared {
     fetch_wakeup: delayed_fetch::FetchWakeup,
     connections: Mutex<ConnectionCounts>,
     coordinator: coordinator::GroupCoordinator,
+    /// Total times of consumer Fetches answered since the last take (see
+    /// [`Shared::take_fetch_latency`]); locked once per Fetch response.
+    fetch_latency: Mutex<Latency>,
 }
 
 /// Open connections, counted against `max.connections` and `max.connections.per.ip`.
@@ -461,6 +472,29 @@ impl Shared {
     /// Client connections open now (those counted against `max.connections`).
     pub fn open_connections(&self) -> usize {
         self.connection_counts().total
+    }
+
+    /// The total times of the consumer Fetch requests (`replica_id` < 0; every fetch but a
+    /// follower's) answered since the last call, or since start, in nanoseconds; the histogram is
+    /// reset. See [`BrokerHandle::take_fetch_latency`], which calls this.
+    pub fn take_fetch_latency(&self) -> Latency {
+        // Allocate the empty histogram before locking: connection threads record meanwhile.
+        let mut taken = Latency::new();
+        std::mem::swap(&mut *self.fetch_latency_guard(), &mut taken);
+        taken
+    }
+
+    /// Records one consumer Fetch's total time (frame read -> response written), called by the
+    /// connection thread once the response's last byte was written. Clamped to 1 us ..= 60 s by
+    /// [`Latency::record_ns`].
+    fn record_fetch_latency(&self, total: Duration) {
+        let ns = u64::try_from(total.as_nanos()).unwrap_or(u64::MAX);
+        self.fetch_latency_guard().record_ns(ns);
+    }
+
+    fn fetch_latency_guard(&self) -> MutexGuard<'_, Latency> {
+        // Recording never panics; a poisoned lock still holds a valid histogram.
+        self.fetch_latency.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     fn connection_counts(&self) -> MutexGuard<'_, ConnectionCounts> {
@@ -557,6 +591,7 @@ impl Broker {
             fetch_wakeup: delayed_fetch::FetchWakeup::default(),
             connections: Mutex::new(ConnectionCounts::default()),
             coordinator: coordinator::GroupCoordinator::new(coordinator_config),
+            fetch_latency: Mutex::new(Latency::new()),
         });
         let accept_shared = Arc::clone(&shared);
         let accept = std::thread::Builder::new()
@@ -661,6 +696,29 @@ impl BrokerHandle {
     /// Partitions loaded from the log directory at start.
     pub fn partitions_loaded(&self) -> usize {
         self.partitions_loaded
+    }
+
+    /// The broker-side Fetch latency: a histogram (nanoseconds, 1 us ..= 60 s, 3 significant
+    /// digits; longer times count as 60 s) of the consumer Fetch requests answered since the
+    /// last call (or since start), which is reset. Kafka's
+    /// `kafka.network:type=RequestMetrics,name=TotalTimeMs,request=FetchConsumer`: each value
+    /// runs from the moment the request frame was completely read from the socket to the moment
+    /// the response was completely written to it, so it includes decoding, the log lookup, any
+    /// long-poll wait (`fetch.max.wait.ms`) and the read path's write.
+    ///
+    /// Counted: every Fetch whose `replica_id` (below v15) or `replica_state.replica_id` (v15+)
+    /// is negative, i.e. from a consumer, once its response is written, including responses
+    /// carrying errors (an unknown topic, `OFFSET_OUT_OF_RANGE`, ...). Not counted: follower
+    /// fetches (`replica_id` >= 0), and requests never answered (a version not served, an
+    /// encoding failure, a write that failed: the peer reset the connection). A peer that merely
+    /// closed its end (FIN) while its Fetch was parked cannot be told apart before the write,
+    /// which then succeeds, so that Fetch is counted.
+    ///
+    /// A Fetch is recorded by its connection thread just after the write of its last byte
+    /// returns, so a client that has just read a whole response may, for a few microseconds,
+    /// see it missing here; any later response on the same connection guarantees it is in.
+    pub fn take_fetch_latency(&self) -> Latency {
+        self.shared.take_fetch_latency()
     }
 
     /// Blocks until the accept thread ends (it ends only after [`Self::shutdown`] from another

@@ -8,6 +8,7 @@ mod bench_compare;
 mod bench_run;
 mod broker;
 mod broker_apis;
+mod broker_metrics;
 mod common;
 mod consumer;
 mod consumer_offsets_corpus;
