@@ -575,6 +575,8 @@ struct TopicState {
     name: Arc<str>,
     partitions: Vec<PartitionState>,
     sticky: i32,
+    /// Bytes sent to the sticky partition since it was chosen (KIP-794).
+    sticky_bytes: usize,
 }
 
 #[derive(Debug, Default)]
@@ -755,7 +757,7 @@ impl Producer {
             return Ok((st, i));
         }
         let partitions = leaders.iter().map(|&leader| PartitionState { leader, ..Default::default() }).collect();
-        st.topics.push(TopicState { name: Arc::from(topic), partitions, sticky: 0 });
+        st.topics.push(TopicState { name: Arc::from(topic), partitions, sticky: 0, sticky_bytes: 0 });
         let i = st.topics.len() - 1;
         st.topic_index.insert(topic.to_string(), i);
         Ok((st, i))
@@ -882,7 +884,18 @@ impl Producer {
             }
             (Some(p), _) => p,
             (None, Some(k)) => partition_for_key(k, n),
-            (None, None) => st.topics[t].sticky,
+            (None, None) => {
+                // KIP-794 (Kafka's BuiltInPartitioner): move on once batch.size bytes went to
+                // the sticky partition, whether or not linger.ms sent them in smaller batches,
+                // so low rates spread over every partition too.
+                let ts = &mut st.topics[t];
+                if ts.sticky_bytes >= config.batch_size {
+                    ts.sticky = (ts.sticky + 1) % n;
+                    ts.sticky_bytes = 0;
+                }
+                ts.sticky_bytes += size;
+                ts.sticky
+            }
         };
         let mut wake = false;
         let full = |open: &Option<OpenBatch>| {
@@ -897,6 +910,7 @@ impl Producer {
                 // Sticky partitioner: the batch is full, move on.
                 let topic_state = &mut st.topics[t];
                 topic_state.sticky = (topic_state.sticky + 1) % n;
+                topic_state.sticky_bytes = size;
                 p = topic_state.sticky;
                 if full(&topic_state.partitions[p as usize].open) {
                     let ps = &mut topic_state.partitions[p as usize];
@@ -1413,7 +1427,7 @@ mod tests {
         let mut state = State::default();
         let mut partition = PartitionState::default();
         partition.queue.push_back(Queued::Closed(OpenBatch::new(100, 0)));
-        state.topics.push(TopicState { name: Arc::from("t"), partitions: vec![partition], sticky: 0 });
+        state.topics.push(TopicState { name: Arc::from("t"), partitions: vec![partition], sticky: 0, sticky_bytes: 0 });
         state.pending_batches = 3;
         Arc::new(Shared {
             config,

@@ -494,3 +494,28 @@ fn a_lost_answer_is_retried_with_the_same_sequences() {
     }
     broker.shutdown().unwrap();
 }
+
+/// KIP-794: unkeyed records move to the next partition once `batch.size` bytes went to the
+/// sticky one, even when linger.ms sends them in small batches (a slow producer): waiting for
+/// each record, 1 KiB records with batch.size=4096 change partition every 4 or so records.
+#[test]
+fn slow_unkeyed_records_spread_over_partitions() {
+    let (_tmp, broker) = start(3);
+    let p = producer(&broker, &[("batch.size", "4096"), ("linger.ms", "0")]);
+    let value = vec![7u8; 1000];
+    let mut partitions = Vec::new();
+    for _ in 0..24 {
+        let h = p.send("slow", None, None, Some(&value), &[], None).unwrap();
+        partitions.push(h.wait().unwrap().partition);
+    }
+    p.close().unwrap();
+    let mut counts = [0; 3];
+    for &x in &partitions {
+        counts[x as usize] += 1;
+    }
+    // 24 records of ~1 KiB at ~4 per 4 KiB: every partition gets some, none all.
+    assert!(counts.iter().all(|&c| (4..=12).contains(&c)), "{partitions:?}");
+    // Each switch comes after a run of records, not per record.
+    let switches = partitions.windows(2).filter(|w| w[0] != w[1]).count();
+    assert!((3..=8).contains(&switches), "{partitions:?}");
+}
