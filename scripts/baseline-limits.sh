@@ -98,7 +98,9 @@ run_iperf3() {
   log "iperf3 $name ($RUNTIME s)"
   local try
   for try in $(seq 1 30); do
-    if iperf3 -c 127.0.0.1 -p "$port" -t "$RUNTIME" -J "$@" >"$tmp/iperf3-$name.json" 2>"$tmp/iperf3-$name.err"; then
+    # iperf3 3.12 -J exits 0 even on "unable to connect": success means JSON without "error".
+    if iperf3 -c 127.0.0.1 -p "$port" -t "$RUNTIME" -J "$@" >"$tmp/iperf3-$name.json" 2>"$tmp/iperf3-$name.err" \
+        && ! grep -q '"error"' "$tmp/iperf3-$name.json"; then
       return 0
     fi
     grep -q 'unable to connect\|Connection refused' "$tmp/iperf3-$name.json" "$tmp/iperf3-$name.err" 2>/dev/null || break

@@ -51,10 +51,14 @@ enum Command {
     /// Compare two results files of `fetchbench run` side by side with ratios; flags metrics
     /// that moved the wrong way beyond `--threshold`. Exit 0 none, 1 a regression, 2 bad input.
     Compare(fetchbench::bench::compare::CompareArgs),
-    /// Run a workload (the default one without a file) and write
-    /// `<results-dir>/<UTC time>-<name>.json` and `.csv`: so far the catch-up phase only, each
-    /// read path in turn against an embedded broker; see `bench::run`.
+    /// Run a workload (the default one without a file): per read path, an embedded broker
+    /// (or `--bootstrap` a cluster), a catch-up read of the backlog and a tail read behind a
+    /// rate-limited producer; writes `<results-dir>/<UTC time>-<name>.json`, `.csv`, `.svg`
+    /// and prints a table; see `bench::run`.
     Run(fetchbench::bench::run::RunArgs),
+    /// Run every grid point of a sweep workload (list values expand to a grid), each
+    /// writing its results files, plus a summary CSV.
+    Sweep(fetchbench::bench::run::SweepArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -189,6 +193,7 @@ fn main() -> ExitCode {
         Command::Consume(a) => fetchbench::client::consume_cmd::main(a),
         Command::Compare(a) => fetchbench::bench::compare::main(a),
         Command::Run(a) => fetchbench::bench::run::main(a),
+        Command::Sweep(a) => fetchbench::bench::run::sweep_main(a),
         Command::Groups(a) => match groups(a) {
             Ok(true) => ExitCode::SUCCESS,
             Ok(false) => ExitCode::from(1),

@@ -1,11 +1,20 @@
-//! The benchmark harness (issue 7): workload files ([`workload`]), latency histograms
-//! ([`histogram`]), the results JSON schema ([`results`]) and comparing two results files
-//! ([`compare`], `fetchbench compare`).
-//!
-//! [`run`] (`fetchbench run`) turns a workload into a results file (catch-up phase so far).
+//! The benchmark harness: `fetchbench run` / `fetchbench sweep` ([`run`]) turn workload files
+//! ([`workload`]) into results files ([`results`], versioned JSON with full HdrHistograms
+//! ([`histogram`]), CSV and an SVG chart ([`chart`])), measured per read path against an
+//! embedded broker or an external cluster: the backlog ([`backlog`]), the catch-up phase
+//! ([`catch_up`]), the tail phase with end-to-end latency ([`tail`]), resource accounting
+//! ([`usage`]), this machine's limits ([`limits`]), librdkafka consumers as kcat processes
+//! ([`kcat`]). `fetchbench compare` ([`compare`]) sets two results files side by side.
 
+pub(crate) mod backlog;
+pub(crate) mod catch_up;
+pub mod chart;
 pub mod compare;
 pub mod histogram;
+pub(crate) mod kcat;
+pub mod limits;
 pub mod results;
 pub mod run;
+pub mod tail;
+pub(crate) mod usage;
 pub mod workload;

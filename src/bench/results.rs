@@ -5,22 +5,29 @@
 //! ## Schema (`schema` = [`SCHEMA`], `schema_version` = [`SCHEMA_VERSION`])
 //!
 //! ```text
-//! { schema, schema_version, date, machine {nproc, kernel, arch}, git {commit, dirty},
-//!   command [..], workload {every workload key, as in the TOML file},
+//! { schema, schema_version, date,
+//!   machine {nproc, kernel, arch, cpu_model, memory_bytes, io_uring},
+//!   git {commit, dirty}, command [..], target, interrupted, notes [..],
+//!   workload {every workload key, as in the TOML file},
+//!   limits {source, figures [ {key, label, bytes_per_sec, cpu_seconds_per_gb} ]},
 //!   paths [ { read_path, phase, seconds, bytes, records, mb_per_sec, records_per_sec,
 //!             broker_cpu {user_s_per_gb, sys_s_per_gb}, consumer_cpu {..},
 //!             minor_faults_per_gb, major_faults_per_gb, context_switches_per_gb,
 //!             residency_before, broker_rss_bytes,
 //!             fetch_latency {summary {count, p50_us, p99_us, p999_us, max_us}, histogram},
+//!             poll_latency {..},
 //!             end_to_end_latency {raw {..}, corrected {..}},
-//!             rebalance_ms } ] }
+//!             rebalance_ms, ratio_to_limits [ {key, ratio} ] } ] }
 //! ```
 //!
 //! Units: MB = 1e6 bytes, GB = 1e9 bytes (of record batches served to consumers); CPU seconds
 //! are process CPU time (`getrusage`/`/proc`) over the measured interval; latencies are in
 //! microseconds in summaries and nanoseconds inside histograms (base64 of the HdrHistogram
 //! V2 serialization, see [`super::histogram`]). Every number is finite and non-negative.
-//! Unknown fields are refused: a reader of version 1 knows every field of version 1.
+//! Unknown fields are refused: a reader of version 2 knows every field of version 2.
+//!
+//! Version history: 1 (first harness: no limits, notes, target, poll latency or machine
+//! details); 2 (this one). A reader refuses any other version rather than guess.
 
 use std::fmt;
 use std::io::{self, Write};
@@ -35,7 +42,7 @@ use super::workload::Workload;
 pub const SCHEMA: &str = "fetchbench-results";
 
 /// Version of the results schema; bumped on any incompatible change.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// One results file: a run of one resolved workload over its read paths.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -53,9 +60,19 @@ pub struct Results {
     pub git: Git,
     /// The exact command, as its argument vector (program first).
     pub command: Vec<String>,
+    /// What was measured: `embedded` (the in-process broker) or `bootstrap:HOST:PORT` (an
+    /// external cluster, `--bootstrap`).
+    pub target: String,
+    /// Whether the run was stopped early (Ctrl-C): `paths` holds what was measured until then.
+    pub interrupted: bool,
+    /// What the run noticed and the reader should know: skipped read paths, a drain shorter
+    /// than the warmup, figures not measured on this target.
+    pub notes: Vec<String>,
     /// The resolved workload, with every key as in a workload file (see
     /// [`Workload::to_table`]); [`Results::workload`] parses it.
     pub workload: Value,
+    /// This machine's limits, when known (`scripts/baseline-limits.sh`).
+    pub limits: LimitsResult,
     /// One entry per (read path, phase), in the order they ran.
     pub paths: Vec<PathResult>,
 }
@@ -70,14 +87,77 @@ pub struct Machine {
     pub kernel: String,
     /// CPU architecture (`x86_64`, `aarch64`).
     pub arch: String,
+    /// The CPU's model name (`/proc/cpuinfo`), empty when unknown.
+    pub cpu_model: String,
+    /// Total memory (`MemTotal` of `/proc/meminfo`), bytes; 0 when unknown.
+    pub memory_bytes: u64,
+    /// Whether an io_uring could be created here (the `uring-splice` read path's probe).
+    pub io_uring: bool,
 }
 
 impl Machine {
     /// The machine this process runs on.
     pub fn current() -> Machine {
         let m = crate::read_path::report::Machine::current();
-        Machine { nproc: m.nproc as u64, kernel: m.kernel, arch: m.arch.to_string() }
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let cpu_model = cpuinfo
+            .lines()
+            .find_map(|l| l.strip_prefix("model name").and_then(|r| r.split_once(':')).map(|(_, v)| v.trim()))
+            .unwrap_or_default()
+            .to_string();
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+        let memory_bytes = meminfo
+            .lines()
+            .find_map(|l| l.strip_prefix("MemTotal:"))
+            .and_then(|r| r.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map_or(0, |kib| kib * 1024);
+        Machine {
+            nproc: m.nproc as u64,
+            kernel: m.kernel,
+            arch: m.arch.to_string(),
+            cpu_model,
+            memory_bytes,
+            io_uring: crate::read_path::ReadPathKind::UringSplice.probe().is_ok(),
+        }
     }
+}
+
+/// The machine's limits a run was set against: reference figures for moving bytes (fio from
+/// the page cache, iperf3 over loopback), as [`crate::read_path::report::Limits`] reads them
+/// from `scripts/baseline-limits.sh` output.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsResult {
+    /// Where the figures came from (the limits file or the script run), `null` when the run
+    /// had none (fio / iperf3 not installed and no `--limits`).
+    pub source: Option<String>,
+    /// The figures, empty without a source.
+    pub figures: Vec<LimitFigure>,
+}
+
+/// One reference figure of [`LimitsResult`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitFigure {
+    /// Key (`fio_psync`, `fio_mmap`, `fio_splice`, `fio_io_uring`, `fio_direct`,
+    /// `iperf3_loopback`, `iperf3_loopback_sendfile`).
+    pub key: String,
+    /// Column label (`fio psync`, `iperf3 -Z`).
+    pub label: String,
+    /// Throughput, bytes/s; `null` when the tool failed.
+    pub bytes_per_sec: Option<f64>,
+    /// CPU seconds per GB moved; `null` when not reported.
+    pub cpu_seconds_per_gb: Option<f64>,
+}
+
+/// A path's throughput as a fraction of one limit (`mb_per_sec * 1e6 / bytes_per_sec`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitRatio {
+    /// The [`LimitFigure::key`].
+    pub key: String,
+    /// The ratio (1.0 = as fast as the limit).
+    pub ratio: f64,
 }
 
 /// The git state of the working tree.
@@ -170,15 +250,21 @@ pub struct PathResult {
     pub context_switches_per_gb: f64,
     /// Fraction (0..=1) of the backlog's pages in the page cache when the path started.
     pub residency_before: f64,
-    /// Peak resident set size of the broker, bytes.
+    /// Resident set size of the broker process at the end of the path, bytes (embedded: the
+    /// fetchbench process, consumers included; 0 for an external target).
     pub broker_rss_bytes: u64,
-    /// Broker-side Fetch latency: request received to response written.
+    /// Broker-side Fetch latency: request read to response written (Kafka's Fetch
+    /// `TotalTimeMs`, long-poll waits included); empty for an external target.
     pub fetch_latency: LatencyResult,
+    /// Client-side: the duration of each consumer `poll` that returned records.
+    pub poll_latency: LatencyResult,
     /// Produce-to-consume latency.
     pub end_to_end_latency: EndToEnd,
     /// Time from the first JoinGroup to every member having its assignment, ms; `null` when
     /// no rebalance was measured.
     pub rebalance_ms: Option<f64>,
+    /// `mb_per_sec` against each limit with a throughput (empty without limits).
+    pub ratio_to_limits: Vec<LimitRatio>,
 }
 
 /// Why a results document is not valid: every problem found, each with its JSON pointer.
@@ -209,10 +295,20 @@ pub fn schema_shape() -> Value {
         "schema": "string",
         "schema_version": "uint",
         "date": "string",
-        "machine": {"nproc": "uint", "kernel": "string", "arch": "string"},
+        "machine": {
+            "nproc": "uint", "kernel": "string", "arch": "string",
+            "cpu_model": "string", "memory_bytes": "uint", "io_uring": "bool",
+        },
         "git": {"commit": "string|null", "dirty": "bool"},
         "command": ["string"],
+        "target": "string",
+        "interrupted": "bool",
+        "notes": ["string"],
         "workload": "workload",
+        "limits": {
+            "source": "string|null",
+            "figures": [{"key": "string", "label": "string", "bytes_per_sec": "number|null", "cpu_seconds_per_gb": "number|null"}],
+        },
         "paths": [{
             "read_path": "string",
             "phase": "string",
@@ -229,8 +325,10 @@ pub fn schema_shape() -> Value {
             "residency_before": "number",
             "broker_rss_bytes": "uint",
             "fetch_latency": latency,
+            "poll_latency": latency,
             "end_to_end_latency": {"raw": latency, "corrected": latency},
             "rebalance_ms": "number|null",
+            "ratio_to_limits": [{"key": "string", "ratio": "number"}],
         }],
     })
 }
@@ -370,7 +468,7 @@ pub const CSV_HEADER: &str = "read_path,phase,seconds,mb_per_sec,records_per_sec
 broker_cpu_sys_s_per_gb,consumer_cpu_user_s_per_gb,consumer_cpu_sys_s_per_gb,minor_faults_per_gb,\
 major_faults_per_gb,context_switches_per_gb,residency_before,broker_rss_bytes,fetch_p50_us,fetch_p99_us,\
 fetch_p999_us,fetch_max_us,e2e_corrected_p50_us,e2e_corrected_p99_us,e2e_corrected_p999_us,\
-e2e_corrected_max_us,e2e_raw_p99_us,rebalance_ms";
+e2e_corrected_max_us,e2e_raw_p50_us,e2e_raw_p99_us,e2e_raw_p999_us,poll_p50_us,poll_p99_us,rebalance_ms";
 
 /// Writes a CSV summary of `results`: [`CSV_HEADER`], then one line per path entry (units as
 /// in [`PathResult`]; an absent `rebalance_ms` is an empty cell).
@@ -402,7 +500,11 @@ pub fn write_csv(results: &Results, mut out: impl Write) -> io::Result<()> {
             c.p99_us.to_string(),
             c.p999_us.to_string(),
             c.max_us.to_string(),
+            p.end_to_end_latency.raw.summary.p50_us.to_string(),
             p.end_to_end_latency.raw.summary.p99_us.to_string(),
+            p.end_to_end_latency.raw.summary.p999_us.to_string(),
+            p.poll_latency.summary.p50_us.to_string(),
+            p.poll_latency.summary.p99_us.to_string(),
             p.rebalance_ms.map(|r| r.to_string()).unwrap_or_default(),
         ];
         writeln!(out, "{}", cells.join(","))?;
@@ -453,11 +555,13 @@ pub fn example(speed: f64) -> Results {
                     residency_before: 1.0,
                     broker_rss_bytes: (64.0 * 1048576.0 / s) as u64,
                     fetch_latency: LatencyResult::of(&fetch),
+                    poll_latency: LatencyResult::of(&fetch),
                     end_to_end_latency: EndToEnd {
                         raw: LatencyResult::of(&e2e.raw),
                         corrected: LatencyResult::of(&e2e.corrected),
                     },
                     rebalance_ms: (phase == "catch_up").then_some(120.0 / s),
+                    ratio_to_limits: vec![LimitRatio { key: "iperf3_loopback".into(), ratio: mb_per_sec * 1e6 / 4e9 }],
                 }
             })
         })
@@ -466,10 +570,29 @@ pub fn example(speed: f64) -> Results {
         schema: SCHEMA.into(),
         schema_version: SCHEMA_VERSION,
         date: "2026-11-30T08:00:00Z".into(),
-        machine: Machine { nproc: 2, kernel: "6.1.0-example".into(), arch: "x86_64".into() },
+        machine: Machine {
+            nproc: 2,
+            kernel: "6.1.0-example".into(),
+            arch: "x86_64".into(),
+            cpu_model: "Example CPU @ 2.00GHz".into(),
+            memory_bytes: 24 << 30,
+            io_uring: true,
+        },
         git: Git { commit: Some("0123456789abcdef0123456789abcdef01234567".into()), dirty: false },
         command: ["fetchbench", "run", "fixtures/workloads/default.toml"].map(String::from).to_vec(),
+        target: "embedded".into(),
+        interrupted: false,
+        notes: vec!["an example document".into()],
         workload: Results::workload_value(&workload),
+        limits: LimitsResult {
+            source: Some("limits.json".into()),
+            figures: vec![LimitFigure {
+                key: "iperf3_loopback".into(),
+                label: "iperf3".into(),
+                bytes_per_sec: Some(4e9),
+                cpu_seconds_per_gb: Some(0.25),
+            }],
+        },
         paths,
     }
 }
@@ -506,7 +629,7 @@ mod tests {
             assert!(e.contains(expected), "{e}\n  does not contain {expected}");
         };
         check(&|d| d["schema"] = json!("other"), "/schema: expected \"fetchbench-results\", found \"other\"");
-        check(&|d| d["schema_version"] = json!(2), "/schema_version: expected 1, found 2");
+        check(&|d| d["schema_version"] = json!(1), "/schema_version: expected 2, found 1");
         check(
             &|d| d["paths"][1]["mb_per_sec"] = json!("fast"),
             "/paths/1/mb_per_sec: expected a finite non-negative number, found \"fast\"",

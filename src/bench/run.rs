@@ -1,175 +1,331 @@
-//! `fetchbench run [WORKLOAD.toml]`: runs one resolved workload and writes its results file.
+//! `fetchbench run [WORKLOAD.toml]` and `fetchbench sweep WORKLOAD.toml`: run resolved
+//! workloads and write their results.
 //!
-//! This first version measures the **catch-up** phase only (a `tail` phase in the workload is
-//! skipped with a note). Flow:
+//! Flow of one run:
 //!
-//! 1. the backlog is written straight into a temporary log directory through
-//!    [`LogManager`] / [`PartitionLog::append`](crate::log::PartitionLog::append) of
-//!    [`BatchBuilder`] batches (no network): `backlog / record_size` records of `record_size`
-//!    bytes over `topics` x `partitions`, batches of about 16 KiB (the producer's default
-//!    `batch.size`), each value starting with its write time (8-byte big-endian ns since the
-//!    Unix epoch, as `fetchbench produce`);
-//! 2. for each read path of the workload whose probe passes (others are skipped with the
-//!    probe's reason; `null` is skipped too, consumers cannot decode its zeros): an embedded broker serving that directory with that path
-//!    (`group.initial.rebalance.delay.ms=0`), then `consumer_groups` groups of
-//!    `consumers_per_group` fetchbench consumers (one thread each) subscribe to every topic;
-//!    once every group is stable (all members in one generation, every partition assigned:
-//!    `rebalance_ms`), each member seeks to the log start and the backlog is drained;
-//! 3. the results file `<results-dir>/<UTC time>-<name>.json` (schema of
-//!    [`super::results`]) and its CSV are written, and a table is printed.
+//! 1. **Backlog.** Embedded (the default): generated straight into a temporary log directory
+//!    ([`super::backlog::generate`]), or a copy of an existing Kafka log directory
+//!    (`log_dir` / `--log-dir`, [`super::backlog::copy_log_dir`]). External (`--bootstrap`):
+//!    topics named `fetchbench-<name>-<unix time>-<n>` are created with CreateTopics and the
+//!    backlog is produced over the network by fetchbench's producer (`acks=all`).
+//! 2. **Per read path** (embedded; the probe of each must pass, `null` is skipped since
+//!    consumers cannot decode its zeros): `page_cache = "cold"` evicts the segment files
+//!    (`fdatasync` + `posix_fadvise(DONTNEED)`; no broker runs then, so nothing maps them,
+//!    and `residency_before` reports what `mincore` still sees); an embedded broker serving
+//!    the directory with that path (`group.initial.rebalance.delay.ms=0`; its threads pinned
+//!    to the broker CPUs), then the workload's phases: [`super::catch_up`] (groups drain the
+//!    backlog) and [`super::tail`] (producers at a rate, consumers at the head). External: the
+//!    phases run once, read path `external`.
+//! 3. **Results**: machine limits (`--limits FILE`, else `scripts/baseline-limits.sh` with a
+//!    short setting when fio and iperf3 are installed; see [`super::limits`]) and each path's
+//!    ratio to them; `<results-dir>/<UTC time>-<name>.json` (schema of [`super::results`],
+//!    validated before writing), `.csv` and `.svg` ([`super::chart`]); a table on stdout.
 //!
-//! What each field holds here:
+//! Ctrl-C stops the current phase: what was measured is written, with `interrupted: true`,
+//! and the command exits 130; a second Ctrl-C kills the process.
 //!
-//! * `bytes`: the backlog's record-batch bytes on disk times the groups, scaled by the fraction
-//!   of records in the measured window (the consumer API hands out records, not batches);
-//! * `broker_cpu`: process CPU (`getrusage(RUSAGE_SELF)`) minus the consumer threads' own CPU
-//!   (`getrusage(RUSAGE_THREAD)` in each consumer thread); the consumers' heartbeat threads and
-//!   the harness's idle main thread are counted as broker (both are tiny);
-//! * `consumer_cpu`: the consumer threads' CPU; faults and context switches: process minus
-//!   consumer threads, as the CPU;
-//! * `fetch_latency`: client-side, the duration of each `poll` that returned records (the
-//!   broker keeps no per-request timings yet);
-//! * `residency_before`: `mincore` over the segment files when the path starts;
-//! * not measured (0 / empty): `broker_rss_bytes` (the broker shares the process with the
-//!   consumers), `end_to_end_latency` (meaningless for a backlog written before the read).
-//!
-//! `warmup`: when the drain lasts longer than `warmup`, the window starts at `warmup` after
-//! the drain began; otherwise the whole drain is measured (noted in the output).
+//! Measurement rules: see [`super::catch_up`] and [`super::tail`]. CPU: the process's
+//! `getrusage` minus the client threads (the consumers and producers share the process with
+//! the embedded broker); io_uring's `iou-wrk` kernel threads belong to the process, so they
+//! are counted as broker.
 
-use std::fs::{self, File};
+use std::fs;
 use std::io;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{anyhow, bail, Context};
-use nix::sys::resource::{getrusage, UsageWho};
 
-use super::histogram::Latency;
-use super::results::{self, CpuPerGb, EndToEnd, Git, LatencyResult, Machine, PathResult, Results};
-use super::workload::{self, Client, CpuPinning, KeyDistribution, PageCache, Phase, Workload};
+use super::backlog::Backlog;
+use super::catch_up::Target;
+use super::results::{self, Git, LimitsResult, Machine, PathResult, Results};
+use super::tail::Stall;
+use super::usage::{allowed_cpus, pin_current_thread};
+use super::workload::{expand_sweep, Client, CpuPinning, PageCache, Phase, Workload};
 use crate::broker::{Broker, BrokerConfig};
-use crate::client::consumer::{Consumer, ConsumerConfig};
-use crate::client::producer::partition_for_key;
-use crate::log::batch::{BatchBuilder, Compression};
-use crate::log::manager::LogManager;
-use crate::log::LogConfig;
 use crate::read_path::ReadPathKind;
 
 /// Arguments of `fetchbench run`.
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Debug, Clone)]
 pub struct RunArgs {
     /// The workload file (TOML, see `bench::workload`); the default workload when omitted.
     pub workload: Option<PathBuf>,
     /// Print the results JSON on stdout (instead of the table).
     #[arg(long)]
     pub json: bool,
-    /// Print no table or notes (errors still go to stderr).
+    /// Print no table, notes or progress (errors still go to stderr).
     #[arg(long)]
     pub quiet: bool,
-    /// Where the results JSON and CSV are written.
+    /// Where the results JSON, CSV and SVG are written.
     #[arg(long, default_value = "results")]
     pub results_dir: PathBuf,
+    /// Serve a copy of this Kafka log directory as the backlog (overrides `log_dir`).
+    #[arg(long)]
+    pub log_dir: Option<PathBuf>,
+    /// Run against this Kafka-compatible cluster (`host:port`) instead of the embedded broker.
+    #[arg(long)]
+    pub bootstrap: Option<String>,
+    /// This machine's limits: a `scripts/baseline-limits.sh` output file. Without it the
+    /// script runs (short setting) when fio and iperf3 are installed.
+    #[arg(long)]
+    pub limits: Option<PathBuf>,
+    /// Do not measure or load machine limits.
+    #[arg(long, conflicts_with = "limits")]
+    pub no_limits: bool,
+    /// Tests only: every producer of the tail phase stalls `AT_MS:LENGTH_MS` once.
+    #[arg(long, hide = true, value_parser = parse_stall)]
+    pub producer_stall: Option<Stall>,
 }
 
-/// `fetchbench run`: exit 0 on success, 2 on an error (printed on stderr).
+fn parse_stall(s: &str) -> Result<Stall, String> {
+    let (at, length) = s.split_once(':').ok_or("expected AT_MS:LENGTH_MS")?;
+    let ms = |x: &str| x.parse::<u64>().map(Duration::from_millis).map_err(|e| format!("{x}: {e}"));
+    Ok(Stall { at: ms(at)?, length: ms(length)? })
+}
+
+/// Set by the SIGINT handler.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_sigint(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+    // A second Ctrl-C kills: the default action from now on (async-signal-safe).
+    // SAFETY: `signal` with SIG_DFL is async-signal-safe and touches no Rust state.
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_DFL);
+    }
+}
+
+fn install_sigint() {
+    use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
+    let action = SigAction::new(SigHandler::Handler(on_sigint), SaFlags::SA_RESTART, SigSet::empty());
+    // SAFETY: the handler only stores to an atomic and calls `signal`, both async-signal-safe.
+    let _ = unsafe { sigaction(Signal::SIGINT, &action) };
+}
+
+/// `fetchbench run`: exit 0 on success, 130 when interrupted (the results written), 2 on an
+/// error (printed on stderr).
 pub fn main(args: RunArgs) -> ExitCode {
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            // The chain, leaving out causes the message before already spells out.
-            let mut msg = String::new();
-            for cause in e.chain().map(ToString::to_string) {
-                if !msg.ends_with(&cause) {
-                    msg += &if msg.is_empty() { cause } else { format!(": {cause}") };
+    install_sigint();
+    let outcome = Workload::from_optional(args.workload.as_deref()).map_err(anyhow::Error::from).and_then(|w| {
+        if !w.is_resolved() {
+            bail!(
+                "the workload is a sweep ({} axes): run it with `fetchbench sweep`, or give one value per key",
+                w.sweep.len()
+            );
+        }
+        run_one(&args, &w, &std::env::args().collect::<Vec<_>>())
+    });
+    match outcome {
+        Ok(r) if r.interrupted => ExitCode::from(130),
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) => fail("run", &e),
+    }
+}
+
+fn fail(command: &str, e: &anyhow::Error) -> ExitCode {
+    // The chain, leaving out causes the message before already spells out.
+    let mut msg = String::new();
+    for cause in e.chain().map(ToString::to_string) {
+        if !msg.ends_with(&cause) {
+            msg += &if msg.is_empty() { cause } else { format!(": {cause}") };
+        }
+    }
+    eprintln!("fetchbench {command}: {msg}");
+    ExitCode::from(2)
+}
+
+impl Workload {
+    /// The workload in `path`, or the default one.
+    fn from_optional(path: Option<&Path>) -> Result<Workload, super::workload::WorkloadError> {
+        match path {
+            Some(p) => Workload::from_file(p),
+            None => Ok(Workload::default()),
+        }
+    }
+}
+
+/// Progress on stderr (indicatif), hidden with `--quiet` / `--json` or when stderr is not a
+/// terminal.
+struct Progress {
+    bar: indicatif::ProgressBar,
+    show_lines: bool,
+}
+
+impl Progress {
+    fn new(args: &RunArgs) -> Progress {
+        let quiet = args.quiet || args.json;
+        let bar = if quiet { indicatif::ProgressBar::hidden() } else { indicatif::ProgressBar::new_spinner() };
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {msg}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+        );
+        bar.enable_steady_tick(Duration::from_millis(200));
+        Progress { bar, show_lines: !quiet }
+    }
+
+    fn step(&self, msg: String) {
+        if self.show_lines && self.bar.is_hidden() {
+            eprintln!("fetchbench: {msg}");
+        }
+        self.bar.set_message(msg);
+    }
+}
+
+/// Runs one resolved workload `w` (see the module docs), writes its files and prints; returns
+/// the results (with `interrupted` set when Ctrl-C stopped it).
+///
+/// Errors: an unsupported workload combination (named by key), the backlog, a phase
+/// (consumer, producer or broker error, lost or duplicated records), writing the files.
+pub fn run_one(args: &RunArgs, w: &Workload, command: &[String]) -> anyhow::Result<Results> {
+    let date = utc_timestamp(SystemTime::now());
+    let mut w = w.clone();
+    if let Some(d) = &args.log_dir {
+        w.log_dir = Some(d.clone());
+    }
+    check_supported(&w, args)?;
+    let progress = Progress::new(args);
+    let mut notes = Vec::new();
+    let mut paths = Vec::new();
+    let target = match &args.bootstrap {
+        Some(b) => format!("bootstrap:{b}"),
+        None => "embedded".to_string(),
+    };
+    let pinning = resolve_pinning(&w.cpu_pinning);
+    if let Some((b, c)) = &pinning {
+        notes.push(format!("cpu pinning: broker on CPUs {b:?}, clients on CPUs {c:?}"));
+    } else if w.cpu_pinning == CpuPinning::Auto {
+        notes.push("cpu pinning: none (fewer than 2 CPUs allowed)".into());
+    }
+    let fill_start = Instant::now();
+    if let Some(bootstrap) = &args.bootstrap {
+        progress.step(format!("writing the backlog to {bootstrap}"));
+        let backlog = external_backlog(&w, bootstrap).context("writing the backlog")?;
+        notes.push(format!(
+            "backlog: {} records produced to {bootstrap} in {:.1} s (topics {})",
+            backlog.records,
+            fill_start.elapsed().as_secs_f64(),
+            backlog.topics.iter().map(|(t, _)| t.as_str()).collect::<Vec<_>>().join(", ")
+        ));
+        if w.page_cache == PageCache::Cold {
+            notes.push("page_cache cold: not possible on an external cluster; its page cache is as it is".into());
+        }
+        notes.push(
+            "external cluster: broker CPU, faults, RSS and broker-side fetch latency are not measured \
+             (0 / empty); consumer_cpu is this process (all clients)"
+                .into(),
+        );
+        let t = Target {
+            w: &w,
+            backlog: &backlog,
+            read_path: "external".into(),
+            bootstrap: bootstrap.clone(),
+            broker: None,
+            interrupted: &INTERRUPTED,
+            group_prefix: format!("fetchbench-run-{}", unix_secs()),
+            pin_clients: pinning.as_ref().map(|(_, c)| c.clone()),
+        };
+        run_phases(&t, None, args, &progress, &mut paths, &mut notes)?;
+    } else {
+        let dir = TempDir::new()?;
+        let backlog = match &w.log_dir {
+            Some(src) => {
+                progress.step(format!("copying {}", src.display()));
+                let b = super::backlog::copy_log_dir(src, dir.path())
+                    .with_context(|| format!("log_dir {}", src.display()))?;
+                notes.push(format!(
+                    "backlog: a copy of {} ({} records in {}, {} batch bytes)",
+                    src.display(),
+                    b.records,
+                    b.topics.iter().map(|(t, p)| format!("{t} x{p}")).collect::<Vec<_>>().join(", "),
+                    b.disk_bytes
+                ));
+                b
+            }
+            None => {
+                progress.step(format!("writing the backlog ({} bytes)", w.backlog_bytes));
+                let b = super::backlog::generate(&w, dir.path()).context("writing the backlog")?;
+                notes.push(format!(
+                    "backlog: {} records, {} batch bytes on disk, written in {:.1} s",
+                    b.records,
+                    b.disk_bytes,
+                    fill_start.elapsed().as_secs_f64()
+                ));
+                b
+            }
+        };
+        for &kind in &w.read_paths {
+            if INTERRUPTED.load(Ordering::SeqCst) {
+                break;
+            }
+            if kind == ReadPathKind::Null {
+                notes.push("read path null: skipped: it sends zeros, which consumers cannot decode".into());
+                continue;
+            }
+            if let Err(e) = kind.probe() {
+                notes.push(format!("read path {}: skipped: {}", kind.name(), e.reason));
+                continue;
+            }
+            if w.page_cache == PageCache::Cold {
+                progress.step(format!("{}: dropping the backlog from the page cache", kind.name()));
+                for f in &backlog.segment_files {
+                    crate::read_path::measure::evict_from_page_cache(&fs::File::open(f)?)?;
                 }
             }
-            eprintln!("fetchbench run: {msg}");
-            ExitCode::from(2)
+            let mut config = BrokerConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)), dir.path(), kind);
+            config.group_initial_rebalance_delay_ms = 0;
+            // The broker's threads inherit this thread's CPU mask.
+            if let Some((b, _)) = &pinning {
+                pin_current_thread(b)?;
+            }
+            let started = Broker::start(config);
+            if pinning.is_some() {
+                pin_current_thread(&allowed_cpus_cached())?;
+            }
+            let broker = started.with_context(|| format!("read path {}: starting the broker", kind.name()))?;
+            let t = Target {
+                w: &w,
+                backlog: &backlog,
+                read_path: kind.name().to_string(),
+                bootstrap: broker.local_addr().to_string(),
+                broker: Some(&broker),
+                interrupted: &INTERRUPTED,
+                group_prefix: format!("fetchbench-run-{}", kind.name()),
+                pin_clients: pinning.as_ref().map(|(_, c)| c.clone()),
+            };
+            let outcome = run_phases(&t, Some(dir.path()), args, &progress, &mut paths, &mut notes);
+            broker.shutdown().with_context(|| format!("read path {}: stopping the broker", kind.name()))?;
+            outcome?;
         }
     }
-}
-
-/// Target size of one written batch (the producer's default `batch.size`).
-const BATCH_BYTES: u64 = 16 * 1024;
-
-/// How long one path's drain may take before the run fails.
-const DRAIN_TIMEOUT: Duration = Duration::from_secs(600);
-
-/// Runs `args`: loads the workload, measures, writes the files, prints.
-pub fn run(args: &RunArgs) -> anyhow::Result<()> {
-    let command: Vec<String> = std::env::args().collect();
-    let date = utc_timestamp(SystemTime::now());
-    let w = match &args.workload {
-        Some(p) => Workload::from_file(p)?,
-        None => Workload::default(),
-    };
-    check_supported(&w)?;
-    let mut notes = Vec::new();
-    if w.phases.contains(&Phase::Tail) {
-        notes.push("phase tail: not implemented yet by `fetchbench run`, skipped".to_string());
-    }
-    if !w.phases.contains(&Phase::CatchUp) {
-        bail!("the workload has no catch_up phase: only catch_up is implemented so far");
-    }
-    let dir = TempDir::new()?;
-    let fill_start = Instant::now();
-    let backlog = fill_backlog(&w, dir.path()).context("writing the backlog")?;
-    notes.push(format!(
-        "backlog: {} records, {} batch bytes on disk, written in {:.1} s",
-        backlog.records,
-        backlog.disk_bytes,
-        fill_start.elapsed().as_secs_f64()
-    ));
-    let mut paths = Vec::new();
-    for &kind in &w.read_paths {
-        if kind == ReadPathKind::Null {
-            notes.push("read path null: skipped: it sends zeros, which consumers cannot decode".to_string());
-            continue;
-        }
-        if let Err(e) = kind.probe() {
-            notes.push(format!("read path {}: skipped: {}", kind.name(), e.reason));
-            continue;
-        }
-        if !args.quiet && !args.json {
-            eprintln!("fetchbench run: measuring {} (catch_up)", kind.name());
-        }
-        let (result, path_notes) =
-            catch_up(&w, kind, dir.path(), &backlog).with_context(|| format!("read path {}", kind.name()))?;
-        notes.extend(path_notes.into_iter().map(|n| format!("read path {}: {n}", kind.name())));
-        paths.push(result);
-    }
-    if paths.is_empty() {
+    progress.bar.finish_and_clear();
+    let interrupted = INTERRUPTED.load(Ordering::SeqCst);
+    if paths.is_empty() && !interrupted {
         bail!("no read path of the workload could run here: {}", notes.join("; "));
     }
-    notes.push(
-        "not measured (0 / empty): broker_rss_bytes (broker and consumers share the process), \
-         end_to_end_latency (catch-up reads an old backlog); fetch_latency is client-side poll time"
-            .to_string(),
-    );
+    let limits = if args.no_limits { LimitsResult::default() } else { machine_limits(args, &progress, &mut notes) };
+    for p in &mut paths {
+        p.ratio_to_limits = super::limits::ratios(&limits, p.mb_per_sec);
+    }
     let results = Results {
         schema: results::SCHEMA.into(),
         schema_version: results::SCHEMA_VERSION,
         date: date.clone(),
         machine: Machine::current(),
         git: Git::current(),
-        command,
+        command: command.to_vec(),
+        target,
+        interrupted,
+        notes: notes.clone(),
         workload: Results::workload_value(&w),
+        limits,
         paths,
     };
     let doc = serde_json::to_value(&results)?;
     results::validate(&doc).map_err(|e| anyhow!("internal error: the results do not validate: {e}"))?;
-    fs::create_dir_all(&args.results_dir).with_context(|| format!("creating {}", args.results_dir.display()))?;
-    let stem = format!("{}-{}", date.replace(':', ""), file_safe(&w.name));
-    let json_path = args.results_dir.join(format!("{stem}.json"));
-    let csv_path = args.results_dir.join(format!("{stem}.csv"));
-    fs::write(&json_path, results.to_json() + "\n").with_context(|| format!("writing {}", json_path.display()))?;
-    let mut csv = Vec::new();
-    results::write_csv(&results, &mut csv)?;
-    fs::write(&csv_path, csv).with_context(|| format!("writing {}", csv_path.display()))?;
+    let files = write_files(&results, &args.results_dir, &date, &w.name)?;
     if args.json {
         println!("{}", results.to_json());
     } else if !args.quiet {
@@ -179,540 +335,338 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         for n in &notes {
             eprintln!("note: {n}");
         }
-        eprintln!("wrote {} and {}", json_path.display(), csv_path.display());
+        if interrupted {
+            eprintln!("interrupted: the results hold what was measured until Ctrl-C");
+        }
+        eprintln!("wrote {}", files.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "));
+    }
+    Ok(results)
+}
+
+/// The JSON, CSV and SVG of `results` in `dir` as `<date>-<name>.*`; returns their paths.
+fn write_files(results: &Results, dir: &Path, date: &str, name: &str) -> anyhow::Result<Vec<PathBuf>> {
+    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let stem = format!("{}-{}", date.replace(':', ""), file_safe(name));
+    let json_path = dir.join(format!("{stem}.json"));
+    let csv_path = dir.join(format!("{stem}.csv"));
+    let svg_path = dir.join(format!("{stem}.svg"));
+    fs::write(&json_path, results.to_json() + "\n").with_context(|| format!("writing {}", json_path.display()))?;
+    let mut csv = Vec::new();
+    results::write_csv(results, &mut csv)?;
+    fs::write(&csv_path, csv).with_context(|| format!("writing {}", csv_path.display()))?;
+    super::chart::write_svg(results, &svg_path).with_context(|| format!("writing {}", svg_path.display()))?;
+    Ok(vec![json_path, csv_path, svg_path])
+}
+
+/// Runs the workload's phases on `t`, appending results and notes (prefixed by the path).
+fn run_phases(
+    t: &Target<'_>,
+    dir: Option<&Path>,
+    args: &RunArgs,
+    progress: &Progress,
+    paths: &mut Vec<PathResult>,
+    notes: &mut Vec<String>,
+) -> anyhow::Result<()> {
+    for phase in &t.w.phases {
+        if INTERRUPTED.load(Ordering::SeqCst) {
+            break;
+        }
+        progress.step(format!("{}: {}", t.read_path, phase.name()));
+        let (result, phase_notes) = match phase {
+            Phase::CatchUp if t.w.client == Client::Librdkafka => super::kcat::catch_up(t),
+            Phase::CatchUp => super::catch_up::catch_up(t),
+            Phase::Tail => super::tail::tail(t, dir, args.producer_stall),
+        }
+        .with_context(|| format!("read path {} ({})", t.read_path, phase.name()))?;
+        notes.extend(phase_notes.into_iter().map(|n| format!("{} ({}): {n}", t.read_path, phase.name())));
+        paths.push(result);
     }
     Ok(())
 }
 
-fn check_supported(w: &Workload) -> anyhow::Result<()> {
-    if !w.is_resolved() {
-        bail!("the workload is a sweep ({} axes): `fetchbench run` takes one grid point", w.sweep.len());
+/// The machine limits of this run: `--limits FILE`, else the script when its tools are
+/// installed, else none (with a note saying how to get them).
+fn machine_limits(args: &RunArgs, progress: &Progress, notes: &mut Vec<String>) -> LimitsResult {
+    let outcome = match &args.limits {
+        Some(file) => super::limits::load(file),
+        None => {
+            progress.step("measuring this machine's limits (fio, iperf3)".into());
+            // The repository's script: from the working directory, else where this binary was built.
+            let script = [Path::new("scripts/baseline-limits.sh"), Path::new(LIMITS_SCRIPT)]
+                .into_iter()
+                .find(|p| p.is_file())
+                .unwrap_or(Path::new(LIMITS_SCRIPT));
+            super::limits::measure(script)
+        }
+    };
+    progress.bar.finish_and_clear();
+    match outcome {
+        Ok(l) => l,
+        Err(e) => {
+            notes.push(format!("machine limits: not measured: {e:#}"));
+            LimitsResult::default()
+        }
     }
-    if w.log_dir.is_some() {
-        bail!("log_dir: not supported yet by `fetchbench run` (the backlog is generated)");
+}
+
+/// `scripts/baseline-limits.sh` in the source tree this binary was built from.
+const LIMITS_SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/baseline-limits.sh");
+
+fn check_supported(w: &Workload, args: &RunArgs) -> anyhow::Result<()> {
+    if args.bootstrap.is_some() && w.log_dir.is_some() {
+        bail!("log_dir: cannot be served by an external cluster (--bootstrap); drop one of them");
     }
-    if w.payload_file.is_some() {
-        bail!("payload_file: not supported yet by `fetchbench run`");
-    }
-    if w.client != Client::Native {
-        bail!("client: only native is supported by `fetchbench run` so far");
-    }
-    if w.cpu_pinning != CpuPinning::None {
-        bail!("cpu_pinning: not supported yet by `fetchbench run`");
-    }
-    if w.backlog_bytes < w.record_size {
+    if w.phases.contains(&Phase::CatchUp) && w.log_dir.is_none() && w.backlog_bytes < w.record_size {
         bail!("backlog: the catch_up phase needs a backlog of at least one record ({} bytes)", w.record_size);
     }
+    if w.phases.contains(&Phase::Tail) {
+        super::tail::check(w)?;
+    }
+    if let CpuPinning::Cpus { broker, clients } = &w.cpu_pinning {
+        let allowed = allowed_cpus_cached();
+        if let Some(c) = broker.iter().chain(clients).find(|c| !allowed.contains(c)) {
+            bail!("cpu_pinning: CPU {c} is not available to this process (allowed: {allowed:?})");
+        }
+    }
     Ok(())
 }
 
-/// The written backlog.
-#[derive(Debug, Clone)]
-struct Backlog {
-    topics: Vec<String>,
-    records: u64,
-    disk_bytes: u64,
-    segment_files: Vec<PathBuf>,
+/// The CPUs this process could use at start (before any pinning).
+fn allowed_cpus_cached() -> Vec<usize> {
+    static CPUS: std::sync::OnceLock<Vec<usize>> = std::sync::OnceLock::new();
+    CPUS.get_or_init(allowed_cpus).clone()
 }
 
-fn fill_backlog(w: &Workload, dir: &Path) -> anyhow::Result<Backlog> {
-    let (mut logs, _) = LogManager::open(dir, LogConfig::default(), |_| None, false)?;
-    let topics: Vec<String> = (0..w.topics).map(|t| format!("bench-{t}")).collect();
-    let compression = match w.compression {
-        workload::Compression::None => Compression::None,
-        workload::Compression::Gzip => Compression::Gzip,
-        workload::Compression::Snappy => Compression::Snappy,
-        workload::Compression::Lz4 => Compression::Lz4,
-        workload::Compression::Zstd => Compression::Zstd,
-    };
-    let total = w.backlog_bytes / w.record_size;
-    let parts = w.partitions as usize;
-    let per_batch = (BATCH_BYTES / (w.record_size + 20)).max(1) as usize;
+/// `(broker CPUs, client CPUs)`, or `None` for no pinning. `auto`: the first half of the
+/// allowed CPUs for the broker (rounded up), the rest for the clients, when at least 2.
+fn resolve_pinning(p: &CpuPinning) -> Option<(Vec<usize>, Vec<usize>)> {
+    match p {
+        CpuPinning::None => None,
+        CpuPinning::Cpus { broker, clients } => Some((broker.clone(), clients.clone())),
+        CpuPinning::Auto => {
+            let cpus = allowed_cpus_cached();
+            (cpus.len() >= 2).then(|| {
+                let half = cpus.len().div_ceil(2);
+                (cpus[..half].to_vec(), cpus[half..].to_vec())
+            })
+        }
+    }
+}
+
+fn unix_secs() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs()
+}
+
+/// The backlog on an external cluster: new topics, `backlog / record_size` records produced
+/// as fast as possible (values as the generated backlog's), acknowledged with `acks=all`.
+fn external_backlog(w: &Workload, bootstrap: &str) -> anyhow::Result<Backlog> {
+    use crate::client::producer::{Producer, ProducerConfig};
+    let stamp = unix_secs();
+    let topics: Vec<(String, i32)> = (0..w.topics)
+        .map(|t| (format!("fetchbench-{}-{stamp}-{t}", file_safe(&w.name)), w.partitions as i32))
+        .collect();
+    let mut conn = crate::client::KafkaConnection::connect(bootstrap, "fetchbench-run", Duration::from_secs(10))
+        .with_context(|| format!("connecting to {bootstrap}"))?;
+    crate::client::admin::create_topics(&mut conn, &topics, 30_000)?;
+    let records = if w.phases.contains(&Phase::CatchUp) { w.backlog_bytes / w.record_size } else { 0 };
+    let mut pc = ProducerConfig::new(bootstrap);
+    pc.client_id = "fetchbench-run-backlog".into();
+    pc.compression = w.compression.name().parse().map_err(|e| anyhow!("compression: {e}"))?;
+    let producer = Producer::new(pc)?;
     let mut value = vec![0u8; w.record_size as usize];
     for (i, b) in value.iter_mut().enumerate() {
-        *b = (i % 251) as u8; // generated bytes, not all zero (compression stays honest)
+        *b = (i % 251) as u8;
     }
-    let mut rng: u64 = 0x9E37_79B9_7F4A_7C15;
-    // Open batches, one per (topic, partition), flushed when full.
-    let mut open: Vec<Option<BatchBuilder>> = (0..topics.len() * parts).map(|_| None).collect();
-    for t in &topics {
-        for p in 0..parts {
-            logs.get_or_create(t, p as i32, None)?;
+    let mut handles = Vec::new();
+    for i in 0..records {
+        if INTERRUPTED.load(Ordering::SeqCst) {
+            bail!("interrupted while writing the backlog");
+        }
+        let (topic, partitions) = &topics[(i % topics.len() as u64) as usize];
+        let partition = ((i / topics.len() as u64) % *partitions as u64) as i32;
+        handles.push(producer.send(topic, Some(partition), None, Some(&value), &[], None)?);
+        if handles.len() >= 8192 {
+            for h in handles.drain(..) {
+                h.wait()?;
+            }
         }
     }
-    let flush = |logs: &mut LogManager, slot: usize, b: BatchBuilder| -> anyhow::Result<()> {
-        let bytes = b.build()?;
-        let (t, p) = (slot / parts, slot % parts);
-        let log = logs.log_mut(&topics[t], p as i32).expect("created above");
-        log.append(&bytes, now_ms())?;
-        Ok(())
+    producer.flush()?;
+    for h in handles {
+        h.wait()?;
+    }
+    let stats = producer.stats();
+    producer.close()?;
+    Ok(Backlog { topics, records, disk_bytes: stats.batch_bytes_sent, segment_files: Vec::new(), dense_offsets: true })
+}
+
+/// Arguments of `fetchbench sweep`.
+#[derive(clap::Args, Debug)]
+pub struct SweepArgs {
+    /// The workload file with list values (see `bench::workload`, "Sweeps").
+    pub workload: PathBuf,
+    /// Everything else as `fetchbench run`.
+    #[command(flatten)]
+    pub run: SweepRunArgs,
+}
+
+/// The `fetchbench run` options a sweep passes to each grid point.
+#[derive(clap::Args, Debug)]
+pub struct SweepRunArgs {
+    /// Print no tables, notes or progress.
+    #[arg(long)]
+    pub quiet: bool,
+    /// Where the results files (one set per grid point) and the sweep summary are written.
+    #[arg(long, default_value = "results")]
+    pub results_dir: PathBuf,
+    /// Run against this cluster instead of the embedded broker.
+    #[arg(long)]
+    pub bootstrap: Option<String>,
+    /// Machine limits file (see `fetchbench run --limits`).
+    #[arg(long)]
+    pub limits: Option<PathBuf>,
+    /// Do not measure or load machine limits.
+    #[arg(long, conflicts_with = "limits")]
+    pub no_limits: bool,
+}
+
+/// `fetchbench sweep`: runs every grid point of the workload in turn (each writes its own
+/// results files, labelled with its swept values), then prints and writes a summary
+/// (`<date>-<name>-sweep.csv`: label, read path, phase, MB/s, records/s, broker CPU s/GB,
+/// e2e corrected p99 ms, results file). Exit codes as `fetchbench run`.
+pub fn sweep_main(args: SweepArgs) -> ExitCode {
+    install_sigint();
+    match sweep(&args) {
+        Ok(true) => ExitCode::from(130),
+        Ok(false) => ExitCode::SUCCESS,
+        Err(e) => fail("sweep", &e),
+    }
+}
+
+fn sweep(args: &SweepArgs) -> anyhow::Result<bool> {
+    let w = Workload::from_file(&args.workload)?;
+    let points = expand_sweep(&w);
+    let date = utc_timestamp(SystemTime::now());
+    let command: Vec<String> = std::env::args().collect();
+    let run_args = RunArgs {
+        workload: Some(args.workload.clone()),
+        json: false,
+        quiet: args.run.quiet,
+        results_dir: args.run.results_dir.clone(),
+        log_dir: None,
+        bootstrap: args.run.bootstrap.clone(),
+        limits: args.run.limits.clone(),
+        no_limits: args.run.no_limits,
+        producer_stall: None,
     };
-    for i in 0..total {
-        let topic = (i % topics.len() as u64) as usize;
-        let key: Option<Vec<u8>> = match w.key_distribution {
-            KeyDistribution::None => None,
-            KeyDistribution::Sequential => Some(i.to_string().into_bytes()),
-            KeyDistribution::Random(k) => {
-                rng ^= rng << 13;
-                rng ^= rng >> 7;
-                rng ^= rng << 17;
-                Some((rng % k).to_string().into_bytes())
-            }
-        };
-        let partition = match &key {
-            // Null keys: spread evenly, as the sticky partitioner does over time.
-            None => ((i / topics.len() as u64) % parts as u64) as usize,
-            Some(k) => partition_for_key(k, parts as i32) as usize,
-        };
-        let slot = topic * parts + partition;
-        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-        let n = value.len().min(8);
-        value[..n].copy_from_slice(&(now.as_nanos() as u64).to_be_bytes()[..n]);
-        let b = open[slot].get_or_insert_with(|| BatchBuilder::new(0, compression));
-        b.append(now.as_millis() as i64, key.as_deref(), Some(&value), &[]);
-        if b.len() >= per_batch {
-            let b = open[slot].take().expect("just used");
-            flush(&mut logs, slot, b)?;
-        }
-    }
-    for (slot, b) in open.iter_mut().enumerate() {
-        if let Some(b) = b.take() {
-            flush(&mut logs, slot, b)?;
-        }
-    }
-    let mut disk_bytes = 0;
-    let mut segment_files = Vec::new();
-    for (_, log) in logs.logs() {
-        disk_bytes += log.size_in_bytes();
-        for entry in fs::read_dir(log.dir())? {
-            let p = entry?.path();
-            if p.extension().is_some_and(|e| e == "log") {
-                segment_files.push(p);
-            }
-        }
-    }
-    logs.shutdown()?;
-    Ok(Backlog { topics, records: total, disk_bytes, segment_files })
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis() as i64
-}
-
-/// Resource use of a thread or the process at one instant.
-#[derive(Clone, Copy, Debug, Default)]
-struct Usage {
-    user: f64,
-    sys: f64,
-    minflt: f64,
-    majflt: f64,
-    csw: f64,
-}
-
-impl Usage {
-    fn now(who: UsageWho) -> Usage {
-        match getrusage(who) {
-            Ok(u) => {
-                let s = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 / 1e6;
-                Usage {
-                    user: s(u.user_time()),
-                    sys: s(u.system_time()),
-                    minflt: u.minor_page_faults() as f64,
-                    majflt: u.major_page_faults() as f64,
-                    csw: (u.voluntary_context_switches() + u.involuntary_context_switches()) as f64,
-                }
-            }
-            Err(_) => Usage::default(),
-        }
-    }
-
-    fn minus(self, o: Usage) -> Usage {
-        Usage {
-            user: self.user - o.user,
-            sys: self.sys - o.sys,
-            minflt: self.minflt - o.minflt,
-            majflt: self.majflt - o.majflt,
-            csw: self.csw - o.csw,
-        }
-    }
-
-    fn plus(self, o: Usage) -> Usage {
-        Usage {
-            user: self.user + o.user,
-            sys: self.sys + o.sys,
-            minflt: self.minflt + o.minflt,
-            majflt: self.majflt + o.majflt,
-            csw: self.csw + o.csw,
-        }
-    }
-}
-
-/// What a consumer thread hands back.
-struct MemberReport {
-    /// Thread usage at the drain start, at the warmup boundary (if seen) and at the end.
-    start: Usage,
-    boundary: Option<Usage>,
-    end: Usage,
-    /// Poll latencies over the whole drain and after the warmup boundary.
-    polls_all: Latency,
-    polls_window: Latency,
-}
-
-/// State shared by the consumer threads of one path.
-struct Shared {
-    consumed: AtomicU64,
-    target: u64,
-    /// Per member: (generation, partitions assigned), for the stability check.
-    members: Mutex<Vec<(usize, i32, usize)>>,
-    stable: AtomicUsize,
-    groups: usize,
-    boundary: AtomicBool,
-    failed: AtomicBool,
-    /// Threads (members and the main thread) past the "sought to the start" point.
-    ready: Gate,
-    /// Threads past the "start snapshot taken" point.
-    go: Gate,
-    done_at: Mutex<Option<Instant>>,
-}
-
-fn catch_up(
-    w: &Workload,
-    kind: ReadPathKind,
-    dir: &Path,
-    backlog: &Backlog,
-) -> anyhow::Result<(PathResult, Vec<String>)> {
-    let mut notes = Vec::new();
-    if w.page_cache == PageCache::Cold {
-        for f in &backlog.segment_files {
-            crate::read_path::measure::evict_from_page_cache(&File::open(f)?)?;
-        }
-    }
-    let residency_before = residency(&backlog.segment_files);
-    let mut config = BrokerConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)), dir, kind);
-    config.group_initial_rebalance_delay_ms = 0;
-    let broker = Broker::start(config)?;
-    let addr = broker.local_addr().to_string();
-    let groups = w.consumer_groups as usize;
-    let per_group = w.consumers_per_group as usize;
-    let members = groups * per_group;
-    let partitions_total = backlog.topics.len() * w.partitions as usize;
-    let shared = Arc::new(Shared {
-        consumed: AtomicU64::new(0),
-        target: backlog.records * groups as u64,
-        members: Mutex::new(vec![(usize::MAX, -1, 0); members]),
-        stable: AtomicUsize::new(0),
-        groups,
-        boundary: AtomicBool::new(false),
-        failed: AtomicBool::new(false),
-        ready: Gate::new(members + 1),
-        go: Gate::new(members + 1),
-        done_at: Mutex::new(None),
-    });
-    let mut threads = Vec::new();
-    for m in 0..members {
-        let group = m / per_group;
-        let mut cc = ConsumerConfig::new(addr.clone());
-        // Harness settings first; the workload's consumer_config wins over them.
-        cc.heartbeat_interval_ms = 100;
-        cc.enable_auto_commit = false;
-        cc.auto_offset_reset = crate::client::consumer::OffsetReset::Earliest;
-        for (k, v) in &w.consumer_config {
-            cc.set(k, v).map_err(|e| anyhow!("consumer_config.{k}: {e}"))?;
-        }
-        cc.group_id = Some(format!("fetchbench-run-{}-{group}", kind.name()));
-        cc.client_id = format!("fetchbench-run-{m}");
-        let topics = backlog.topics.clone();
-        let sh = shared.clone();
-        let t = std::thread::Builder::new().name(format!("bench-consumer-{m}")).spawn(move || {
-            let r = member(m, group, per_group, partitions_total, cc, &topics, &sh);
-            if r.is_err() {
-                sh.failed.store(true, Ordering::SeqCst);
-            }
-            r
-        })?;
-        threads.push(t);
-    }
-    // Rebalance: subscribe -> every group stable.
-    let subscribed = Instant::now();
-    let wait_stable = || -> anyhow::Result<()> {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while shared.stable.load(Ordering::SeqCst) < groups {
-            if shared.failed.load(Ordering::SeqCst) || Instant::now() > deadline {
-                shared.failed.store(true, Ordering::SeqCst);
-                return Err(anyhow!("the consumer groups did not become stable"));
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        Ok(())
-    };
-    let stable_result = wait_stable();
-    let rebalance_ms = subscribed.elapsed().as_secs_f64() * 1e3;
-    if let Err(e) = stable_result {
-        // Release the threads so they can end.
-        shared.failed.store(true, Ordering::SeqCst);
-        return Err(join_error(threads, broker, e));
-    }
-    // Every member has sought to the start: measure from here.
-    if let Err(e) = shared.ready.wait(&shared.failed) {
-        return Err(join_error(threads, broker, e));
-    }
-    let proc_start = Usage::now(UsageWho::RUSAGE_SELF);
-    let start = Instant::now();
-    if let Err(e) = shared.go.wait(&shared.failed) {
-        return Err(join_error(threads, broker, e));
-    }
-    let mut boundary: Option<(Instant, Usage, u64)> = None;
-    loop {
-        if shared.consumed.load(Ordering::SeqCst) >= shared.target || shared.failed.load(Ordering::SeqCst) {
+    // Limits once for the whole sweep (they are the machine's, not the point's).
+    let mut summary = String::from(
+        "label,read_path,phase,mb_per_sec,records_per_sec,broker_cpu_s_per_gb,e2e_corrected_p99_ms,results_date\n",
+    );
+    let mut interrupted = false;
+    for (i, point) in points.iter().enumerate() {
+        if INTERRUPTED.load(Ordering::SeqCst) {
+            interrupted = true;
             break;
         }
-        if start.elapsed() > DRAIN_TIMEOUT {
-            shared.failed.store(true, Ordering::SeqCst);
-            break;
+        let label = if point.label.is_empty() { "-".to_string() } else { point.label.join(" ") };
+        if !args.run.quiet {
+            eprintln!("fetchbench sweep: point {}/{}: {label}", i + 1, points.len());
         }
-        if boundary.is_none() && !w.warmup.is_zero() && start.elapsed() >= w.warmup {
-            let u = Usage::now(UsageWho::RUSAGE_SELF);
-            boundary = Some((Instant::now(), u, shared.consumed.load(Ordering::SeqCst)));
-            shared.boundary.store(true, Ordering::SeqCst);
+        let mut point = point.clone();
+        point.name = format!("{}-{}", w.name, i + 1);
+        let r = run_one(&run_args, &point, &command).with_context(|| format!("sweep point {}: {label}", i + 1))?;
+        for p in &r.paths {
+            summary += &format!(
+                "\"{}\",{},{},{:.1},{:.0},{:.4},{:.3},{}\n",
+                label.replace('"', "\"\""),
+                p.read_path,
+                p.phase,
+                p.mb_per_sec,
+                p.records_per_sec,
+                p.broker_cpu.user_s_per_gb + p.broker_cpu.sys_s_per_gb,
+                p.end_to_end_latency.corrected.summary.p99_us / 1e3,
+                r.date
+            );
         }
-        std::thread::sleep(Duration::from_millis(1));
+        interrupted |= r.interrupted;
     }
-    let mut reports = Vec::new();
-    let mut error = None;
-    for t in threads {
-        match t.join() {
-            Ok(Ok(r)) => reports.push(r),
-            Ok(Err(e)) => error = error.or(Some(e)),
-            Err(_) => error = error.or(Some(anyhow!("a consumer thread panicked"))),
-        }
+    fs::create_dir_all(&args.run.results_dir)?;
+    let path = args.run.results_dir.join(format!("{}-{}-sweep.csv", date.replace(':', ""), file_safe(&w.name)));
+    fs::write(&path, &summary).with_context(|| format!("writing {}", path.display()))?;
+    if !args.run.quiet {
+        print!("{summary}");
+        eprintln!("wrote {} ({} grid points)", path.display(), points.len());
     }
-    let proc_end = Usage::now(UsageWho::RUSAGE_SELF);
-    let end = shared.done_at.lock().expect("not poisoned").unwrap_or_else(Instant::now);
-    broker.shutdown()?;
-    if let Some(e) = error {
-        return Err(e);
-    }
-    if shared.consumed.load(Ordering::SeqCst) < shared.target {
-        bail!("the drain did not finish within {} s", DRAIN_TIMEOUT.as_secs());
-    }
-    // The window: after the warmup boundary when every member saw it, else the whole drain.
-    let use_boundary = boundary.filter(|_| reports.iter().all(|r| r.boundary.is_some()));
-    if !w.warmup.is_zero() && use_boundary.is_none() {
-        notes.push(format!(
-            "the drain ({:.2} s) was shorter than warmup ({:.1} s): the whole drain is measured",
-            end.duration_since(start).as_secs_f64(),
-            w.warmup.as_secs_f64()
-        ));
-    }
-    let (t0, proc0, records0) = use_boundary.unwrap_or((start, proc_start, 0));
-    let mut consumer = Usage::default();
-    let mut polls = Latency::new();
-    for r in &reports {
-        let from = if use_boundary.is_some() { r.boundary.expect("checked") } else { r.start };
-        consumer = consumer.plus(r.end.minus(from));
-        polls.merge(if use_boundary.is_some() { &r.polls_window } else { &r.polls_all });
-    }
-    let seconds = end.duration_since(t0).as_secs_f64().max(1e-9);
-    let records = shared.target - records0;
-    let bytes = (backlog.disk_bytes as f64 * groups as f64 * records as f64 / shared.target as f64) as u64;
-    let gb = (bytes as f64 / 1e9).max(1e-12);
-    let process = proc_end.minus(proc0);
-    let brk = process.minus(consumer);
-    let per_gb = |x: f64| (x / gb).max(0.0);
-    let empty = LatencyResult::of(&Latency::new());
-    let result = PathResult {
-        read_path: kind.name().to_string(),
-        phase: Phase::CatchUp.name().to_string(),
-        seconds,
-        bytes,
-        records,
-        mb_per_sec: bytes as f64 / 1e6 / seconds,
-        records_per_sec: records as f64 / seconds,
-        broker_cpu: CpuPerGb { user_s_per_gb: per_gb(brk.user), sys_s_per_gb: per_gb(brk.sys) },
-        consumer_cpu: CpuPerGb { user_s_per_gb: per_gb(consumer.user), sys_s_per_gb: per_gb(consumer.sys) },
-        minor_faults_per_gb: per_gb(brk.minflt),
-        major_faults_per_gb: per_gb(brk.majflt),
-        context_switches_per_gb: per_gb(brk.csw),
-        residency_before,
-        broker_rss_bytes: 0,
-        fetch_latency: LatencyResult::of(&polls),
-        end_to_end_latency: EndToEnd { raw: empty.clone(), corrected: empty },
-        rebalance_ms: Some(rebalance_ms),
-    };
-    Ok((result, notes))
+    Ok(interrupted)
 }
 
-fn join_error(
-    threads: Vec<std::thread::JoinHandle<anyhow::Result<MemberReport>>>,
-    broker: crate::broker::BrokerHandle,
-    e: anyhow::Error,
-) -> anyhow::Error {
-    let mut first = None;
-    for t in threads {
-        if let Ok(Err(te)) = t.join() {
-            first = first.or(Some(te));
-        }
-    }
-    let _ = broker.shutdown();
-    match first {
-        // The thread's own error is the cause; `e` only says the run stopped.
-        Some(te) => te,
-        None => e,
-    }
-}
-
-/// One consumer thread: join, wait for its group to be stable, seek to the start, drain.
-fn member(
-    m: usize,
-    group: usize,
-    per_group: usize,
-    partitions_total: usize,
-    config: ConsumerConfig,
-    topics: &[String],
-    sh: &Shared,
-) -> anyhow::Result<MemberReport> {
-    let mut c = Consumer::new(config)?;
-    let topic_refs: Vec<&str> = topics.iter().map(String::as_str).collect();
-    c.subscribe(&topic_refs)?;
-    let short = Duration::from_millis(20);
-    // Join; records polled before the group is stable are dropped (positions reset below).
-    let mut group_stable = false;
-    loop {
-        if sh.failed.load(Ordering::SeqCst) {
-            return Err(anyhow!("stopped: another part of the run failed"));
-        }
-        let _ = c.poll(short)?;
-        let assignment = c.assignment();
-        c.pause(&assignment)?;
-        let gen = c.generation();
-        let mut ms = sh.members.lock().expect("not poisoned");
-        ms[m] = (group, gen, assignment.len());
-        let mine: Vec<_> = ms.iter().filter(|x| x.0 == group).collect();
-        let now_stable = mine.len() == per_group
-            && gen > 0
-            && mine.iter().all(|x| x.1 == gen)
-            && mine.iter().map(|x| x.2).sum::<usize>() == partitions_total;
-        if now_stable && !group_stable && m.is_multiple_of(per_group) {
-            // The group's first member counts it once.
-            sh.stable.fetch_add(1, Ordering::SeqCst);
-            group_stable = true;
-        }
-        drop(ms);
-        if sh.stable.load(Ordering::SeqCst) >= sh.groups {
-            break;
-        }
-    }
-    let assignment = c.assignment();
-    if !assignment.is_empty() {
-        c.seek_to_beginning(&assignment)?;
-        c.resume(&assignment)?;
-    }
-    sh.ready.wait(&sh.failed)?;
-    let start = Usage::now(UsageWho::RUSAGE_THREAD);
-    sh.go.wait(&sh.failed)?;
-    let mut boundary = None;
-    let mut polls_all = Latency::new();
-    let mut polls_window = Latency::new();
-    // Next expected offset per partition: every record must come exactly once, in order.
-    let mut next: std::collections::HashMap<(Arc<str>, i32), i64> = std::collections::HashMap::new();
-    while sh.consumed.load(Ordering::SeqCst) < sh.target && !sh.failed.load(Ordering::SeqCst) {
-        if boundary.is_none() && sh.boundary.load(Ordering::SeqCst) {
-            boundary = Some(Usage::now(UsageWho::RUSAGE_THREAD));
-        }
-        let t = Instant::now();
-        let recs = c.poll(Duration::from_millis(100))?;
-        let ns = t.elapsed().as_nanos() as u64;
-        if !recs.is_empty() {
-            polls_all.record_ns(ns);
-            if boundary.is_some() {
-                polls_window.record_ns(ns);
-            }
-            for r in &recs {
-                let expected = next.entry((r.topic.clone(), r.partition)).or_insert(0);
-                if r.offset != *expected {
-                    bail!("{}-{}: offset {} delivered where {} was expected", r.topic, r.partition, r.offset, expected);
-                }
-                *expected += 1;
-            }
-            let n = recs.len() as u64;
-            let before = sh.consumed.fetch_add(n, Ordering::SeqCst);
-            if before < sh.target && before + n >= sh.target {
-                *sh.done_at.lock().expect("not poisoned") = Some(Instant::now());
-            }
-        }
-    }
-    let end = Usage::now(UsageWho::RUSAGE_THREAD);
-    let _ = c.close();
-    Ok(MemberReport { start, boundary, end, polls_all, polls_window })
-}
-
-/// A barrier that gives up when the run failed (a member that errors never arrives).
-struct Gate {
-    arrived: AtomicUsize,
-    parties: usize,
-}
-
-impl Gate {
-    fn new(parties: usize) -> Gate {
-        Gate { arrived: AtomicUsize::new(0), parties }
-    }
-
-    fn wait(&self, failed: &AtomicBool) -> anyhow::Result<()> {
-        self.arrived.fetch_add(1, Ordering::SeqCst);
-        while self.arrived.load(Ordering::SeqCst) < self.parties {
-            if failed.load(Ordering::SeqCst) {
-                bail!("stopped: another part of the run failed");
-            }
-            std::thread::sleep(Duration::from_micros(100));
-        }
-        Ok(())
-    }
-}
-
-fn residency(files: &[PathBuf]) -> f64 {
-    let (mut resident, mut total) = (0.0, 0.0);
-    for f in files {
-        let Ok(file) = File::open(f) else { continue };
-        let len = file.metadata().map(|m| m.len()).unwrap_or(0) as f64;
-        if let Ok(r) = crate::read_path::measure::resident_fraction(&file) {
-            resident += r * len;
-            total += len;
-        }
-    }
-    if total > 0.0 {
-        (resident / total).clamp(0.0, 1.0)
+/// A latency in microseconds, short: `850us`, `12.3ms`, `1.20s`; `-` for no samples.
+fn short_latency(us: f64, count: u64) -> String {
+    if count == 0 {
+        "-".into()
+    } else if us < 1e3 {
+        format!("{us:.0}us")
+    } else if us < 1e6 {
+        format!("{:.1}ms", us / 1e3)
     } else {
-        1.0
+        format!("{:.2}s", us / 1e6)
     }
 }
 
-/// The results as a table: read path, MB/s, records/s, broker CPU s/GB (user+sys), fetch
-/// p50/p99/p99.9 (us) and rebalance ms.
+/// The results as a table: read path and phase, MB/s, records/s, broker CPU s/GB (user+sys),
+/// broker-side fetch latency p50/p99/p99.9, end-to-end (corrected) p50/p99/p99.9/max,
+/// rebalance ms, and the ratio to the fastest machine limit when limits are known.
 pub fn table(r: &Results) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
-    let header =
-        ["read path", "MB/s", "records/s", "broker CPU s/GB", "fetch p50 us", "p99 us", "p99.9 us", "rebalance ms"];
-    let mut rows = vec![header.map(String::from).to_vec()];
+    let best_limit = r
+        .limits
+        .figures
+        .iter()
+        .filter(|f| f.bytes_per_sec.is_some_and(|b| b > 0.0))
+        .max_by(|a, b| a.bytes_per_sec.partial_cmp(&b.bytes_per_sec).unwrap_or(std::cmp::Ordering::Equal));
+    let mut header: Vec<String> = [
+        "read path",
+        "phase",
+        "MB/s",
+        "records/s",
+        "broker CPU s/GB",
+        "fetch p50/p99/p99.9",
+        "e2e p50/p99/p99.9/max",
+        "rebalance",
+    ]
+    .map(String::from)
+    .to_vec();
+    if let Some(l) = best_limit {
+        header.push(format!("x {}", l.label));
+    }
+    let mut rows = vec![header.clone()];
     for p in &r.paths {
         let f = &p.fetch_latency.summary;
-        rows.push(vec![
-            format!("{} ({})", p.read_path, p.phase),
+        let e = &p.end_to_end_latency.corrected.summary;
+        let mut row = vec![
+            p.read_path.clone(),
+            p.phase.clone(),
             format!("{:.1}", p.mb_per_sec),
             format!("{:.0}", p.records_per_sec),
             format!("{:.3}", p.broker_cpu.user_s_per_gb + p.broker_cpu.sys_s_per_gb),
-            format!("{:.0}", f.p50_us),
-            format!("{:.0}", f.p99_us),
-            format!("{:.0}", f.p999_us),
-            p.rebalance_ms.map_or("-".into(), |x| format!("{x:.0}")),
-        ]);
+            [f.p50_us, f.p99_us, f.p999_us].map(|x| short_latency(x, f.count)).join("/"),
+            [e.p50_us, e.p99_us, e.p999_us, e.max_us].map(|x| short_latency(x, e.count)).join("/"),
+            p.rebalance_ms.map_or("-".into(), |x| format!("{x:.0}ms")),
+        ];
+        if let Some(l) = best_limit {
+            let ratio = p.ratio_to_limits.iter().find(|x| x.key == l.key).map(|x| x.ratio);
+            row.push(ratio.map_or("-".into(), |x| format!("{x:.2}")));
+        }
+        rows.push(row);
     }
     let widths: Vec<usize> = (0..header.len()).map(|i| rows.iter().map(|r| r[i].len()).max().unwrap_or(0)).collect();
     for row in rows {
         let cells: Vec<String> = row
             .iter()
             .enumerate()
-            .map(|(i, c)| if i == 0 { format!("{c:<w$}", w = widths[i]) } else { format!("{c:>w$}", w = widths[i]) })
+            .map(|(i, c)| if i < 2 { format!("{c:<w$}", w = widths[i]) } else { format!("{c:>w$}", w = widths[i]) })
             .collect();
         let _ = writeln!(out, "{}", cells.join("  ").trim_end());
     }
@@ -758,5 +712,37 @@ mod tests {
     fn utc_timestamps() {
         assert_eq!(utc_timestamp(UNIX_EPOCH), "1970-01-01T00:00:00Z");
         assert_eq!(utc_timestamp(UNIX_EPOCH + Duration::from_secs(1_796_027_883)), "2026-11-30T08:38:03Z");
+    }
+
+    #[test]
+    fn latencies_print_short() {
+        assert_eq!(short_latency(850.0, 1), "850us");
+        assert_eq!(short_latency(12_345.0, 1), "12.3ms");
+        assert_eq!(short_latency(1_200_000.0, 1), "1.20s");
+        assert_eq!(short_latency(5.0, 0), "-");
+    }
+
+    #[test]
+    fn auto_pinning_splits_the_allowed_cpus() {
+        let cpus = allowed_cpus_cached();
+        match resolve_pinning(&CpuPinning::Auto) {
+            Some((b, c)) => {
+                assert!(cpus.len() >= 2);
+                assert_eq!(b.len(), cpus.len().div_ceil(2));
+                assert!(!c.is_empty() && b.iter().all(|x| !c.contains(x)));
+                assert_eq!([b, c].concat(), cpus);
+            }
+            None => assert!(cpus.len() < 2),
+        }
+        assert_eq!(resolve_pinning(&CpuPinning::None), None);
+    }
+
+    #[test]
+    fn stall_argument_parses() {
+        assert_eq!(
+            parse_stall("2000:1000").unwrap(),
+            Stall { at: Duration::from_secs(2), length: Duration::from_secs(1) }
+        );
+        assert!(parse_stall("2000").is_err());
     }
 }

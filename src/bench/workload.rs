@@ -25,11 +25,11 @@
 //! | `phases` | what is measured, in order: `catch_up` (read the backlog from the log start), `tail` (read behind the producers) | list | `["catch_up", "tail"]` |
 //! | `backlog` | bytes of records written before measuring; `0` = none; ignored when `log_dir` is set | bytes, or a size string | `"1GiB"` |
 //! | `log_dir` | an existing Kafka log directory served as the backlog, as it is | path | none |
-//! | `warmup` | run time before measuring starts | seconds, or a duration string | `"10s"` |
-//! | `duration` | measured time of the tail phase (the catch-up phase ends at the backlog's end) | seconds, or a duration string | `"60s"` |
+//! | `warmup` | run time before measuring starts | seconds, or a duration string | `"2s"` |
+//! | `duration` | measured time of the tail phase (the catch-up phase ends at the backlog's end) | seconds, or a duration string | `"10s"` |
 //! | `read_paths` | read paths compared in the run, each one measured in turn (see [`ReadPathKind::name`]) | list | `["copy", "mmap", "sendfile", "uring-splice"]` |
 //! | `page_cache` | `hot` (the backlog is in the page cache) or `cold` (dropped before each path) | | `"hot"` |
-//! | `cpu_pinning` | `none`, or `broker=CPUS;clients=CPUS` with Linux cpu lists (`0`, `1-3`, `0,2`) | | `"none"` |
+//! | `cpu_pinning` | `auto` (broker and clients on separate CPUs when at least 2 are allowed: the first half for the broker), `none`, or `broker=CPUS;clients=CPUS` with Linux cpu lists (`0`, `1-3`, `0,2`) | | `"auto"` |
 //! | `client` | the client library: `native` (fetchbench's own) or `librdkafka` | | `"native"` |
 //! | `label` | set by [`expand_sweep`]: the swept values of this grid point, `"key=value"` | list | `[]` |
 //! | `[consumer_config]` | Kafka consumer configs by their Kafka names (`"fetch.min.bytes" = 1`), passed to the client; values are kept as strings | table | empty |
@@ -245,6 +245,9 @@ pub enum PageCache {
 pub enum CpuPinning {
     /// No affinity set.
     None,
+    /// The default: with at least 2 CPUs allowed, the broker on the first half of them and the
+    /// clients on the rest (2 CPUs: broker on one, clients on the other); else none.
+    Auto,
     /// The broker's threads on `broker`, the clients' on `clients` (cpu numbers, sorted).
     Cpus {
         /// CPUs of the broker process.
@@ -258,6 +261,7 @@ impl fmt::Display for CpuPinning {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             CpuPinning::None => f.write_str("none"),
+            CpuPinning::Auto => f.write_str("auto"),
             CpuPinning::Cpus { broker, clients } => {
                 write!(f, "broker={};clients={}", cpu_list(broker), cpu_list(clients))
             }
@@ -354,11 +358,11 @@ impl Default for Workload {
             phases: vec![Phase::CatchUp, Phase::Tail],
             backlog_bytes: 1 << 30,
             log_dir: None,
-            warmup: Duration::from_secs(10),
-            duration: Duration::from_secs(60),
+            warmup: Duration::from_secs(2),
+            duration: Duration::from_secs(10),
             read_paths: vec![ReadPathKind::Copy, ReadPathKind::Mmap, ReadPathKind::Sendfile, ReadPathKind::UringSplice],
             page_cache: PageCache::Hot,
-            cpu_pinning: CpuPinning::None,
+            cpu_pinning: CpuPinning::Auto,
             client: Client::Native,
             consumer_config: BTreeMap::new(),
             label: Vec::new(),
@@ -504,7 +508,7 @@ impl Workload {
                 }
             }
             "cpu_pinning" => {
-                const EXPECTED: &str = "none or broker=CPUS;clients=CPUS (cpu lists like 0-1,3)";
+                const EXPECTED: &str = "auto, none or broker=CPUS;clients=CPUS (cpu lists like 0-1,3)";
                 let s = string(key, v, EXPECTED)?;
                 self.cpu_pinning = parse_pinning(s).ok_or_else(|| invalid(key, EXPECTED, v))?;
             }
@@ -851,8 +855,10 @@ fn parse_cpu_list(s: &str) -> Option<Vec<usize>> {
 }
 
 fn parse_pinning(s: &str) -> Option<CpuPinning> {
-    if s == "none" {
-        return Some(CpuPinning::None);
+    match s {
+        "none" => return Some(CpuPinning::None),
+        "auto" => return Some(CpuPinning::Auto),
+        _ => {}
     }
     let (b, c) = s.split_once(';')?;
     let broker = parse_cpu_list(b.trim().strip_prefix("broker=")?)?;
@@ -919,7 +925,7 @@ mod tests {
         let e = err("rate = \"fast\"");
         assert!(e.starts_with("rate: expected records/s"), "{e}");
         let e = err("cpu_pinning = \"broker=a;clients=1\"");
-        assert!(e.starts_with("cpu_pinning: expected none or broker=CPUS;clients=CPUS"), "{e}");
+        assert!(e.starts_with("cpu_pinning: expected auto, none or broker=CPUS;clients=CPUS"), "{e}");
         let e = err("[consumer_config]\n\"fetch.min.bytes\" = [1, [2]]");
         assert!(e.starts_with("consumer_config.fetch.min.bytes[1]: expected a single value"), "{e}");
         let e = err("page_cache = [\"hot\", \"warm\"]");

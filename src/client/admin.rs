@@ -97,6 +97,36 @@ fn kafka(context: String, code: i16) -> Result<(), ClientError> {
     }
 }
 
+/// CreateTopics: creates each `(name, partitions)` with replication factor 1 and the broker's
+/// default configs, waiting up to `timeout_ms` (the request's `timeout_ms`) for the creation.
+///
+/// Errors: [`ClientError`]; a topic's error code (TOPIC_ALREADY_EXISTS = 36 included) is
+/// [`ClientError::Kafka`] naming the topic.
+pub fn create_topics(conn: &mut KafkaConnection, topics: &[(String, i32)], timeout_ms: i32) -> Result<(), ClientError> {
+    use kafka_protocol::messages::create_topics_request::CreatableTopic;
+    use kafka_protocol::messages::CreateTopicsRequest;
+    let version = conn.version(ApiKey::CreateTopics, (2, 7))?;
+    let request = CreateTopicsRequest::default().with_timeout_ms(timeout_ms).with_topics(
+        topics
+            .iter()
+            .map(|(name, partitions)| {
+                CreatableTopic::default()
+                    .with_name(TopicName(StrBytes::from_string(name.clone())))
+                    .with_num_partitions(*partitions)
+                    .with_replication_factor(1)
+            })
+            .collect(),
+    );
+    let ResponseKind::CreateTopics(r) = conn.call(ApiKey::CreateTopics, version, RequestKind::CreateTopics(request))?
+    else {
+        unreachable!()
+    };
+    for t in r.topics {
+        kafka(format!("CreateTopics {}", t.name.as_str()), t.error_code)?;
+    }
+    Ok(())
+}
+
 /// ListGroups: every group the broker coordinates.
 ///
 /// Errors: [`ClientError`], including [`ClientError::Kafka`] for COORDINATOR_LOAD_IN_PROGRESS.

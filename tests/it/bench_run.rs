@@ -1,56 +1,359 @@
-//! `fetchbench run` on a tiny catch-up workload (a few MiB, 2 partitions, copy and sendfile):
-//! exit 0, a results JSON that validates with the right read paths and record counts, and the
-//! CSV beside it.
+//! `fetchbench run` and `fetchbench sweep` end to end on small workloads: the default flow
+//! (catch-up and tail per read path on the embedded broker) writes JSON that validates, CSV and
+//! SVG; the coordinated-omission correction through the real producer and consumers; a sweep
+//! grid; an external target (`--bootstrap` to a `fetchbench serve` process); Ctrl-C writing what
+//! was measured.
 
-use std::path::PathBuf;
-use std::process::Command;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use fetchbench::bench::results::Results;
 
+fn fetchbench() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_fetchbench"));
+    c.env_remove("RUST_LOG");
+    c
+}
+
+fn text(out: &Output) -> String {
+    format!("stdout:\n{}\nstderr:\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+/// The files in `dir` with extension `ext`, sorted.
+fn files(dir: &Path, ext: &str) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|d| d.map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == ext)).collect())
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+fn only_results(dir: &Path) -> Results {
+    let json = files(dir, "json");
+    assert_eq!(json.len(), 1, "{json:?}");
+    Results::from_json(&std::fs::read_to_string(&json[0]).unwrap()).unwrap()
+}
+
+fn write_workload(dir: &Path, text: &str) -> PathBuf {
+    let p = dir.join("workload.toml");
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
 #[test]
-fn tiny_catch_up_workload_writes_valid_results() {
+fn tiny_workload_catch_up_and_tail_writes_json_csv_and_svg() {
     let dir = tempfile::tempdir().unwrap();
-    let workload = dir.path().join("tiny.toml");
-    std::fs::write(
-        &workload,
+    let workload = write_workload(
+        dir.path(),
         r#"
 name = "tiny"
 partitions = 2
 record_size = "1KiB"
 backlog = "4MiB"
 consumers_per_group = 2
-phases = ["catch_up"]
+rate = 1000
+warmup = "500ms"
+duration = "2s"
 read_paths = ["copy", "sendfile"]
-warmup = 0
 "#,
-    )
-    .unwrap();
+    );
     let results_dir = dir.path().join("results");
-    let out = Command::new(env!("CARGO_BIN_EXE_fetchbench"))
-        .arg("run")
-        .arg(&workload)
-        .arg("--results-dir")
-        .arg(&results_dir)
-        .output()
-        .unwrap();
-    let text =
-        format!("stdout:\n{}\nstderr:\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "{text}");
+    let out =
+        fetchbench().args(["run", "--no-limits", "--results-dir"]).arg(&results_dir).arg(&workload).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains("MB/s") && stdout.contains("copy (catch_up)"), "{text}");
-    let files: Vec<PathBuf> = std::fs::read_dir(&results_dir).unwrap().map(|e| e.unwrap().path()).collect();
-    let json = files.iter().find(|p| p.extension().is_some_and(|e| e == "json")).expect("a JSON file");
-    assert!(json.file_name().unwrap().to_string_lossy().ends_with("-tiny.json"), "{json:?}");
-    assert!(json.with_extension("csv").is_file(), "the CSV beside the JSON: {files:?}");
-    let results = Results::from_json(&std::fs::read_to_string(json).unwrap()).unwrap();
+    assert!(stdout.contains("MB/s") && stdout.contains("catch_up") && stdout.contains("tail"), "{}", text(&out));
+    let json = files(&results_dir, "json");
+    assert_eq!(json.len(), 1);
+    assert!(json[0].file_name().unwrap().to_string_lossy().ends_with("-tiny.json"), "{json:?}");
+    assert!(json[0].with_extension("csv").is_file() && json[0].with_extension("svg").is_file());
+    let svg = std::fs::read_to_string(json[0].with_extension("svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("sendfile"), "{}", &svg[..svg.len().min(300)]);
+    let results = only_results(&results_dir);
+    assert_eq!(results.target, "embedded");
+    assert!(!results.interrupted);
     let paths: Vec<(&str, &str)> = results.paths.iter().map(|p| (p.read_path.as_str(), p.phase.as_str())).collect();
-    assert_eq!(paths, [("copy", "catch_up"), ("sendfile", "catch_up")]);
-    for p in &results.paths {
+    assert_eq!(paths, [("copy", "catch_up"), ("copy", "tail"), ("sendfile", "catch_up"), ("sendfile", "tail")]);
+    for p in results.paths.iter().filter(|p| p.phase == "catch_up") {
         assert_eq!(p.records, 4096, "4 MiB of 1 KiB records, read once: {p:?}");
         assert!(p.bytes >= 4 << 20 && p.mb_per_sec > 0.0 && p.seconds > 0.0, "{p:?}");
-        assert!(p.fetch_latency.summary.count > 0 && p.rebalance_ms.is_some(), "{p:?}");
+        // Broker-side fetch latency from the broker, poll latency from the consumers.
+        assert!(p.fetch_latency.summary.count > 0 && p.poll_latency.summary.count > 0, "{p:?}");
+        assert!(p.rebalance_ms.is_some() && p.broker_rss_bytes > 0, "{p:?}");
+        assert_eq!(p.end_to_end_latency.corrected.summary.count, 0);
     }
-    assert_eq!(results.workload().unwrap().partitions, 2);
-    let csv = std::fs::read_to_string(json.with_extension("csv")).unwrap();
-    assert_eq!(csv.lines().count(), 3, "{csv}");
+    for p in results.paths.iter().filter(|p| p.phase == "tail") {
+        // 1000 records/s for a 2 s window: about 2000 records (the schedule is exact; allow
+        // for the window's edges).
+        assert!((1900..=2100).contains(&p.records), "{p:?}");
+        assert_eq!(p.end_to_end_latency.corrected.summary.count, p.records);
+        assert_eq!(p.end_to_end_latency.raw.summary.count, p.records);
+        // Corrected latency is never below raw (intended <= actual send time).
+        let (raw, corrected) = (&p.end_to_end_latency.raw.summary, &p.end_to_end_latency.corrected.summary);
+        assert!(corrected.max_us >= raw.max_us && corrected.p50_us >= raw.p50_us, "{p:?}");
+        assert!((p.seconds - 2.0).abs() < 0.01, "{p:?}");
+    }
+    let csv = std::fs::read_to_string(json[0].with_extension("csv")).unwrap();
+    assert_eq!(csv.lines().count(), 5, "{csv}");
+}
+
+/// The issue's coordinated-omission test, through the real tail phase: every producer stalls 1 s
+/// inside a 1,000 records/s open-loop schedule. Measured from the intended send times, the
+/// records due during the stall waited up to a second: p99.9 is at least ~500 ms. Measured from
+/// the actual send times (raw), they did not.
+#[test]
+fn a_stalled_producer_shows_in_the_corrected_histogram_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let workload = write_workload(
+        dir.path(),
+        r#"
+name = "stall"
+partitions = 2
+record_size = 100
+consumers_per_group = 1
+phases = ["tail"]
+rate = 1000
+warmup = 0
+duration = "4s"
+read_paths = ["copy"]
+"#,
+    );
+    let results_dir = dir.path().join("results");
+    let out = fetchbench()
+        .args(["run", "--no-limits", "--producer-stall", "1500:1000", "--results-dir"])
+        .arg(&results_dir)
+        .arg(&workload)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let results = only_results(&results_dir);
+    assert_eq!(results.paths.len(), 1);
+    let p = &results.paths[0];
+    let (raw, corrected) = (&p.end_to_end_latency.raw.summary, &p.end_to_end_latency.corrected.summary);
+    assert!(corrected.p999_us >= 500_000.0, "corrected p99.9 {} us: {p:?}", corrected.p999_us);
+    assert!(corrected.max_us >= 900_000.0, "the first record due in the stall waited ~1 s: {corrected:?}");
+    assert!(raw.p999_us < 500_000.0, "raw p99.9 {} us should not see the stall: {raw:?}", raw.p999_us);
+}
+
+#[test]
+fn a_sweep_runs_every_grid_point() {
+    let dir = tempfile::tempdir().unwrap();
+    let workload = write_workload(
+        dir.path(),
+        r#"
+name = "grid"
+partitions = [1, 2]
+record_size = ["512B", "1KiB"]
+backlog = "1MiB"
+consumers_per_group = 1
+phases = ["catch_up"]
+warmup = 0
+read_paths = ["copy"]
+"#,
+    );
+    let results_dir = dir.path().join("results");
+    let out = fetchbench()
+        .args(["sweep", "--no-limits", "--quiet", "--results-dir"])
+        .arg(&results_dir)
+        .arg(&workload)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let json = files(&results_dir, "json");
+    assert_eq!(json.len(), 4, "{json:?}");
+    let mut points = Vec::new();
+    for j in &json {
+        let r = Results::from_json(&std::fs::read_to_string(j).unwrap()).unwrap();
+        let w = r.workload().unwrap();
+        assert_eq!(r.paths[0].records, (1 << 20) / w.record_size, "{j:?}");
+        points.push((w.partitions, w.record_size));
+    }
+    points.sort();
+    assert_eq!(points, [(1, 512), (1, 1024), (2, 512), (2, 1024)]);
+    let summary = files(&results_dir, "csv").into_iter().find(|p| p.to_string_lossy().ends_with("-grid-sweep.csv"));
+    let summary = std::fs::read_to_string(summary.expect("the sweep summary")).unwrap();
+    assert_eq!(summary.lines().count(), 5, "{summary}");
+    assert!(summary.contains("partitions=2 record_size=512B") || summary.contains("partitions=2"), "{summary}");
+}
+
+/// A free loopback port (bound, then released).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+struct Serve(std::process::Child);
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn an_external_cluster_by_bootstrap() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let serve = Serve(
+        fetchbench()
+            .args(["serve", "--read-path", "sendfile", "-X", "group.initial.rebalance.delay.ms=0", "--listen"])
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("--log-dir")
+            .arg(dir.path().join("logs"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "serve did not listen");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let workload = write_workload(
+        dir.path(),
+        r#"
+name = "external"
+partitions = 2
+backlog = "2MiB"
+consumers_per_group = 2
+rate = 500
+warmup = 0
+duration = "1s"
+"#,
+    );
+    let results_dir = dir.path().join("results");
+    let out = fetchbench()
+        .args(["run", "--no-limits", "--bootstrap"])
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--results-dir")
+        .arg(&results_dir)
+        .arg(&workload)
+        .output()
+        .unwrap();
+    drop(serve);
+    assert!(out.status.success(), "{}", text(&out));
+    let results = only_results(&results_dir);
+    assert_eq!(results.target, format!("bootstrap:127.0.0.1:{port}"));
+    let paths: Vec<(&str, &str)> = results.paths.iter().map(|p| (p.read_path.as_str(), p.phase.as_str())).collect();
+    assert_eq!(paths, [("external", "catch_up"), ("external", "tail")]);
+    assert_eq!(results.paths[0].records, 2048);
+    assert!(results.paths[1].records >= 450, "{:?}", results.paths[1]);
+    assert!(results.paths[1].end_to_end_latency.corrected.summary.count > 0);
+    // Nothing of the broker is measured from outside.
+    assert_eq!(results.paths[0].fetch_latency.summary.count, 0);
+    assert!(results.notes.iter().any(|n| n.contains("external cluster")), "{:?}", results.notes);
+}
+
+#[test]
+fn ctrl_c_writes_what_was_measured() {
+    let dir = tempfile::tempdir().unwrap();
+    let workload = write_workload(
+        dir.path(),
+        r#"
+name = "interrupted"
+partitions = 2
+backlog = "2MiB"
+consumers_per_group = 1
+rate = 500
+warmup = 0
+duration = "120s"
+read_paths = ["copy", "sendfile"]
+"#,
+    );
+    let results_dir = dir.path().join("results");
+    let mut child = fetchbench()
+        .args(["run", "--no-limits", "--results-dir"])
+        .arg(&results_dir)
+        .arg(&workload)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Progress lines go to stderr (not a terminal): wait for the tail phase of copy.
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = BufReader::new(stderr).lines();
+    let mut seen = Vec::new();
+    loop {
+        let line = lines.next().expect("stderr ended before the tail phase").unwrap();
+        seen.push(line.clone());
+        if line.contains("copy: tail") {
+            break;
+        }
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let started = Instant::now();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let status = child.wait().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(30), "Ctrl-C took {:?}", started.elapsed());
+    assert_eq!(status.code(), Some(130), "{seen:?} {rest:?}");
+    let results = only_results(&results_dir);
+    assert!(results.interrupted);
+    let paths: Vec<(&str, &str)> = results.paths.iter().map(|p| (p.read_path.as_str(), p.phase.as_str())).collect();
+    assert_eq!(paths, [("copy", "catch_up"), ("copy", "tail")], "sendfile never started");
+    let tail = &results.paths[1];
+    assert!(tail.seconds > 1.0 && tail.seconds < 30.0 && tail.records > 0, "{tail:?}");
+    assert!(files(&results_dir, "csv").len() == 1 && files(&results_dir, "svg").len() == 1);
+}
+
+/// The default workload's flow over a copy of a real Kafka broker's log directory: the
+/// catch-up phase drains exactly the records Kafka wrote (cities-0: 11 records, offsets 0..10,
+/// per the corpus README), the tail phase produces into the copied topic, and the source
+/// directory is left as it was.
+#[test]
+fn a_copy_of_a_real_kafka_log_dir_is_the_backlog() {
+    let Some(corpus) = crate::common::corpus() else { return };
+    let src = corpus.join("kafka-segments/Bheem6005-kafka/kafka-logs");
+    let before: Vec<(PathBuf, u64)> = walk(&src);
+    let dir = tempfile::tempdir().unwrap();
+    let workload = write_workload(
+        dir.path(),
+        r#"
+name = "real"
+consumers_per_group = 1
+rate = 500
+warmup = 0
+duration = "1s"
+read_paths = ["copy", "mmap"]
+"#,
+    );
+    let results_dir = dir.path().join("results");
+    let out = fetchbench()
+        .args(["run", "--no-limits", "--results-dir"])
+        .arg(&results_dir)
+        .arg("--log-dir")
+        .arg(&src)
+        .arg(&workload)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let results = only_results(&results_dir);
+    let paths: Vec<(&str, &str)> = results.paths.iter().map(|p| (p.read_path.as_str(), p.phase.as_str())).collect();
+    assert_eq!(paths, [("copy", "catch_up"), ("copy", "tail"), ("mmap", "catch_up"), ("mmap", "tail")]);
+    for p in results.paths.iter().filter(|p| p.phase == "catch_up") {
+        assert_eq!((p.records, p.bytes), (11, 820), "cities-0: 11 records in 820 bytes: {p:?}");
+    }
+    for p in results.paths.iter().filter(|p| p.phase == "tail") {
+        assert!(p.records >= 450 && p.end_to_end_latency.corrected.summary.count == p.records, "{p:?}");
+    }
+    assert_eq!(results.workload().unwrap().log_dir.as_deref(), Some(src.as_path()));
+    assert_eq!(walk(&src), before, "the source log directory is untouched");
+}
+
+/// Every file under `dir` with its size, sorted.
+fn walk(dir: &Path) -> Vec<(PathBuf, u64)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push((p.clone(), p.metadata().unwrap().len()));
+        }
+    }
+    out.sort();
+    out
 }

@@ -1,0 +1,634 @@
+//! The tail phase: producers at a fixed rate, consumer groups at the head of the log,
+//! end-to-end latency.
+//!
+//! Flow, for one read path (or the external cluster):
+//!
+//! 1. `consumer_groups` x `consumers_per_group` consumers (one thread each, pinned to the client
+//!    CPUs when pinning is on) subscribe to every topic; once every group is stable
+//!    (`rebalance_ms`), each member moves to the log end of its partitions (`seek_to_end`, the
+//!    offsets resolved before anything is produced);
+//! 2. `producers` producer threads (each a [`Producer`] with Kafka 4's defaults: `acks=all`,
+//!    `linger.ms=5`, `batch.size=16384`, idempotent; the workload's `compression`) send for
+//!    `warmup + duration`. With a rate, each producer follows an open-loop schedule
+//!    ([`OpenLoopSchedule`], `rate / producers` records/s, the producers' schedules
+//!    interleaved): record `i` is due at its intended time whatever happened before, and a
+//!    producer that fell behind sends at once without skipping. `rate = 0` is a closed loop
+//!    (intended = actual send time). Each value starts with two 8-byte big-endian
+//!    timestamps on the process's monotonic clock ([`mono_ns`]): the actual send time (when
+//!    `send` was called) and the intended one;
+//! 3. consumers take the receive time when `poll` returns and record every record whose
+//!    intended time falls in the measured window `[warmup, warmup + duration)` into a
+//!    [`LatencyRecorder`]: `raw` = receive - actual send, `corrected` = receive - intended
+//!    (coordinated omission corrected). The members' recorders are merged (histograms added,
+//!    never percentiles averaged);
+//! 4. when the producers have flushed, the consumers read until every group has received
+//!    every acknowledged record (each partition's offsets consecutive: no loss, no duplicate)
+//!    and the phase ends.
+//!
+//! Throughput is the records of the window (all groups) over `duration`; bytes are those
+//! records times the record-batch bytes per record the log grew by (embedded broker), or the
+//! records' value bytes (external cluster). CPU: the process over the window minus the client
+//! threads (consumers, producers and their sender threads, read from `/proc/self/task`).
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail};
+use nix::sys::resource::UsageWho;
+
+use super::catch_up::{join_error, Target};
+use super::histogram::{Latency, LatencyRecorder, OpenLoopSchedule};
+use super::results::{CpuPerGb, EndToEnd, LatencyResult, PathResult};
+use super::usage::{pin_current_thread, residency, rss_bytes, threads_usage, Usage};
+use super::workload::{Client, KeyDistribution, Phase, Workload};
+use crate::client::consumer::{Consumer, ConsumerConfig, OffsetReset};
+use crate::client::producer::{Producer, ProducerConfig};
+use crate::log::batch::Header;
+
+/// Thread-name prefixes of the client threads (consumers, producer loops, producer senders).
+const CLIENT_THREADS: [&str; 3] = ["bench-consumer", "bench-producer", "fetchbench-prod"];
+
+/// How long consumers may take after the producers finished to receive every record.
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Nanoseconds on the process's monotonic clock (`Instant`, from the first call): the clock
+/// of the send, intended and receive times of the tail phase.
+pub fn mono_ns() -> u64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
+}
+
+/// A producer stall to inject (tests of the coordinated-omission correction): every producer
+/// sleeps `length` once, `at` after the phase started.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stall {
+    /// When, from the phase start.
+    pub at: Duration,
+    /// How long.
+    pub length: Duration,
+}
+
+/// State shared by the threads of one tail phase. A consumer member (whatever its client):
+/// once it is positioned at the log end of its partitions, adds 1 to `ready` (the producers
+/// start when every member did); then adds the records it receives to `received[group]`,
+/// records those whose intended time is inside `window` in its [`TailMemberReport`], and ends
+/// when `done` (or `failed`) is set. On an error it sets `failed`.
+pub(crate) struct TailShared {
+    /// Per member: (group, generation, partitions assigned), for the stability check.
+    pub members: Mutex<Vec<(usize, i32, usize)>>,
+    /// Groups found stable.
+    pub stable: AtomicUsize,
+    /// Number of groups.
+    pub groups: usize,
+    /// Set by whoever fails: everyone stops.
+    pub failed: AtomicBool,
+    /// Members at the log end, ready for the producers.
+    pub ready: AtomicUsize,
+    /// The producers' schedule start (mono ns); 0 until they start.
+    pub start_ns: AtomicU64,
+    /// Records acknowledged by the producers once they are done; u64::MAX before.
+    pub produced: AtomicU64,
+    /// Records received per group.
+    pub received: Vec<AtomicU64>,
+    /// Set when every group has every record (or on failure / interrupt): members close.
+    pub done: AtomicBool,
+    /// The window, as intended-time bounds (mono ns): `[window.0, window.1)`.
+    pub window: (AtomicU64, AtomicU64),
+}
+
+/// What a tail consumer member hands back.
+#[derive(Default)]
+pub(crate) struct TailMemberReport {
+    /// End-to-end latencies of the window's records.
+    pub latency: LatencyRecorder,
+    /// Durations of the polls that returned records (client-side).
+    pub polls: Latency,
+    /// Records of the window received.
+    pub window_records: u64,
+    /// Their value bytes.
+    pub window_value_bytes: u64,
+}
+
+/// Consumer members of one tail phase, one thread each, as handles to join.
+pub(crate) type TailMembers = Vec<std::thread::JoinHandle<anyhow::Result<TailMemberReport>>>;
+
+/// Measures the tail phase on `t` (see the module docs). Returns the path's result and notes.
+///
+/// Errors: `record_size` below 16 bytes (no room for the timestamps), a consumer or producer
+/// error, groups that do not become stable within 60 s, a record lost or delivered twice.
+pub(crate) fn tail(
+    t: &Target<'_>,
+    dir: Option<&Path>,
+    stall: Option<Stall>,
+) -> anyhow::Result<(PathResult, Vec<String>)> {
+    let w = t.w;
+    if w.record_size < 16 {
+        bail!("record_size: the tail phase needs at least 16 bytes (two timestamps), found {}", w.record_size);
+    }
+    if w.producers == 0 {
+        bail!("producers: the tail phase needs at least one producer");
+    }
+    let mut notes = Vec::new();
+    let residency_before = residency(&t.backlog.segment_files);
+    let groups = w.consumer_groups as usize;
+    let per_group = w.consumers_per_group as usize;
+    let members = groups * per_group;
+    let partitions_total: usize = t.backlog.topics.iter().map(|(_, p)| *p as usize).sum();
+    let topics: Vec<String> = t.backlog.topics.iter().map(|(t, _)| t.clone()).collect();
+    let sh = Arc::new(TailShared {
+        members: Mutex::new(vec![(usize::MAX, -1, 0); members]),
+        stable: AtomicUsize::new(0),
+        groups,
+        failed: AtomicBool::new(false),
+        ready: AtomicUsize::new(0),
+        start_ns: AtomicU64::new(0),
+        produced: AtomicU64::new(u64::MAX),
+        received: (0..groups).map(|_| AtomicU64::new(0)).collect(),
+        done: AtomicBool::new(false),
+        window: (AtomicU64::new(u64::MAX), AtomicU64::new(u64::MAX)),
+    });
+    let consumers = match w.client {
+        Client::Native => native_members(t, &sh, &topics, partitions_total)?,
+        Client::Librdkafka => super::kcat::tail_members(t, &sh)?,
+    };
+    let subscribed = Instant::now();
+    let deadline = subscribed + Duration::from_secs(60);
+    while sh.ready.load(Ordering::SeqCst) < members {
+        if sh.failed.load(Ordering::SeqCst) || Instant::now() > deadline || t.interrupted.load(Ordering::SeqCst) {
+            sh.failed.store(true, Ordering::SeqCst);
+            return Err(join_error(consumers, anyhow!("the consumer groups did not become stable")));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let rebalance_ms = subscribed.elapsed().as_secs_f64() * 1e3;
+    let log_bytes_before = dir.map(|d| topic_log_bytes(d, &topics));
+    // The schedule: record i of producer p (of P) due at start + (i * P + p) / rate.
+    let start_ns = mono_ns() + 20_000_000; // 20 ms for the producer threads to start
+    let window_start = start_ns + w.warmup.as_nanos() as u64;
+    let window_end = window_start + w.duration.as_nanos() as u64;
+    sh.window.0.store(window_start, Ordering::SeqCst);
+    sh.window.1.store(window_end, Ordering::SeqCst);
+    sh.start_ns.store(start_ns, Ordering::SeqCst);
+    let rate = w.rate.records_per_sec(w.record_size);
+    let stop_producing = Arc::new(AtomicBool::new(false));
+    let mut producers = Vec::new();
+    for p in 0..w.producers as usize {
+        let mut pc = ProducerConfig::new(&t.bootstrap);
+        pc.client_id = format!("fetchbench-run-producer-{p}");
+        pc.compression = w.compression.name().parse().map_err(|e| anyhow!("compression: {e}"))?;
+        let job = ProducerJob {
+            index: p as u64,
+            count: u64::from(w.producers),
+            rate,
+            start_ns,
+            end_ns: window_end,
+            record_size: w.record_size as usize,
+            keys: w.key_distribution,
+            topics: topics.clone(),
+            stall,
+            pin: t.pin_clients.clone(),
+            stamp_headers: w.client == Client::Librdkafka,
+        };
+        let (stop, failed) = (stop_producing.clone(), sh.clone());
+        let handle = std::thread::Builder::new().name(format!("bench-producer-{p}")).spawn(move || {
+            let r = produce(pc, &job, &stop);
+            if r.is_err() {
+                failed.failed.store(true, Ordering::SeqCst);
+            }
+            r
+        })?;
+        producers.push(handle);
+    }
+    // Usage snapshots at the window's bounds (the process, and the client threads).
+    let wait_until = |ns: u64| -> bool {
+        while mono_ns() < ns {
+            if sh.failed.load(Ordering::SeqCst) || t.interrupted.load(Ordering::SeqCst) {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        true
+    };
+    let mut interrupted = false;
+    let mut window_cut = None;
+    let (mut proc0, mut clients0) = (Usage::default(), Usage::default());
+    if wait_until(window_start) {
+        proc0 = Usage::now(UsageWho::RUSAGE_SELF);
+        clients0 = threads_usage(&CLIENT_THREADS);
+        if let Some(b) = t.broker {
+            let _ = b.take_fetch_latency(); // warmup fetches are not measured
+        }
+        if !wait_until(window_end) {
+            window_cut = Some(mono_ns());
+        }
+    } else {
+        window_cut = Some(mono_ns());
+    }
+    let proc1 = Usage::now(UsageWho::RUSAGE_SELF);
+    let clients1 = threads_usage(&CLIENT_THREADS);
+    let fetch_latency = t.broker.map(|b| b.take_fetch_latency()).unwrap_or_default();
+    if t.interrupted.load(Ordering::SeqCst) {
+        interrupted = true;
+        notes.push("interrupted (Ctrl-C): the tail phase was cut short; figures cover the time measured".into());
+    }
+    if let Some(cut) = window_cut {
+        // Shrink the window to what was measured, so late records do not count.
+        sh.window.1.store(cut.max(window_start), Ordering::SeqCst);
+    }
+    stop_producing.store(true, Ordering::SeqCst);
+    let mut produced = 0;
+    let mut error = None;
+    for p in producers {
+        match p.join() {
+            Ok(Ok(n)) => produced += n,
+            Ok(Err(e)) => error = error.or(Some(e)),
+            Err(_) => error = error.or(Some(anyhow!("a producer thread panicked"))),
+        }
+    }
+    if let Some(e) = error {
+        sh.failed.store(true, Ordering::SeqCst);
+        return Err(join_error(consumers, e));
+    }
+    sh.produced.store(produced, Ordering::SeqCst);
+    // Every group receives every acknowledged record.
+    let settle = Instant::now();
+    loop {
+        if sh.failed.load(Ordering::SeqCst) {
+            break;
+        }
+        if sh.received.iter().all(|r| r.load(Ordering::SeqCst) >= produced) {
+            break;
+        }
+        if interrupted || t.interrupted.load(Ordering::SeqCst) {
+            interrupted = true;
+            break;
+        }
+        if settle.elapsed() > SETTLE_TIMEOUT {
+            sh.failed.store(true, Ordering::SeqCst);
+            let got: Vec<u64> = sh.received.iter().map(|r| r.load(Ordering::SeqCst)).collect();
+            return Err(join_error(
+                consumers,
+                anyhow!(
+                    "records lost: {produced} acknowledged, the groups received {got:?} {} s after the producers finished",
+                    SETTLE_TIMEOUT.as_secs()
+                ),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    sh.done.store(true, Ordering::SeqCst);
+    let mut reports = Vec::new();
+    let mut error = None;
+    for c in consumers {
+        match c.join() {
+            Ok(Ok(r)) => reports.push(r),
+            Ok(Err(e)) => error = error.or(Some(e)),
+            Err(_) => error = error.or(Some(anyhow!("a consumer thread panicked"))),
+        }
+    }
+    if let Some(e) = error {
+        return Err(e);
+    }
+    if !interrupted {
+        for (g, r) in sh.received.iter().enumerate() {
+            let r = r.load(Ordering::SeqCst);
+            if r != produced {
+                bail!("group {g} received {r} records, {produced} were acknowledged: duplicates");
+            }
+        }
+    }
+    let mut latency = LatencyRecorder::new();
+    let mut polls = Latency::new();
+    let (mut records, mut value_bytes) = (0u64, 0u64);
+    for r in &reports {
+        latency.merge(&r.latency);
+        polls.merge(&r.polls);
+        records += r.window_records;
+        value_bytes += r.window_value_bytes;
+    }
+    let seconds = (sh.window.1.load(Ordering::SeqCst) - window_start) as f64 / 1e9;
+    let seconds = seconds.max(1e-9);
+    // Record-batch bytes per record, from the log's growth (embedded), else value bytes.
+    let bytes = match (dir, log_bytes_before) {
+        (Some(d), Some(before)) if produced > 0 => {
+            let grown = topic_log_bytes(d, &topics).saturating_sub(before);
+            (grown as f64 / produced as f64 * records as f64) as u64
+        }
+        _ => value_bytes,
+    };
+    if dir.is_none() {
+        notes.push("tail bytes are record value bytes (the external cluster's log is not visible)".into());
+    }
+    let gb = (bytes as f64 / 1e9).max(1e-12);
+    let process = proc1.minus(proc0);
+    let clients = clients1.minus(clients0);
+    let brk = if t.broker.is_some() { process.minus(clients) } else { Usage::default() };
+    let clients = if t.broker.is_some() { clients } else { process };
+    let per_gb = |x: f64| (x / gb).max(0.0);
+    let expected = rate.map_or(0.0, |r| r * seconds) * groups as f64;
+    if rate.is_some() && (records as f64) < expected * 0.9 {
+        notes.push(format!(
+            "the producers fell behind the schedule: {records} records measured, {expected:.0} due (see the corrected latency)"
+        ));
+    }
+    let result = PathResult {
+        read_path: t.read_path.clone(),
+        phase: Phase::Tail.name().to_string(),
+        seconds,
+        bytes,
+        records,
+        mb_per_sec: bytes as f64 / 1e6 / seconds,
+        records_per_sec: records as f64 / seconds,
+        broker_cpu: CpuPerGb { user_s_per_gb: per_gb(brk.user), sys_s_per_gb: per_gb(brk.sys) },
+        consumer_cpu: CpuPerGb { user_s_per_gb: per_gb(clients.user), sys_s_per_gb: per_gb(clients.sys) },
+        minor_faults_per_gb: per_gb(brk.minflt),
+        major_faults_per_gb: per_gb(brk.majflt),
+        context_switches_per_gb: per_gb(brk.csw),
+        residency_before,
+        broker_rss_bytes: if t.broker.is_some() { rss_bytes() } else { 0 },
+        fetch_latency: LatencyResult::of(&fetch_latency),
+        poll_latency: LatencyResult::of(&polls),
+        end_to_end_latency: EndToEnd {
+            raw: LatencyResult::of(&latency.raw),
+            corrected: LatencyResult::of(&latency.corrected),
+        },
+        rebalance_ms: Some(rebalance_ms),
+        ratio_to_limits: Vec::new(),
+    };
+    Ok((result, notes))
+}
+
+/// The native (fetchbench) consumer members of a tail phase: `consumer_groups` x
+/// `consumers_per_group` threads running [`tail_member`].
+fn native_members(
+    t: &Target<'_>,
+    sh: &Arc<TailShared>,
+    topics: &[String],
+    partitions_total: usize,
+) -> anyhow::Result<TailMembers> {
+    let w = t.w;
+    let per_group = w.consumers_per_group as usize;
+    let mut consumers = Vec::new();
+    for m in 0..w.consumer_groups as usize * per_group {
+        let group = m / per_group;
+        let mut cc = ConsumerConfig::new(t.bootstrap.clone());
+        cc.heartbeat_interval_ms = 100;
+        cc.enable_auto_commit = false;
+        cc.auto_offset_reset = OffsetReset::Latest;
+        for (k, v) in &w.consumer_config {
+            cc.set(k, v).map_err(|e| anyhow!("consumer_config.{k}: {e}"))?;
+        }
+        cc.group_id = Some(format!("{}-tail-{group}", t.group_prefix));
+        cc.client_id = format!("fetchbench-run-tail-{m}");
+        let (topics, sh, pin) = (topics.to_vec(), sh.clone(), t.pin_clients.clone());
+        let handle = std::thread::Builder::new().name(format!("bench-consumer-t{m}")).spawn(move || {
+            let r = tail_member(m, group, per_group, partitions_total, cc, &topics, pin.as_deref(), &sh);
+            if r.is_err() {
+                sh.failed.store(true, Ordering::SeqCst);
+            }
+            r
+        })?;
+        consumers.push(handle);
+    }
+    Ok(consumers)
+}
+
+/// Bytes of the `.log` files of `topics`' partitions under the log directory `dir`.
+fn topic_log_bytes(dir: &Path, topics: &[String]) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    let mut total = 0;
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some((topic, _)) = name.rsplit_once('-') else { continue };
+        if !topics.iter().any(|t| t == topic) {
+            continue;
+        }
+        for f in std::fs::read_dir(e.path()).into_iter().flatten().flatten() {
+            if f.path().extension().is_some_and(|x| x == "log") {
+                total += f.metadata().map(|m| m.len()).unwrap_or(0);
+            }
+        }
+    }
+    total
+}
+
+/// What one producer thread sends.
+struct ProducerJob {
+    index: u64,
+    count: u64,
+    rate: Option<f64>,
+    start_ns: u64,
+    end_ns: u64,
+    record_size: usize,
+    keys: KeyDistribution,
+    topics: Vec<String>,
+    stall: Option<Stall>,
+    pin: Option<Vec<usize>>,
+    /// Also carry the two timestamps as decimal record headers [`SENT_HEADER`] and
+    /// [`INTENDED_HEADER`] (for clients that cannot hand back value bytes, e.g. kcat).
+    stamp_headers: bool,
+}
+
+/// Record header with the actual send time (decimal mono ns) when `stamp_headers` is on.
+pub(crate) const SENT_HEADER: &str = "fetchbench.sent";
+/// Record header with the intended send time (decimal mono ns) when `stamp_headers` is on.
+pub(crate) const INTENDED_HEADER: &str = "fetchbench.intended";
+
+/// One producer: sends on its schedule until `end_ns` (or `stop`), flushes, returns the
+/// records acknowledged.
+fn produce(config: ProducerConfig, job: &ProducerJob, stop: &AtomicBool) -> anyhow::Result<u64> {
+    if let Some(cpus) = &job.pin {
+        pin_current_thread(cpus)?;
+    }
+    let producer = Producer::new(config)?;
+    // This producer's share of the schedule: every `count`-th slot, offset by `index`.
+    let schedule = job.rate.map(|r| OpenLoopSchedule { start_ns: job.start_ns, records_per_sec: r });
+    let mut value = vec![0u8; job.record_size];
+    for (i, b) in value.iter_mut().enumerate().skip(16) {
+        *b = (i % 251) as u8;
+    }
+    let mut handles = Vec::new();
+    let mut rng: u64 = 0x2545_F491_4F6C_DD1D ^ job.index;
+    let mut stalled = false;
+    while mono_ns() < job.start_ns {
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    for i in 0u64.. {
+        let intended = match schedule {
+            Some(s) => s.intended_ns(i * job.count + job.index),
+            None => mono_ns(),
+        };
+        if intended >= job.end_ns || stop.load(Ordering::Relaxed) {
+            break;
+        }
+        if let Some(s) = job.stall.filter(|s| !stalled && intended >= job.start_ns + s.at.as_nanos() as u64) {
+            stalled = true;
+            std::thread::sleep(s.length);
+        }
+        // Open loop: wait for the due time; when late, send at once (never skip).
+        loop {
+            let now = mono_ns();
+            if now >= intended {
+                break;
+            }
+            let left = intended - now;
+            if left > 200_000 {
+                std::thread::sleep(Duration::from_nanos(left - 100_000));
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+        let topic = &job.topics[(i as usize) % job.topics.len()];
+        let key = match job.keys {
+            KeyDistribution::None => None,
+            KeyDistribution::Sequential => Some((i * job.count + job.index).to_string()),
+            KeyDistribution::Random(k) => {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                Some((rng % k).to_string())
+            }
+        };
+        let sent = mono_ns();
+        value[..8].copy_from_slice(&sent.to_be_bytes());
+        value[8..16].copy_from_slice(&intended.to_be_bytes());
+        let (sent_text, intended_text) = (sent.to_string(), intended.to_string());
+        let stamps = [
+            Header { key: SENT_HEADER.as_bytes(), value: Some(sent_text.as_bytes()) },
+            Header { key: INTENDED_HEADER.as_bytes(), value: Some(intended_text.as_bytes()) },
+        ];
+        let headers: &[Header<'_>] = if job.stamp_headers { &stamps } else { &[] };
+        handles.push(producer.send(topic, None, key.as_deref().map(str::as_bytes), Some(&value), headers, None)?);
+        if handles.len() >= 4096 {
+            for h in handles.drain(..) {
+                h.wait()?;
+            }
+        }
+    }
+    producer.flush()?;
+    for h in handles {
+        h.wait()?;
+    }
+    let stats = producer.stats();
+    producer.close()?;
+    if stats.records_failed > 0 || stats.records_acked != stats.records_sent {
+        bail!(
+            "producer {}: {} records sent, {} acknowledged, {} failed",
+            job.index,
+            stats.records_sent,
+            stats.records_acked,
+            stats.records_failed
+        );
+    }
+    Ok(stats.records_acked)
+}
+
+/// One tail consumer: join, wait for every group to be stable, move to the log end, then read
+/// until the phase is done, recording latencies of the window's records.
+#[allow(clippy::too_many_arguments)]
+fn tail_member(
+    m: usize,
+    group: usize,
+    per_group: usize,
+    partitions_total: usize,
+    config: ConsumerConfig,
+    topics: &[String],
+    pin: Option<&[usize]>,
+    sh: &TailShared,
+) -> anyhow::Result<TailMemberReport> {
+    if let Some(cpus) = pin {
+        pin_current_thread(cpus)?;
+    }
+    let mut c = Consumer::new(config)?;
+    let topic_refs: Vec<&str> = topics.iter().map(String::as_str).collect();
+    c.subscribe(&topic_refs)?;
+    let mut group_stable = false;
+    loop {
+        if sh.failed.load(Ordering::SeqCst) {
+            return Err(anyhow!("stopped: another part of the run failed"));
+        }
+        let _ = c.poll(Duration::from_millis(20))?;
+        let assignment = c.assignment();
+        c.pause(&assignment)?;
+        let gen = c.generation();
+        let mut ms = sh.members.lock().expect("not poisoned");
+        ms[m] = (group, gen, assignment.len());
+        let mine: Vec<_> = ms.iter().filter(|x| x.0 == group).collect();
+        let now_stable = mine.len() == per_group
+            && gen > 0
+            && mine.iter().all(|x| x.1 == gen)
+            && mine.iter().map(|x| x.2).sum::<usize>() == partitions_total;
+        if now_stable && !group_stable && m.is_multiple_of(per_group) {
+            sh.stable.fetch_add(1, Ordering::SeqCst);
+            group_stable = true;
+        }
+        drop(ms);
+        if sh.stable.load(Ordering::SeqCst) >= sh.groups {
+            break;
+        }
+    }
+    let assignment = c.assignment();
+    // Positions at the log end, resolved now: nothing is produced until every member is here.
+    let mut next: HashMap<(Arc<str>, i32), i64> = HashMap::new();
+    if !assignment.is_empty() {
+        c.seek_to_end(&assignment)?;
+        for tp in &assignment {
+            let position = c.position(tp)?;
+            next.insert((Arc::from(tp.0.as_str()), tp.1), position);
+        }
+        c.resume(&assignment)?;
+    }
+    sh.ready.fetch_add(1, Ordering::SeqCst);
+    let mut report = TailMemberReport {
+        latency: LatencyRecorder::new(),
+        polls: Latency::new(),
+        window_records: 0,
+        window_value_bytes: 0,
+    };
+    while !sh.done.load(Ordering::SeqCst) && !sh.failed.load(Ordering::SeqCst) {
+        let before = Instant::now();
+        let recs = c.poll(Duration::from_millis(100))?;
+        let received = mono_ns();
+        if recs.is_empty() {
+            continue;
+        }
+        report.polls.record_ns(before.elapsed().as_nanos() as u64);
+        let (from, to) = (sh.window.0.load(Ordering::SeqCst), sh.window.1.load(Ordering::SeqCst));
+        for r in &recs {
+            let expected = next.entry((r.topic.clone(), r.partition)).or_insert(r.offset);
+            if r.offset != *expected {
+                bail!("{}-{}: offset {} delivered where {} was expected", r.topic, r.partition, r.offset, expected);
+            }
+            *expected += 1;
+            let Some(v) = r.value.as_deref().filter(|v| v.len() >= 16) else {
+                bail!("{}-{} offset {}: a value without the harness's timestamps", r.topic, r.partition, r.offset);
+            };
+            let sent = u64::from_be_bytes(v[..8].try_into().expect("8 bytes"));
+            let intended = u64::from_be_bytes(v[8..16].try_into().expect("8 bytes"));
+            if intended >= from && intended < to {
+                report.latency.record(intended, sent, received);
+                report.window_records += 1;
+                report.window_value_bytes += v.len() as u64;
+            }
+        }
+        sh.received[group].fetch_add(recs.len() as u64, Ordering::SeqCst);
+    }
+    let _ = c.close();
+    Ok(report)
+}
+
+/// Checks a workload's tail settings before anything runs.
+///
+/// Errors: as [`tail`], early.
+pub(crate) fn check(w: &Workload) -> anyhow::Result<()> {
+    if w.record_size < 16 {
+        bail!("record_size: the tail phase needs at least 16 bytes (two timestamps), found {}", w.record_size);
+    }
+    if w.producers == 0 {
+        bail!("producers: the tail phase needs at least one producer");
+    }
+    Ok(())
+}

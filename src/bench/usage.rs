@@ -1,0 +1,152 @@
+//! Resource accounting of a run: `getrusage` snapshots ([`Usage`]) and page-cache residency.
+
+use std::fs::File;
+use std::path::PathBuf;
+
+use nix::sys::resource::{getrusage, UsageWho};
+
+/// Resource use of a thread or the process at one instant.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Usage {
+    pub user: f64,
+    pub sys: f64,
+    pub minflt: f64,
+    pub majflt: f64,
+    pub csw: f64,
+}
+
+impl Usage {
+    /// `getrusage(who)` now (zeros when it fails).
+    pub fn now(who: UsageWho) -> Usage {
+        match getrusage(who) {
+            Ok(u) => {
+                let s = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 / 1e6;
+                Usage {
+                    user: s(u.user_time()),
+                    sys: s(u.system_time()),
+                    minflt: u.minor_page_faults() as f64,
+                    majflt: u.major_page_faults() as f64,
+                    csw: (u.voluntary_context_switches() + u.involuntary_context_switches()) as f64,
+                }
+            }
+            Err(_) => Usage::default(),
+        }
+    }
+
+    /// `self - o`, field by field.
+    pub fn minus(self, o: Usage) -> Usage {
+        Usage {
+            user: self.user - o.user,
+            sys: self.sys - o.sys,
+            minflt: self.minflt - o.minflt,
+            majflt: self.majflt - o.majflt,
+            csw: self.csw - o.csw,
+        }
+    }
+
+    /// `self + o`, field by field.
+    pub fn plus(self, o: Usage) -> Usage {
+        Usage {
+            user: self.user + o.user,
+            sys: self.sys + o.sys,
+            minflt: self.minflt + o.minflt,
+            majflt: self.majflt + o.majflt,
+            csw: self.csw + o.csw,
+        }
+    }
+}
+
+/// The fraction (0..=1) of the bytes of `files` in the page cache (`mincore`); 1.0 for none.
+pub(crate) fn residency(files: &[PathBuf]) -> f64 {
+    let (mut resident, mut total) = (0.0, 0.0);
+    for f in files {
+        let Ok(file) = File::open(f) else { continue };
+        let len = file.metadata().map(|m| m.len()).unwrap_or(0) as f64;
+        if let Ok(r) = crate::read_path::measure::resident_fraction(&file) {
+            resident += r * len;
+            total += len;
+        }
+    }
+    if total > 0.0 {
+        (resident / total).clamp(0.0, 1.0)
+    } else {
+        1.0
+    }
+}
+
+/// The resident set size of this process now (`VmRSS` of `/proc/self/status`), bytes; 0 when
+/// unreadable.
+pub(crate) fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|r| r.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map_or(0, |kib| kib * 1024)
+}
+
+/// Pins the calling thread to `cpus` (`sched_setaffinity`); threads it spawns afterwards
+/// inherit the mask (how the embedded broker's threads, and the kernel's `iou-wrk` workers of
+/// its rings, end up on the broker's CPUs).
+///
+/// Errors: `sched_setaffinity`'s (a CPU this process may not use).
+pub(crate) fn pin_current_thread(cpus: &[usize]) -> anyhow::Result<()> {
+    use nix::sched::{sched_setaffinity, CpuSet};
+    let mut set = CpuSet::new();
+    for &c in cpus {
+        set.set(c).map_err(|e| anyhow::anyhow!("cpu_pinning: CPU {c}: {e}"))?;
+    }
+    sched_setaffinity(nix::unistd::Pid::from_raw(0), &set)
+        .map_err(|e| anyhow::anyhow!("cpu_pinning: sched_setaffinity({cpus:?}): {e}"))
+}
+
+/// The CPUs this process may run on (`sched_getaffinity`), ascending; empty when unknown.
+pub(crate) fn allowed_cpus() -> Vec<usize> {
+    use nix::sched::{sched_getaffinity, CpuSet};
+    match sched_getaffinity(nix::unistd::Pid::from_raw(0)) {
+        Ok(set) => (0..CpuSet::count()).filter(|&c| set.is_set(c).unwrap_or(false)).collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// The summed resource use of this process's threads whose name (`comm`, at most 15 bytes)
+/// starts with one of `prefixes`, from `/proc/self/task/*/stat` (CPU in clock ticks, so
+/// 10 ms resolution; faults) and `.../status` (context switches). Threads that ended are not
+/// counted: take both snapshots while the threads live.
+pub(crate) fn threads_usage(prefixes: &[&str]) -> Usage {
+    // SAFETY: `sysconf` only reads a system constant.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let ticks = if ticks > 0 { ticks as f64 } else { 100.0 };
+    let mut total = Usage::default();
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return total };
+    for task in tasks.flatten() {
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else { continue };
+        // `pid (comm) state ...`: comm may hold spaces and parentheses; it ends at the last ')'.
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else { continue };
+        let comm = &stat[open + 1..close];
+        if !prefixes.iter().any(|p| comm.starts_with(p)) {
+            continue;
+        }
+        // Fields after comm, from field 3 (state): minflt = 10, majflt = 12, utime = 14, stime = 15.
+        let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+        let field = |n: usize| fields.get(n - 3).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+        let csw = std::fs::read_to_string(task.path().join("status"))
+            .map(|s| {
+                s.lines()
+                    .filter(|l| l.starts_with("voluntary_ctxt_switches") || l.starts_with("nonvoluntary_ctxt_switches"))
+                    .filter_map(|l| l.split(':').nth(1).and_then(|v| v.trim().parse::<f64>().ok()))
+                    .sum()
+            })
+            .unwrap_or(0.0);
+        total = total.plus(Usage {
+            user: field(14) / ticks,
+            sys: field(15) / ticks,
+            minflt: field(10),
+            majflt: field(12),
+            csw,
+        });
+    }
+    total
+}
