@@ -13,10 +13,17 @@
 # Remake it the same way after an intended change of performance (or of the results schema).
 #
 # Usage: scripts/ci-gate.sh [--baseline results/baseline.json] [--threshold 10%]
+#                           [--metrics LIST] [--attempts 3]
 #                           [--workload fixtures/workloads/ci-gate.toml]
 #                           [--results-dir results/ci-gate] [--update-baseline]
 #   --baseline FILE      the reference results file (default: results/baseline.json)
 #   --threshold T        how far a metric may move the wrong way: 10%, 2.5% (default 10%)
+#   --metrics LIST       the gated metrics, comma-separated (`fetchbench compare --metrics`; the
+#                        others are shown, not gated). Default: mb_per_sec,broker_cpu_s_per_gb
+#                        (throughput and broker CPU per GB, user + sys: the split between the two
+#                        is tick-sampled by the kernel and noisy over short runs); `all` gates all
+#   --attempts N         a regression must show in N runs in a row before the gate fails; a run
+#                        that passes ends it (default 3: one noisy run does not fail a build)
 #   --workload FILE      the workload to run (default: fixtures/workloads/ci-gate.toml)
 #   --results-dir DIR    where `fetchbench run` writes (default: results/ci-gate; kept for CI artifacts)
 #   --update-baseline    copy the new results over the baseline (after showing the comparison,
@@ -33,6 +40,8 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 baseline="$ROOT/results/baseline.json"
 threshold="10%"
+metrics="mb_per_sec,broker_cpu_s_per_gb"
+attempts=3
 workload="$ROOT/fixtures/workloads/ci-gate.toml"
 results_dir="$ROOT/results/ci-gate"
 update_baseline=0
@@ -45,12 +54,12 @@ usage() { sed -n '/^# Usage:/,/^# Defaults/p' "${BASH_SOURCE[0]}" | sed 's/^# \{
 while [ "$#" -gt 0 ]; do
   opt="$1"
   case "$opt" in
-    --baseline | --threshold | --workload | --results-dir | --skip-run)
+    --baseline | --threshold | --workload | --results-dir | --skip-run | --metrics | --attempts)
       [ "$#" -ge 2 ] || die "$opt needs a value (see --help)"
       value="$2"
       shift 2
       ;;
-    --baseline=* | --threshold=* | --workload=* | --results-dir=* | --skip-run=*)
+    --baseline=* | --threshold=* | --workload=* | --results-dir=* | --skip-run=* | --metrics=* | --attempts=*)
       value="${opt#*=}"
       opt="${opt%%=*}"
       shift
@@ -66,6 +75,8 @@ while [ "$#" -gt 0 ]; do
     --workload) workload="$value" ;;
     --results-dir) results_dir="$value" ;;
     --skip-run) skip_run="$value" ;;
+    --metrics) metrics="$value" ;;
+    --attempts) attempts="$value" ;;
   esac
 done
 
@@ -78,6 +89,9 @@ else
   bin="${CARGO_TARGET_DIR:-$ROOT/target}/release/fetchbench"
 fi
 [ -x "$bin" ] || die "no fetchbench binary at $bin"
+case "$attempts" in ''|*[!0-9]*|0) die "--attempts: expected a positive integer, found $attempts" ;; esac
+gate=()
+[ "$metrics" = all ] || gate=(--metrics "$metrics")
 
 # Before a run of a minute or more: the baseline and the threshold must be usable (comparing
 # the baseline with itself exits 2 on a missing or invalid file or a bad threshold).
@@ -85,32 +99,37 @@ if [ "$update_baseline" = 0 ]; then
   if [ ! -e "$baseline" ]; then
     die "no baseline at $baseline: make one on this machine with scripts/ci-gate.sh --update-baseline"
   fi
-  "$bin" compare "$baseline" "$baseline" --threshold "$threshold" >/dev/null || die "unusable baseline or threshold (above)"
+  "$bin" compare "$baseline" "$baseline" --threshold "$threshold" "${gate[@]}" >/dev/null \
+    || die "unusable baseline, threshold or metrics (above)"
 fi
 
 # --- the new results -----------------------------------------------------------------------------
-if [ -n "$skip_run" ]; then
-  new="$skip_run"
-  [ -e "$new" ] || die "--skip-run: no file $new"
-else
-  [ -e "$workload" ] || die "no workload file $workload"
-  mkdir -p "$results_dir" || die "cannot create $results_dir"
-  marker="$(mktemp "$results_dir/.ci-gate-start.XXXXXX")"
-  trap 'rm -f "$marker"' EXIT
-  log "running $workload (results in $results_dir)"
-  "$bin" run "$workload" --quiet --results-dir "$results_dir" || die "fetchbench run failed (above)"
-  # The newest results file, written after the run started.
-  new=""
-  while IFS= read -r f; do
-    if [ "$f" -nt "$marker" ]; then new="$f"; fi
-    break
-  done < <(ls -t "$results_dir"/*.json 2>/dev/null || true)
-  [ -n "$new" ] || die "fetchbench run wrote no results file in $results_dir"
-fi
-log "new results: $new"
+# run_once: sets $new to the results file of a fresh run (or --skip-run's file).
+run_once() {
+  if [ -n "$skip_run" ]; then
+    new="$skip_run"
+    [ -e "$new" ] || die "--skip-run: no file $new"
+  else
+    [ -e "$workload" ] || die "no workload file $workload"
+    mkdir -p "$results_dir" || die "cannot create $results_dir"
+    marker="$(mktemp "$results_dir/.ci-gate-start.XXXXXX")"
+    log "running $workload (results in $results_dir)"
+    "$bin" run "$workload" --quiet --results-dir "$results_dir" || { rm -f "$marker"; die "fetchbench run failed (above)"; }
+    # The newest results file, written after the run started.
+    new=""
+    while IFS= read -r f; do
+      if [ "$f" -nt "$marker" ]; then new="$f"; fi
+      break
+    done < <(ls -t "$results_dir"/*.json 2>/dev/null || true)
+    rm -f "$marker"
+    [ -n "$new" ] || die "fetchbench run wrote no results file in $results_dir"
+  fi
+  log "new results: $new"
+}
 
 # --- compare -------------------------------------------------------------------------------------
 if [ "$update_baseline" = 1 ]; then
+  run_once
   # Never make an invalid file the baseline: comparing it with itself validates it.
   "$bin" compare "$new" "$new" >/dev/null || die "$new is not a valid results file (above): baseline not updated"
   if [ -e "$baseline" ]; then
@@ -126,13 +145,17 @@ if [ "$update_baseline" = 1 ]; then
   exit 0
 fi
 
-set +e
-"$bin" compare "$baseline" "$new" --threshold "$threshold"
-code=$?
-set -e
-case "$code" in
-  0) log "passed: no regression beyond $threshold against $baseline" ;;
-  1) log "FAILED: regression beyond $threshold against $baseline (table above)" ;;
-  *) log "compare failed (exit $code)"; code=2 ;;
-esac
-exit "$code"
+for attempt in $(seq 1 "$attempts"); do
+  run_once
+  set +e
+  "$bin" compare "$baseline" "$new" --threshold "$threshold" "${gate[@]}"
+  code=$?
+  set -e
+  case "$code" in
+    0) log "passed: no regression beyond $threshold against $baseline (attempt $attempt)"; exit 0 ;;
+    1) log "attempt $attempt/$attempts: regression beyond $threshold against $baseline (table above)" ;;
+    *) log "compare failed (exit $code)"; exit 2 ;;
+  esac
+done
+log "FAILED: the regression showed in all $attempts attempts"
+exit 1

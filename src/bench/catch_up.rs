@@ -179,7 +179,8 @@ pub(crate) fn catch_up(t: &Target<'_>) -> anyhow::Result<(PathResult, Vec<String
                 let _ = b.take_fetch_latency(); // warmup fetches are not measured
             }
         }
-        std::thread::sleep(Duration::from_millis(1));
+        // Counted as broker CPU: a coarse poll (the drain's end is stamped by the consumers).
+        std::thread::sleep(Duration::from_millis(5));
     }
     let mut reports = Vec::new();
     let mut error = None;

@@ -42,6 +42,11 @@ pub struct Metric {
 pub const METRICS: &[Metric] = &[
     Metric { name: "mb_per_sec", better: Better::Higher, get: |p| Some(p.mb_per_sec) },
     Metric { name: "records_per_sec", better: Better::Higher, get: |p| Some(p.records_per_sec) },
+    Metric {
+        name: "broker_cpu_s_per_gb",
+        better: Better::Lower,
+        get: |p| Some(p.broker_cpu.user_s_per_gb + p.broker_cpu.sys_s_per_gb),
+    },
     Metric { name: "broker_cpu_user_s_per_gb", better: Better::Lower, get: |p| Some(p.broker_cpu.user_s_per_gb) },
     Metric { name: "broker_cpu_sys_s_per_gb", better: Better::Lower, get: |p| Some(p.broker_cpu.sys_s_per_gb) },
     Metric { name: "consumer_cpu_user_s_per_gb", better: Better::Lower, get: |p| Some(p.consumer_cpu.user_s_per_gb) },
@@ -72,8 +77,7 @@ pub const METRICS: &[Metric] = &[
 ];
 
 /// Metrics shown in the within-run table (each path / `copy`).
-const WITHIN_RUN: [&str; 4] =
-    ["mb_per_sec", "broker_cpu_sys_s_per_gb", "broker_cpu_user_s_per_gb", "e2e_corrected_p99_us"];
+const WITHIN_RUN: [&str; 3] = ["mb_per_sec", "broker_cpu_s_per_gb", "e2e_corrected_p99_us"];
 
 /// One metric of one entry, base beside new.
 #[derive(Clone, Debug, PartialEq)]
@@ -180,9 +184,15 @@ impl Report {
     }
 }
 
-/// Compares `new` against `base` with `threshold` as a fraction (0.10 = 10%); see the
-/// [module docs](self).
+/// Compares `new` against `base` with `threshold` as a fraction (0.10 = 10%), gating every
+/// metric; see the [module docs](self).
 pub fn compare(base: &Results, new: &Results, threshold: f64) -> Report {
+    compare_gated(base, new, threshold, None)
+}
+
+/// As [`compare`], but only the metrics named in `gated` (names of [`METRICS`]) can be
+/// regressions; the others are still shown side by side. `None` gates every metric.
+pub fn compare_gated(base: &Results, new: &Results, threshold: f64, gated: Option<&[String]>) -> Report {
     let key = |p: &PathResult| format!("{}/{}", p.read_path, p.phase);
     let mut rows = Vec::new();
     let mut missing = Vec::new();
@@ -197,10 +207,12 @@ pub fn compare(base: &Results, new: &Results, threshold: f64) -> Report {
                 (Some(bv), Some(nv)) if bv > 0.0 => Some(nv / bv),
                 _ => None,
             };
-            let regression = ratio.is_some_and(|r| match m.better {
-                Better::Higher => r < 1.0 - threshold,
-                Better::Lower => r > 1.0 + threshold,
-            });
+            let is_gated = gated.is_none_or(|g| g.iter().any(|x| x == m.name));
+            let regression = is_gated
+                && ratio.is_some_and(|r| match m.better {
+                    Better::Higher => r < 1.0 - threshold,
+                    Better::Lower => r > 1.0 + threshold,
+                });
             rows.push(Row {
                 read_path: b.read_path.clone(),
                 phase: b.phase.clone(),
@@ -309,16 +321,33 @@ pub struct CompareArgs {
     /// How far a metric may move the wrong way before it is a regression: `10%`, `2.5%`.
     #[arg(long, default_value = "10%")]
     pub threshold: String,
+    /// Gate only these metrics (comma-separated names of the table's metric column, e.g.
+    /// `mb_per_sec,broker_cpu_sys_s_per_gb`); the others are shown, never flagged. Default: all.
+    #[arg(long, value_delimiter = ',')]
+    pub metrics: Option<Vec<String>>,
+}
+
+/// Checks `--metrics` names against [`METRICS`]. Errors: the first unknown name, with the
+/// known ones.
+pub fn check_metrics(names: &[String]) -> Result<(), String> {
+    match names.iter().find(|n| !METRICS.iter().any(|m| m.name == n.as_str())) {
+        Some(bad) => Err(format!(
+            "--metrics: unknown metric {bad:?} (known: {})",
+            METRICS.iter().map(|m| m.name).collect::<Vec<_>>().join(", ")
+        )),
+        None => Ok(()),
+    }
 }
 
 /// `fetchbench compare`: prints the report; exit 0 no regression, 1 regression, 2 bad input.
 pub fn main(args: CompareArgs) -> ExitCode {
     let loaded = parse_threshold(&args.threshold).and_then(|t| {
+        check_metrics(args.metrics.as_deref().unwrap_or_default())?;
         Ok((t, load(&args.base).map_err(|e| e.to_string())?, load(&args.new).map_err(|e| e.to_string())?))
     });
     match loaded {
         Ok((threshold, base, new)) => {
-            let report = compare(&base, &new, threshold);
+            let report = compare_gated(&base, &new, threshold, args.metrics.as_deref());
             print!("{}", report.table());
             if report.has_regressions() {
                 ExitCode::from(1)
@@ -350,6 +379,27 @@ mod tests {
             p.end_to_end_latency.corrected.summary.p99_us /= factor;
         }
         r
+    }
+
+    #[test]
+    fn only_gated_metrics_are_regressions() {
+        let base = example(1.0);
+        let mut new = scaled(&base, 0.8); // throughput down 20%, costs and latencies down too
+        for p in &mut new.paths {
+            p.broker_rss_bytes *= 2; // a cost up 100%
+        }
+        let gated = vec!["broker_rss_bytes".to_string()];
+        let report = compare_gated(&base, &new, 0.10, Some(&gated));
+        assert!(report.regressions().all(|r| r.metric == "broker_rss_bytes"));
+        assert_eq!(report.regressions().count(), base.paths.len());
+        // The throughput rows are still there, unflagged.
+        assert!(report.rows.iter().any(|r| r.metric == "mb_per_sec" && r.ratio.is_some_and(|x| x < 0.85)));
+        let throughput = vec!["mb_per_sec".to_string()];
+        assert!(compare_gated(&base, &new, 0.10, Some(&throughput)).has_regressions());
+        assert!(!compare_gated(&base, &new, 0.10, Some(&["fetch_p50_us".to_string()])).has_regressions());
+        assert!(check_metrics(&throughput).is_ok());
+        let e = check_metrics(&["speed".to_string()]).unwrap_err();
+        assert!(e.contains("unknown metric \"speed\"") && e.contains("mb_per_sec"), "{e}");
     }
 
     #[test]
@@ -424,12 +474,12 @@ mod tests {
         let e = load(&garbage).unwrap_err().to_string();
         assert!(
             e.contains(
-                "garbage.json: not a valid fetchbench-results v1 document: not JSON: expected ident at line 1 column 2"
+                "garbage.json: not a valid fetchbench-results v2 document: not JSON: expected ident at line 1 column 2"
             ),
             "{e}"
         );
         let wrong = dir.path().join("wrong.json");
-        std::fs::write(&wrong, r#"{"schema": "fetchbench-read-paths", "schema_version": 1}"#).unwrap();
+        std::fs::write(&wrong, r#"{"schema": "fetchbench-read-paths", "schema_version": 2}"#).unwrap();
         let e = load(&wrong).unwrap_err().to_string();
         assert!(e.contains("/schema: expected \"fetchbench-results\", found \"fetchbench-read-paths\""), "{e}");
         assert!(e.contains("/paths: missing"), "{e}");

@@ -82,7 +82,22 @@ fn ci_gate_exits_with_the_comparison_verdict() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("REGRESSION") && stdout.contains("beyond 10.0%"), "the compare table: {stdout}");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("ci-gate: FAILED: regression beyond 10%"), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("ci-gate: FAILED: the regression showed in all 3 attempts"), "{}", text(&out));
+    assert_eq!(stderr.matches("attempt ").count(), 3, "three attempts: {}", text(&out));
+    // Only the gated metrics count: major faults are 0 in both files, never a regression.
+    let out = gate(&[
+        "--skip-run",
+        "fixtures/results/slower-20pct.json",
+        "--baseline",
+        base,
+        "--metrics",
+        "major_faults_per_gb",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let out = gate(&["--skip-run", "fixtures/results/slower-20pct.json", "--baseline", base, "--metrics", "speed"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown metric \"speed\""), "{}", text(&out));
 
     let out = gate(&["--skip-run", "fixtures/results/within-2pct.json", "--baseline", base]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
@@ -130,7 +145,7 @@ fn ci_gate_workload_is_short_and_resolved() {
     let w = Workload::from_file(&path).unwrap();
     assert!(w.is_resolved(), "{w:?}");
     assert_eq!(w.phases, [Phase::CatchUp, Phase::Tail]);
-    assert_eq!(w.backlog_bytes, 256 << 20);
+    assert_eq!(w.backlog_bytes, 2 << 30);
     assert_eq!((w.warmup.as_secs(), w.duration.as_secs()), (1, 5));
     assert_eq!(w.consumers_per_group, 2);
     let paths: Vec<&str> = w.read_paths.iter().map(|p| p.name()).collect();
