@@ -49,7 +49,7 @@ skip_run="" # hidden: --skip-run NEW.json compares NEW.json instead of running (
 
 log() { printf 'ci-gate: %s\n' "$*" >&2; }
 die() { log "$*"; exit 2; }
-usage() { sed -n '/^# Usage:/,/^# Defaults/p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '/^# Usage:/,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'; }
 
 while [ "$#" -gt 0 ]; do
   opt="$1"

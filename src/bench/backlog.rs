@@ -146,7 +146,8 @@ pub(crate) fn generate(w: &Workload, dir: &Path) -> anyhow::Result<Backlog> {
 }
 
 /// The bytes of `payload_file`, handed out as consecutive value-sized slices (wrapping around).
-struct Payload {
+#[derive(Clone)]
+pub(crate) struct Payload {
     bytes: Vec<u8>,
     /// Where the next value starts.
     pos: usize,
@@ -154,7 +155,7 @@ struct Payload {
 
 impl Payload {
     /// Reads the whole file. Errors: unreadable or empty, naming `payload_file` and the path.
-    fn read(path: &Path) -> anyhow::Result<Payload> {
+    pub(crate) fn read(path: &Path) -> anyhow::Result<Payload> {
         let bytes = fs::read(path).with_context(|| format!("payload_file: cannot read {}", path.display()))?;
         if bytes.is_empty() {
             bail!("payload_file: {} is empty (values are cut from its bytes)", path.display());
@@ -164,7 +165,7 @@ impl Payload {
 
     /// Fills `value` with the next `value.len()` bytes of the file, continuing from its start
     /// when the end is reached.
-    fn fill(&mut self, value: &mut [u8]) {
+    pub(crate) fn fill(&mut self, value: &mut [u8]) {
         let mut off = 0;
         while off < value.len() {
             let n = (value.len() - off).min(self.bytes.len() - self.pos);

@@ -10,23 +10,23 @@ use nix::sys::resource::UsageWho;
 use super::backlog::Backlog;
 use super::histogram::Latency;
 use super::results::{CpuPerGb, EndToEnd, LatencyResult, PathResult};
-use super::usage::{pin_current_thread, residency, rss_bytes, Usage};
-use super::workload::{Phase, Workload};
+use super::usage::{pin_current_thread, residency, rss_bytes, threads_usage, Usage};
+use super::workload::{PageCache, Phase, Workload};
 use crate::broker::BrokerHandle;
-use crate::client::consumer::{Consumer, ConsumerConfig};
+use crate::client::consumer::{Consumer, ConsumerConfig, TopicPartition};
 
 /// How long one path's drain may take before the run fails.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// What a consumer thread hands back.
 struct MemberReport {
-    /// Thread usage at the drain start, at the warmup boundary (if seen) and at the end.
+    /// Thread usage at the drain start and at its end.
     start: Usage,
-    boundary: Option<Usage>,
     end: Usage,
-    /// Poll latencies over the whole drain and after the warmup boundary.
-    polls_all: Latency,
-    polls_window: Latency,
+    /// Poll latencies of the measured drain.
+    polls: Latency,
+    /// Complete warmup drains of its partitions.
+    warm_passes: u32,
 }
 
 /// State shared by the consumer threads of one path.
@@ -37,7 +37,6 @@ struct Shared {
     members: Mutex<Vec<(usize, i32, usize)>>,
     stable: AtomicUsize,
     groups: usize,
-    boundary: AtomicBool,
     failed: AtomicBool,
     /// Set on Ctrl-C: members stop reading and report.
     stop: AtomicBool,
@@ -71,8 +70,10 @@ pub(crate) struct Target<'a> {
 
 /// Measures the catch-up phase: `consumer_groups` groups of `consumers_per_group` consumers
 /// (one thread each) subscribe to every topic; once every group is stable (all members in one
-/// generation, every partition assigned: `rebalance_ms`), each member seeks to the log start
-/// and the backlog is drained. Returns the path's result and notes.
+/// generation, every partition assigned: `rebalance_ms`), each member warms up (drains its
+/// partitions from the log start again and again for `warmup`; none when the page cache is
+/// `cold`), then every member seeks to the log start and the measured drain of the whole
+/// backlog runs. Returns the path's result and notes.
 ///
 /// Errors: a consumer error, a group that does not become stable within 60 s, a record
 /// delivered twice or out of order, a drain longer than 600 s.
@@ -95,7 +96,6 @@ pub(crate) fn catch_up(t: &Target<'_>) -> anyhow::Result<(PathResult, Vec<String
         members: Mutex::new(vec![(usize::MAX, -1, 0); members]),
         stable: AtomicUsize::new(0),
         groups,
-        boundary: AtomicBool::new(false),
         failed: AtomicBool::new(false),
         stop: AtomicBool::new(false),
         ready: Gate::new(members + 1),
@@ -118,9 +118,11 @@ pub(crate) fn catch_up(t: &Target<'_>) -> anyhow::Result<(PathResult, Vec<String
         let topics: Vec<String> = backlog.topics.iter().map(|(t, _)| t.clone()).collect();
         let dense = backlog.dense_offsets;
         let pin = t.pin_clients.clone();
+        // Warmup drains fill the page cache: none for a cold run.
+        let warmup = if w.page_cache == PageCache::Cold { Duration::ZERO } else { w.warmup };
         let sh = shared.clone();
         let t = std::thread::Builder::new().name(format!("bench-consumer-{m}")).spawn(move || {
-            let r = member(m, group, per_group, partitions_total, cc, &topics, dense, pin.as_deref(), &sh);
+            let r = member(m, group, per_group, partitions_total, cc, &topics, dense, warmup, pin.as_deref(), &sh);
             if r.is_err() {
                 sh.failed.store(true, Ordering::SeqCst);
             }
@@ -153,11 +155,11 @@ pub(crate) fn catch_up(t: &Target<'_>) -> anyhow::Result<(PathResult, Vec<String
         return Err(join_error(threads, e));
     }
     let proc_start = Usage::now(UsageWho::RUSAGE_SELF);
+    let heartbeats_start = threads_usage(&["heartbeat-"]);
     let start = Instant::now();
     if let Err(e) = shared.go.wait(&shared.failed) {
         return Err(join_error(threads, e));
     }
-    let mut boundary: Option<(Instant, Usage, u64)> = None;
     loop {
         if shared.consumed.load(Ordering::SeqCst) >= shared.target || shared.failed.load(Ordering::SeqCst) {
             break;
@@ -171,17 +173,11 @@ pub(crate) fn catch_up(t: &Target<'_>) -> anyhow::Result<(PathResult, Vec<String
             shared.failed.store(true, Ordering::SeqCst);
             break;
         }
-        if boundary.is_none() && !w.warmup.is_zero() && start.elapsed() >= w.warmup {
-            let u = Usage::now(UsageWho::RUSAGE_SELF);
-            boundary = Some((Instant::now(), u, shared.consumed.load(Ordering::SeqCst)));
-            shared.boundary.store(true, Ordering::SeqCst);
-            if let Some(b) = t.broker {
-                let _ = b.take_fetch_latency(); // warmup fetches are not measured
-            }
-        }
         // Counted as broker CPU: a coarse poll (the drain's end is stamped by the consumers).
         std::thread::sleep(Duration::from_millis(5));
     }
+    // The consumers' heartbeat threads are clients too (taken before the consumers close).
+    let heartbeats = threads_usage(&["heartbeat-"]).minus(heartbeats_start);
     let mut reports = Vec::new();
     let mut error = None;
     for t in threads {
@@ -201,30 +197,32 @@ pub(crate) fn catch_up(t: &Target<'_>) -> anyhow::Result<(PathResult, Vec<String
     if !stopped && shared.consumed.load(Ordering::SeqCst) < shared.target {
         bail!("the drain did not finish within {} s", DRAIN_TIMEOUT.as_secs());
     }
-    // The window: after the warmup boundary when every member saw it, else the whole drain.
-    let use_boundary = boundary.filter(|_| reports.iter().all(|r| r.boundary.is_some()));
-    if !w.warmup.is_zero() && use_boundary.is_none() {
-        notes.push(format!(
-            "the drain ({:.2} s) was shorter than warmup ({:.1} s): the whole drain is measured",
-            end.duration_since(start).as_secs_f64(),
-            w.warmup.as_secs_f64()
-        ));
-    }
-    let (t0, proc0, records0) = use_boundary.unwrap_or((start, proc_start, 0));
-    let mut consumer = Usage::default();
+    let (t0, proc0) = (start, proc_start);
+    let mut consumer = heartbeats;
     let mut polls = Latency::new();
     for r in &reports {
-        let from = if use_boundary.is_some() { r.boundary.expect("checked") } else { r.start };
-        consumer = consumer.plus(r.end.minus(from));
-        polls.merge(if use_boundary.is_some() { &r.polls_window } else { &r.polls_all });
+        consumer = consumer.plus(r.end.minus(r.start));
+        polls.merge(&r.polls);
+    }
+    if w.warmup.is_zero() {
+        notes.push("no warmup: the first drain is measured".to_string());
+    } else if w.page_cache == PageCache::Cold {
+        notes.push("page_cache cold: no warmup drains (they would fill the page cache)".to_string());
+    } else {
+        let passes: Vec<String> = reports.iter().map(|r| r.warm_passes.to_string()).collect();
+        notes.push(format!(
+            "warmup: {:.1} s of drains before the measured one (complete passes per member: {})",
+            w.warmup.as_secs_f64(),
+            passes.join(", ")
+        ));
     }
     let seconds = end.duration_since(t0).as_secs_f64().max(1e-9);
-    let records = shared.consumed.load(Ordering::SeqCst).min(shared.target).saturating_sub(records0);
+    let records = shared.consumed.load(Ordering::SeqCst).min(shared.target);
     let bytes = (backlog.disk_bytes as f64 * groups as f64 * records as f64 / shared.target.max(1) as f64) as u64;
     let gb = (bytes as f64 / 1e9).max(1e-12);
     let process = proc_end.minus(proc0);
     // External target: the broker is elsewhere; this process is only the clients.
-    let brk = if t.broker.is_some() { process.minus(consumer) } else { Usage::default() };
+    let brk = if t.broker.is_some() { process.minus_part(consumer) } else { Usage::default() };
     if t.broker.is_none() {
         consumer = process;
     }
@@ -281,6 +279,7 @@ fn member(
     config: ConsumerConfig,
     topics: &[String],
     dense: bool,
+    warmup: Duration,
     pin: Option<&[usize]>,
     sh: &Shared,
 ) -> anyhow::Result<MemberReport> {
@@ -319,6 +318,8 @@ fn member(
         }
     }
     let assignment = c.assignment();
+    let generation = c.generation();
+    let warm_passes = if warmup.is_zero() { 0 } else { warm_up(&mut c, &assignment, warmup, sh)? };
     if !assignment.is_empty() {
         c.seek_to_beginning(&assignment)?;
         c.resume(&assignment)?;
@@ -326,26 +327,23 @@ fn member(
     sh.ready.wait(&sh.failed)?;
     let start = Usage::now(UsageWho::RUSAGE_THREAD);
     sh.go.wait(&sh.failed)?;
-    let mut boundary = None;
-    let mut polls_all = Latency::new();
-    let mut polls_window = Latency::new();
+    let mut polls = Latency::new();
     // Next expected offset per partition: every record must come exactly once, in order.
     let mut next: std::collections::HashMap<(Arc<str>, i32), i64> = std::collections::HashMap::new();
     while sh.consumed.load(Ordering::SeqCst) < sh.target
         && !sh.failed.load(Ordering::SeqCst)
         && !sh.stop.load(Ordering::SeqCst)
     {
-        if boundary.is_none() && sh.boundary.load(Ordering::SeqCst) {
-            boundary = Some(Usage::now(UsageWho::RUSAGE_THREAD));
-        }
         let t = Instant::now();
         let recs = c.poll(Duration::from_millis(100))?;
         let ns = t.elapsed().as_nanos() as u64;
+        // A rebalance moves partitions and resets positions: the drain is no longer one
+        // measurement (members closing at the end rebalance too, after the target).
+        if c.generation() != generation && sh.consumed.load(Ordering::SeqCst) < sh.target {
+            return Err(Rebalanced { from: generation, to: c.generation() }.into());
+        }
         if !recs.is_empty() {
-            polls_all.record_ns(ns);
-            if boundary.is_some() {
-                polls_window.record_ns(ns);
-            }
+            polls.record_ns(ns);
             for r in &recs {
                 // Generated: dense from 0, each offset once. A real log: offsets only grow
                 // (compaction gaps, control batches), each at most once.
@@ -364,7 +362,54 @@ fn member(
     }
     let end = Usage::now(UsageWho::RUSAGE_THREAD);
     let _ = c.close();
-    Ok(MemberReport { start, boundary, end, polls_all, polls_window })
+    Ok(MemberReport { start, end, polls, warm_passes })
+}
+
+/// Warmup of one member: drains its partitions from the log start again and again (the same
+/// connections, read path state, socket buffers and broker mappings the measured drain will
+/// use) until `warmup` has passed, stopping mid-pass at the deadline. Returns the complete
+/// passes.
+fn warm_up(c: &mut Consumer, assignment: &[TopicPartition], warmup: Duration, sh: &Shared) -> anyhow::Result<u32> {
+    if assignment.is_empty() {
+        return Ok(0);
+    }
+    let deadline = Instant::now() + warmup;
+    c.seek_to_end(assignment)?;
+    let mut ends = Vec::new();
+    for tp in assignment {
+        ends.push(c.position(tp)?);
+    }
+    let mut passes = 0;
+    loop {
+        c.seek_to_beginning(assignment)?;
+        c.resume(assignment)?;
+        loop {
+            if Instant::now() >= deadline || sh.failed.load(Ordering::SeqCst) || sh.stop.load(Ordering::SeqCst) {
+                c.pause(assignment)?;
+                return Ok(passes);
+            }
+            let _ = c.poll(Duration::from_millis(100))?;
+            let mut done = true;
+            for (tp, end) in assignment.iter().zip(&ends) {
+                done &= c.position(tp)? >= *end;
+            }
+            if done {
+                passes += 1;
+                break;
+            }
+        }
+    }
+}
+
+/// The group rebalanced during the measured drain (a member saw another generation): the
+/// measurement is void; the caller may run the phase again.
+#[derive(Debug, thiserror::Error)]
+#[error("the consumer group rebalanced during the measured drain (generation {from} -> {to})")]
+pub(crate) struct Rebalanced {
+    /// The generation the drain started in.
+    pub from: i32,
+    /// The one a member found itself in.
+    pub to: i32,
 }
 
 /// A barrier that gives up when the run failed (a member that errors never arrives).

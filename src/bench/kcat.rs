@@ -728,7 +728,7 @@ pub(crate) fn catch_up(t: &Target<'_>) -> anyhow::Result<(PathResult, Vec<String
     let bytes = (backlog.disk_bytes as f64 * groups as f64 * records as f64 / total.max(1) as f64) as u64;
     let gb = (bytes as f64 / 1e9).max(1e-12);
     let process = proc_end.minus(proc0);
-    let brk = if t.broker.is_some() { process.minus(readers_usage) } else { Usage::default() };
+    let brk = if t.broker.is_some() { process.minus_part(readers_usage) } else { Usage::default() };
     // The consumers are the kcat processes (plus, on an external cluster, this process's readers).
     let consumer = if t.broker.is_some() { children } else { children.plus(process) };
     let per_gb = |x: f64| (x / gb).max(0.0);

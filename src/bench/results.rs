@@ -164,20 +164,30 @@ pub struct LimitRatio {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Git {
-    /// `git rev-parse HEAD`, `null` outside a repository.
+    /// `git rev-parse HEAD` of the source tree the binary was built from, `null` when unknown.
     pub commit: Option<String>,
     /// Whether `git status --porcelain` listed changes (the binary may not be `commit`).
     pub dirty: bool,
 }
 
 impl Git {
-    /// The state of the repository around the current directory.
+    /// The state of the source tree this binary was built from (`CARGO_MANIFEST_DIR` at build
+    /// time), whatever the working directory; `commit: null` when that tree is gone or is not
+    /// a git repository (an installed binary).
     pub fn current() -> Git {
+        Git::of(std::path::Path::new(env!("CARGO_MANIFEST_DIR")))
+    }
+
+    /// The state of the git repository at `dir`.
+    pub fn of(dir: &std::path::Path) -> Git {
         let run = |args: &[&str]| {
-            let out = std::process::Command::new("git").args(args).output().ok()?;
+            let out = std::process::Command::new("git").arg("-C").arg(dir).args(args).output().ok()?;
             out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
         };
-        let commit = run(&["rev-parse", "HEAD"]);
+        // Only when `dir` is the repository's top level (not a directory inside another one).
+        let top = run(&["rev-parse", "--show-toplevel"]);
+        let same = top.is_some_and(|t| std::fs::canonicalize(t).ok() == std::fs::canonicalize(dir).ok());
+        let commit = if same { run(&["rev-parse", "HEAD"]) } else { None };
         let dirty = commit.is_some() && run(&["status", "--porcelain"]).is_some_and(|s| !s.is_empty());
         Git { commit, dirty }
     }
@@ -407,7 +417,8 @@ fn walk(shape: &Value, v: &Value, at: &str, problems: &mut Vec<String>) {
 /// Checks `doc` against the schema and returns it as [`Results`]. Errors list every problem
 /// with its JSON pointer: wrong `schema` or `schema_version`, a missing or unknown field, a
 /// value of the wrong type, a negative or non-finite number, a histogram that does not
-/// decode, a workload that does not parse, a `residency_before` above 1, an unknown phase.
+/// decode, a workload that does not parse, a `residency_before` above 1, an unknown phase,
+/// two entries for the same (read path, phase).
 pub fn validate(doc: &Value) -> Result<Results, ValidationError> {
     let mut problems = Vec::new();
     if doc.get("schema").and_then(Value::as_str) != Some(SCHEMA) {
@@ -428,6 +439,14 @@ pub fn validate(doc: &Value) -> Result<Results, ValidationError> {
             }
             if let Some(phase) = p.get("phase").and_then(Value::as_str).filter(|s| !["catch_up", "tail"].contains(s)) {
                 problems.push(format!("/paths/{i}/phase: expected one of catch_up, tail, found \"{phase}\""));
+            }
+            let key = (p.get("read_path"), p.get("phase"));
+            if paths[..i].iter().any(|q| (q.get("read_path"), q.get("phase")) == key) {
+                problems.push(format!(
+                    "/paths/{i}: a second entry for read path {} phase {}",
+                    key.0.map_or("?".into(), describe),
+                    key.1.map_or("?".into(), describe)
+                ));
             }
         }
     }
@@ -471,12 +490,17 @@ fetch_p999_us,fetch_max_us,e2e_corrected_p50_us,e2e_corrected_p99_us,e2e_correct
 e2e_corrected_max_us,e2e_raw_p50_us,e2e_raw_p99_us,e2e_raw_p999_us,poll_p50_us,poll_p99_us,rebalance_ms";
 
 /// Writes a CSV summary of `results`: [`CSV_HEADER`], then one line per path entry (units as
-/// in [`PathResult`]; an absent `rebalance_ms` is an empty cell).
+/// in [`PathResult`]; an absent `rebalance_ms` and the percentiles of a latency without
+/// samples, such as end-to-end in a catch-up phase, are empty cells).
 pub fn write_csv(results: &Results, mut out: impl Write) -> io::Result<()> {
     writeln!(out, "{CSV_HEADER}")?;
+    // A percentile, or an empty cell when its histogram has no samples.
+    let q = |s: &Summary, v: f64| if s.count == 0 { String::new() } else { v.to_string() };
     for p in &results.paths {
         let f = &p.fetch_latency.summary;
         let c = &p.end_to_end_latency.corrected.summary;
+        let r = &p.end_to_end_latency.raw.summary;
+        let poll = &p.poll_latency.summary;
         let cells = [
             csv_cell(&p.read_path),
             csv_cell(&p.phase),
@@ -492,19 +516,19 @@ pub fn write_csv(results: &Results, mut out: impl Write) -> io::Result<()> {
             p.context_switches_per_gb.to_string(),
             p.residency_before.to_string(),
             p.broker_rss_bytes.to_string(),
-            f.p50_us.to_string(),
-            f.p99_us.to_string(),
-            f.p999_us.to_string(),
-            f.max_us.to_string(),
-            c.p50_us.to_string(),
-            c.p99_us.to_string(),
-            c.p999_us.to_string(),
-            c.max_us.to_string(),
-            p.end_to_end_latency.raw.summary.p50_us.to_string(),
-            p.end_to_end_latency.raw.summary.p99_us.to_string(),
-            p.end_to_end_latency.raw.summary.p999_us.to_string(),
-            p.poll_latency.summary.p50_us.to_string(),
-            p.poll_latency.summary.p99_us.to_string(),
+            q(f, f.p50_us),
+            q(f, f.p99_us),
+            q(f, f.p999_us),
+            q(f, f.max_us),
+            q(c, c.p50_us),
+            q(c, c.p99_us),
+            q(c, c.p999_us),
+            q(c, c.max_us),
+            q(r, r.p50_us),
+            q(r, r.p99_us),
+            q(r, r.p999_us),
+            q(poll, poll.p50_us),
+            q(poll, poll.p99_us),
             p.rebalance_ms.map(|r| r.to_string()).unwrap_or_default(),
         ];
         writeln!(out, "{}", cells.join(","))?;
@@ -646,6 +670,13 @@ mod tests {
         );
         check(&|d| d["paths"][0]["residency_before"] = json!(1.5), "/paths/0/residency_before: expected a fraction");
         check(&|d| d["paths"][0]["phase"] = json!("warm"), "/paths/0/phase: expected one of catch_up, tail");
+        check(
+            &|d| {
+                let first = d["paths"][0].clone();
+                d["paths"].as_array_mut().unwrap().push(first)
+            },
+            "/paths/6: a second entry for read path \"copy\" phase \"catch_up\"",
+        );
         check(&|d| d["workload"]["page_cache"] = json!("warm"), "/workload: page_cache: expected one of hot, cold");
         check(&|d| d["workload"]["partitions"] = json!([1, 2]), "/workload: a sweep");
         check(&|d| d["git"]["dirty"] = json!("no"), "/git/dirty: expected true or false");

@@ -78,6 +78,9 @@ pub struct RunArgs {
     /// Tests only: every producer of the tail phase stalls `AT_MS:LENGTH_MS` once.
     #[arg(long, hide = true, value_parser = parse_stall)]
     pub producer_stall: Option<Stall>,
+    /// Limits already measured (a sweep measures them once for all its points).
+    #[arg(skip)]
+    pub preloaded_limits: Option<LimitsResult>,
 }
 
 fn parse_stall(s: &str) -> Result<Stall, String> {
@@ -129,8 +132,10 @@ fn fail(command: &str, e: &anyhow::Error) -> ExitCode {
     // The chain, leaving out causes the message before already spells out.
     let mut msg = String::new();
     for cause in e.chain().map(ToString::to_string) {
-        if !msg.ends_with(&cause) {
-            msg += &if msg.is_empty() { cause } else { format!(": {cause}") };
+        if cause.starts_with(&msg) {
+            msg = cause; // the cause repeats the context and says more
+        } else if !msg.ends_with(&cause) {
+            msg += &format!(": {cause}");
         }
     }
     eprintln!("fetchbench {command}: {msg}");
@@ -198,7 +203,10 @@ pub fn run_one(args: &RunArgs, w: &Workload, command: &[String]) -> anyhow::Resu
     };
     let pinning = resolve_pinning(&w.cpu_pinning);
     if let Some((b, c)) = &pinning {
-        notes.push(format!("cpu pinning: broker on CPUs {b:?}, clients on CPUs {c:?}"));
+        notes.push(match &args.bootstrap {
+            Some(_) => format!("cpu pinning: clients on CPUs {c:?} (the broker is external)"),
+            None => format!("cpu pinning: broker on CPUs {b:?}, clients on CPUs {c:?}"),
+        });
     } else if w.cpu_pinning == CpuPinning::Auto {
         notes.push("cpu pinning: none (fewer than 2 CPUs allowed)".into());
     }
@@ -216,8 +224,9 @@ pub fn run_one(args: &RunArgs, w: &Workload, command: &[String]) -> anyhow::Resu
             notes.push("page_cache cold: not possible on an external cluster; its page cache is as it is".into());
         }
         notes.push(
-            "external cluster: broker CPU, faults, RSS and broker-side fetch latency are not measured \
-             (0 / empty); consumer_cpu is this process (all clients)"
+            "external cluster: broker CPU, faults, RSS, page-cache residency (reported as 1) and \
+             broker-side fetch latency are not measured (0 / empty); consumer_cpu is this process \
+             (all clients); the topics created stay on the cluster"
                 .into(),
         );
         let t = Target {
@@ -315,7 +324,11 @@ pub fn run_one(args: &RunArgs, w: &Workload, command: &[String]) -> anyhow::Resu
     if paths.is_empty() && !interrupted {
         bail!("no read path of the workload could run here: {}", notes.join("; "));
     }
-    let limits = if args.no_limits { LimitsResult::default() } else { machine_limits(args, &progress, &mut notes) };
+    let limits = match (&args.preloaded_limits, args.no_limits) {
+        (_, true) => LimitsResult::default(),
+        (Some(l), false) => l.clone(),
+        (None, false) => machine_limits(args, &progress, &mut notes)?,
+    };
     for p in &mut paths {
         p.ratio_to_limits = super::limits::ratios(&limits, p.mb_per_sec);
     }
@@ -356,11 +369,29 @@ pub fn run_one(args: &RunArgs, w: &Workload, command: &[String]) -> anyhow::Resu
 /// The JSON, CSV and SVG of `results` in `dir` as `<date>-<name>.*`; returns their paths.
 fn write_files(results: &Results, dir: &Path, date: &str, name: &str) -> anyhow::Result<Vec<PathBuf>> {
     fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let stem = format!("{}-{}", date.replace(':', ""), file_safe(name));
+    // `<date>-<name>`, or `<date>-<name>-2`, ... when a run of the same second has it: the
+    // JSON is claimed with create_new, so parallel runs never overwrite each other.
+    let base = format!("{}-{}", date.replace(':', ""), file_safe(name));
+    let mut n = 1;
+    let (stem, mut json_file) = loop {
+        let stem = if n == 1 { base.clone() } else { format!("{base}-{n}") };
+        match fs::File::create_new(dir.join(format!("{stem}.json"))) {
+            Ok(f) => break (stem, f),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && n < 1000 => n += 1,
+            Err(e) => {
+                return Err(e).with_context(|| format!("creating {}", dir.join(format!("{stem}.json")).display()))
+            }
+        }
+    };
     let json_path = dir.join(format!("{stem}.json"));
     let csv_path = dir.join(format!("{stem}.csv"));
     let svg_path = dir.join(format!("{stem}.svg"));
-    fs::write(&json_path, results.to_json() + "\n").with_context(|| format!("writing {}", json_path.display()))?;
+    {
+        use std::io::Write as _;
+        json_file
+            .write_all((results.to_json() + "\n").as_bytes())
+            .with_context(|| format!("writing {}", json_path.display()))?;
+    }
     let mut csv = Vec::new();
     results::write_csv(results, &mut csv)?;
     fs::write(&csv_path, csv).with_context(|| format!("writing {}", csv_path.display()))?;
@@ -382,41 +413,57 @@ fn run_phases(
             break;
         }
         progress.step(format!("{}: {}", t.read_path, phase.name()));
-        let (result, phase_notes) = match phase {
+        let run = || match phase {
             Phase::CatchUp if t.w.client == Client::Librdkafka => super::kcat::catch_up(t),
             Phase::CatchUp => super::catch_up::catch_up(t),
             Phase::Tail => super::tail::tail(t, dir, args.producer_stall),
-        }
-        .with_context(|| format!("read path {} ({})", t.read_path, phase.name()))?;
+        };
+        // A rebalance inside a measured drain voids it (not a fault of the path): once more.
+        let outcome = match run() {
+            Err(e) if e.downcast_ref::<super::catch_up::Rebalanced>().is_some() => {
+                notes.push(format!("{} ({}): {e}; measured again", t.read_path, phase.name()));
+                run()
+            }
+            other => other,
+        };
+        let (result, phase_notes) = outcome.with_context(|| format!("read path {} ({})", t.read_path, phase.name()))?;
         notes.extend(phase_notes.into_iter().map(|n| format!("{} ({}): {n}", t.read_path, phase.name())));
+        if INTERRUPTED.load(Ordering::SeqCst) && (result.records == 0 || result.seconds < 1e-3) {
+            // Stopped before its window: figures over nothing (0 bytes) would be nonsense.
+            notes.push(format!(
+                "{} ({}): interrupted before anything was measured: no entry",
+                t.read_path,
+                phase.name()
+            ));
+            continue;
+        }
         paths.push(result);
     }
     Ok(())
 }
 
-/// The machine limits of this run: `--limits FILE`, else the script when its tools are
-/// installed, else none (with a note saying how to get them).
-fn machine_limits(args: &RunArgs, progress: &Progress, notes: &mut Vec<String>) -> LimitsResult {
-    let outcome = match &args.limits {
-        Some(file) => super::limits::load(file),
-        None => {
-            progress.step("measuring this machine's limits (fio, iperf3)".into());
-            // The repository's script: from the working directory, else where this binary was built.
-            let script = [Path::new("scripts/baseline-limits.sh"), Path::new(LIMITS_SCRIPT)]
-                .into_iter()
-                .find(|p| p.is_file())
-                .unwrap_or(Path::new(LIMITS_SCRIPT));
-            super::limits::measure(script)
-        }
-    };
+/// The machine limits of this run: `--limits FILE` (an error when it cannot be read: it was
+/// asked for), else the script when its tools are installed, else none (with a note saying how
+/// to get them).
+fn machine_limits(args: &RunArgs, progress: &Progress, notes: &mut Vec<String>) -> anyhow::Result<LimitsResult> {
+    if let Some(file) = &args.limits {
+        return super::limits::load(file).with_context(|| format!("--limits {}", file.display()));
+    }
+    progress.step("measuring this machine's limits (fio, iperf3)".into());
+    // The repository's script: from the working directory, else where this binary was built.
+    let script = [Path::new("scripts/baseline-limits.sh"), Path::new(LIMITS_SCRIPT)]
+        .into_iter()
+        .find(|p| p.is_file())
+        .unwrap_or(Path::new(LIMITS_SCRIPT));
+    let outcome = super::limits::measure(script);
     progress.bar.finish_and_clear();
-    match outcome {
+    Ok(match outcome {
         Ok(l) => l,
         Err(e) => {
-            notes.push(format!("machine limits: not measured: {e:#}"));
+            notes.push(e.note());
             LimitsResult::default()
         }
-    }
+    })
 }
 
 /// `scripts/baseline-limits.sh` in the source tree this binary was built from.
@@ -487,14 +534,22 @@ fn external_backlog(w: &Workload, bootstrap: &str) -> anyhow::Result<Backlog> {
     for (i, b) in value.iter_mut().enumerate() {
         *b = (i % 251) as u8;
     }
+    let mut payload = w.payload_file.as_deref().map(super::backlog::Payload::read).transpose()?;
+    let mut rng: u64 = 0x9E37_79B9_7F4A_7C15;
     let mut handles = Vec::new();
     for i in 0..records {
         if INTERRUPTED.load(Ordering::SeqCst) {
             bail!("interrupted while writing the backlog");
         }
         let (topic, partitions) = &topics[(i % topics.len() as u64) as usize];
-        let partition = ((i / topics.len() as u64) % *partitions as u64) as i32;
-        handles.push(producer.send(topic, Some(partition), None, Some(&value), &[], None)?);
+        // As the generated backlog: null keys round-robin over the partitions, keys by the
+        // producer's murmur2 partitioner; values from payload_file when set.
+        let key = super::tail::record_key(w.key_distribution, i, &mut rng);
+        let partition = key.is_none().then(|| ((i / topics.len() as u64) % *partitions as u64) as i32);
+        if let Some(p) = payload.as_mut() {
+            p.fill(&mut value);
+        }
+        handles.push(producer.send(topic, partition, key.as_deref().map(str::as_bytes), Some(&value), &[], None)?);
         if handles.len() >= 8192 {
             for h in handles.drain(..) {
                 h.wait()?;
@@ -543,7 +598,9 @@ pub struct SweepRunArgs {
 /// `fetchbench sweep`: runs every grid point of the workload in turn (each writes its own
 /// results files, labelled with its swept values), then prints and writes a summary
 /// (`<date>-<name>-sweep.csv`: label, read path, phase, MB/s, records/s, broker CPU s/GB,
-/// e2e corrected p99 ms, results file). Exit codes as `fetchbench run`.
+/// e2e corrected p99 ms, the date of the point's results files). The points run quietly (their
+/// tables and notes are in their results files); the summary goes to stdout. Exit codes as
+/// `fetchbench run`.
 pub fn sweep_main(args: SweepArgs) -> ExitCode {
     install_sigint();
     match sweep(&args) {
@@ -561,14 +618,26 @@ fn sweep(args: &SweepArgs) -> anyhow::Result<bool> {
     let run_args = RunArgs {
         workload: Some(args.workload.clone()),
         json: false,
-        quiet: args.run.quiet,
+        quiet: true,
         results_dir: args.run.results_dir.clone(),
         log_dir: None,
         bootstrap: args.run.bootstrap.clone(),
         limits: args.run.limits.clone(),
         no_limits: args.run.no_limits,
         producer_stall: None,
+        preloaded_limits: None,
     };
+    // The machine's limits once, for every point.
+    let mut run_args = run_args;
+    if !run_args.no_limits {
+        let mut notes = Vec::new();
+        let quiet = RunArgs { quiet: true, ..run_args.clone() };
+        let limits = machine_limits(&run_args, &Progress::new(&quiet), &mut notes)?;
+        for n in notes {
+            eprintln!("note: {n}");
+        }
+        run_args.preloaded_limits = Some(limits);
+    }
     // Limits once for the whole sweep (they are the machine's, not the point's).
     let mut summary = String::from(
         "label,read_path,phase,mb_per_sec,records_per_sec,broker_cpu_s_per_gb,e2e_corrected_p99_ms,results_date\n",

@@ -36,9 +36,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail};
+use anyhow::{anyhow, bail, Context};
 use nix::sys::resource::UsageWho;
 
+use super::backlog::{Backlog, Payload};
 use super::catch_up::{join_error, Target};
 use super::histogram::{Latency, LatencyRecorder, OpenLoopSchedule};
 use super::results::{CpuPerGb, EndToEnd, LatencyResult, PathResult};
@@ -48,8 +49,9 @@ use crate::client::consumer::{Consumer, ConsumerConfig, OffsetReset};
 use crate::client::producer::{Producer, ProducerConfig};
 use crate::log::batch::Header;
 
-/// Thread-name prefixes of the client threads (consumers, producer loops, producer senders).
-const CLIENT_THREADS: [&str; 3] = ["bench-consumer", "bench-producer", "fetchbench-prod"];
+/// Thread-name prefixes of the client threads (consumers and their heartbeat threads,
+/// producer loops, producer senders).
+pub(crate) const CLIENT_THREADS: [&str; 4] = ["bench-consumer", "heartbeat-", "bench-producer", "fetchbench-prod"];
 
 /// How long consumers may take after the producers finished to receive every record.
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -132,7 +134,26 @@ pub(crate) fn tail(
         bail!("producers: the tail phase needs at least one producer");
     }
     let mut notes = Vec::new();
-    let residency_before = residency(&t.backlog.segment_files);
+    // The tail writes to topics of its own (`fetchbench-tail-<topic>`, the backlog topics'
+    // partition counts), so the backlog every read path's catch-up reads stays as it was.
+    let tail_topics: Vec<(String, i32)> =
+        t.backlog.topics.iter().map(|(name, p)| (format!("fetchbench-tail-{name}"), *p)).collect();
+    create_if_missing(&t.bootstrap, &tail_topics)?;
+    let backlog =
+        Backlog { topics: tail_topics, records: 0, disk_bytes: 0, segment_files: Vec::new(), dense_offsets: true };
+    let tail_target = Target {
+        w: t.w,
+        backlog: &backlog,
+        read_path: t.read_path.clone(),
+        bootstrap: t.bootstrap.clone(),
+        broker: t.broker,
+        interrupted: t.interrupted,
+        group_prefix: t.group_prefix.clone(),
+        pin_clients: t.pin_clients.clone(),
+    };
+    let t = &tail_target;
+    // Of the segments the tail reads: its own topics, at the head.
+    let residency_before = residency(&segment_files(dir, &t.backlog.topics));
     let groups = w.consumer_groups as usize;
     let per_group = w.consumers_per_group as usize;
     let members = groups * per_group;
@@ -191,6 +212,7 @@ pub(crate) fn tail(
             stall,
             pin: t.pin_clients.clone(),
             stamp_headers: w.client == Client::Librdkafka,
+            payload: w.payload_file.as_deref().map(Payload::read).transpose()?,
         };
         let (stop, failed) = (stop_producing.clone(), sh.clone());
         let handle = std::thread::Builder::new().name(format!("bench-producer-{p}")).spawn(move || {
@@ -245,10 +267,14 @@ pub(crate) fn tail(
     }
     stop_producing.store(true, Ordering::SeqCst);
     let mut produced = 0;
+    let mut unsent = 0u64;
     let mut error = None;
     for p in producers {
         match p.join() {
-            Ok(Ok(n)) => produced += n,
+            Ok(Ok((n, u))) => {
+                produced += n;
+                unsent += u;
+            }
             Ok(Err(e)) => error = error.or(Some(e)),
             Err(_) => error = error.or(Some(anyhow!("a producer thread panicked"))),
         }
@@ -337,10 +363,16 @@ pub(crate) fn tail(
     let gb = (bytes as f64 / 1e9).max(1e-12);
     let process = proc1.minus(proc0);
     let clients = clients1.minus(clients0);
-    let brk = if t.broker.is_some() { process.minus(clients) } else { Usage::default() };
+    let brk = if t.broker.is_some() { process.minus_part(clients) } else { Usage::default() };
     let clients = if t.broker.is_some() { clients } else { process };
     let per_gb = |x: f64| (x / gb).max(0.0);
     let expected = rate.map_or(0.0, |r| r * seconds) * groups as f64;
+    if unsent > 0 {
+        notes.push(format!(
+            "the producers could not keep to the schedule: {unsent} records due in the window were never sent; \
+             they are in no histogram, so the corrected latency understates (lower the rate)"
+        ));
+    }
     if rate.is_some() && (records as f64) < expected * 0.9 {
         notes.push(format!(
             "the producers fell behind the schedule: {records} records measured, {expected:.0} due (see the corrected latency)"
@@ -408,6 +440,37 @@ fn native_members(
     Ok(consumers)
 }
 
+/// Creates `topics` (name, partitions) on the broker at `bootstrap` unless they exist.
+///
+/// Errors: connecting, or a CreateTopics error other than TOPIC_ALREADY_EXISTS (36).
+fn create_if_missing(bootstrap: &str, topics: &[(String, i32)]) -> anyhow::Result<()> {
+    use crate::client::{admin, ClientError, KafkaConnection};
+    let mut conn = KafkaConnection::connect(bootstrap, "fetchbench-run", Duration::from_secs(10))?;
+    for topic in topics {
+        match admin::create_topics(&mut conn, std::slice::from_ref(topic), 30_000) {
+            Ok(()) | Err(ClientError::Kafka { code: 36, .. }) => {}
+            Err(e) => return Err(e).with_context(|| format!("creating the tail topic {}", topic.0)),
+        }
+    }
+    Ok(())
+}
+
+/// The `.log` files of `topics`' partitions under the log directory `dir` (none without one).
+fn segment_files(dir: Option<&Path>, topics: &[(String, i32)]) -> Vec<std::path::PathBuf> {
+    let Some(dir) = dir else { return Vec::new() };
+    let mut out = Vec::new();
+    for (topic, partitions) in topics {
+        for p in 0..*partitions {
+            for f in std::fs::read_dir(dir.join(format!("{topic}-{p}"))).into_iter().flatten().flatten() {
+                if f.path().extension().is_some_and(|x| x == "log") {
+                    out.push(f.path());
+                }
+            }
+        }
+    }
+    out
+}
+
 /// Bytes of the `.log` files of `topics`' partitions under the log directory `dir`.
 fn topic_log_bytes(dir: &Path, topics: &[String]) -> u64 {
     let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
@@ -439,6 +502,8 @@ struct ProducerJob {
     topics: Vec<String>,
     stall: Option<Stall>,
     pin: Option<Vec<usize>>,
+    /// Values cut from `payload_file` (after the 16 stamp bytes), when set.
+    payload: Option<Payload>,
     /// Also carry the two timestamps as decimal record headers [`SENT_HEADER`] and
     /// [`INTENDED_HEADER`] (for clients that cannot hand back value bytes, e.g. kcat).
     stamp_headers: bool,
@@ -449,9 +514,24 @@ pub(crate) const SENT_HEADER: &str = "fetchbench.sent";
 /// Record header with the intended send time (decimal mono ns) when `stamp_headers` is on.
 pub(crate) const INTENDED_HEADER: &str = "fetchbench.intended";
 
+/// The key of record `i` (of all producers) under `keys`; `rng` is the producer's state for
+/// `random:K`.
+pub(crate) fn record_key(keys: KeyDistribution, i: u64, rng: &mut u64) -> Option<String> {
+    match keys {
+        KeyDistribution::None => None,
+        KeyDistribution::Sequential => Some(i.to_string()),
+        KeyDistribution::Random(k) => {
+            *rng ^= *rng << 13;
+            *rng ^= *rng >> 7;
+            *rng ^= *rng << 17;
+            Some((*rng % k).to_string())
+        }
+    }
+}
+
 /// One producer: sends on its schedule until `end_ns` (or `stop`), flushes, returns the
 /// records acknowledged.
-fn produce(config: ProducerConfig, job: &ProducerJob, stop: &AtomicBool) -> anyhow::Result<u64> {
+fn produce(config: ProducerConfig, job: &ProducerJob, stop: &AtomicBool) -> anyhow::Result<(u64, u64)> {
     if let Some(cpus) = &job.pin {
         pin_current_thread(cpus)?;
     }
@@ -462,18 +542,30 @@ fn produce(config: ProducerConfig, job: &ProducerJob, stop: &AtomicBool) -> anyh
     for (i, b) in value.iter_mut().enumerate().skip(16) {
         *b = (i % 251) as u8;
     }
+    let mut payload = job.payload.clone();
     let mut handles = Vec::new();
     let mut rng: u64 = 0x2545_F491_4F6C_DD1D ^ job.index;
     let mut stalled = false;
     while mono_ns() < job.start_ns {
         std::thread::sleep(Duration::from_micros(200));
     }
+    let mut unsent = 0;
     for i in 0u64.. {
         let intended = match schedule {
             Some(s) => s.intended_ns(i * job.count + job.index),
             None => mono_ns(),
         };
-        if intended >= job.end_ns || stop.load(Ordering::Relaxed) {
+        if intended >= job.end_ns {
+            break;
+        }
+        if stop.load(Ordering::Relaxed) {
+            // Stopped while records of the window were still due: a producer that could not
+            // keep to the schedule. Those records are in no histogram; count them.
+            if let Some(s) = schedule {
+                let window_slots = ((job.end_ns - job.start_ns) as f64 * s.records_per_sec / 1e9).ceil() as u64;
+                let mine = window_slots.saturating_sub(job.index).div_ceil(job.count);
+                unsent = mine.saturating_sub(i);
+            }
             break;
         }
         if let Some(s) = job.stall.filter(|s| !stalled && intended >= job.start_ns + s.at.as_nanos() as u64) {
@@ -488,16 +580,10 @@ fn produce(config: ProducerConfig, job: &ProducerJob, stop: &AtomicBool) -> anyh
             std::thread::sleep(Duration::from_nanos(intended - now));
         }
         let topic = &job.topics[(i as usize) % job.topics.len()];
-        let key = match job.keys {
-            KeyDistribution::None => None,
-            KeyDistribution::Sequential => Some((i * job.count + job.index).to_string()),
-            KeyDistribution::Random(k) => {
-                rng ^= rng << 13;
-                rng ^= rng >> 7;
-                rng ^= rng << 17;
-                Some((rng % k).to_string())
-            }
-        };
+        let key = record_key(job.keys, i * job.count + job.index, &mut rng);
+        if let Some(p) = payload.as_mut() {
+            p.fill(&mut value[16..]);
+        }
         let sent = mono_ns();
         value[..8].copy_from_slice(&sent.to_be_bytes());
         value[8..16].copy_from_slice(&intended.to_be_bytes());
@@ -529,7 +615,7 @@ fn produce(config: ProducerConfig, job: &ProducerJob, stop: &AtomicBool) -> anyh
             stats.records_failed
         );
     }
-    Ok(stats.records_acked)
+    Ok((stats.records_acked, unsent))
 }
 
 /// One tail consumer: join, wait for every group to be stable, move to the log end, then read

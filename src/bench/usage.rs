@@ -44,6 +44,26 @@ impl Usage {
         }
     }
 
+    /// `self - o` for a part `o` of `self` (the broker as the process minus its clients): as
+    /// [`Usage::minus`], but the kernel's user/system split is a tick-sampled estimate made per
+    /// thread and per process separately, so one side can come out negative while the total is
+    /// exact; a negative side is moved to the other (total kept), and nothing stays below 0.
+    pub fn minus_part(self, o: Usage) -> Usage {
+        let mut d = self.minus(o);
+        if d.user < 0.0 {
+            d.sys += d.user;
+            d.user = 0.0;
+        }
+        if d.sys < 0.0 {
+            d.user = (d.user + d.sys).max(0.0);
+            d.sys = 0.0;
+        }
+        d.minflt = d.minflt.max(0.0);
+        d.majflt = d.majflt.max(0.0);
+        d.csw = d.csw.max(0.0);
+        d
+    }
+
     /// `self + o`, field by field.
     pub fn plus(self, o: Usage) -> Usage {
         Usage {
@@ -112,8 +132,8 @@ pub(crate) fn allowed_cpus() -> Vec<usize> {
 }
 
 /// The summed resource use of this process's threads whose name (`comm`, at most 15 bytes)
-/// starts with one of `prefixes`, from `/proc/self/task/*/stat` (CPU in clock ticks, so
-/// 10 ms resolution; faults) and `.../status` (context switches). Threads that ended are not
+/// starts with one of `prefixes`, from `/proc/self/task/*/schedstat` (exact CPU time),
+/// `.../stat` (its user/system split, faults) and `.../status` (context switches). Threads that ended are not
 /// counted: take both snapshots while the threads live.
 pub(crate) fn threads_usage(prefixes: &[&str]) -> Usage {
     // SAFETY: `sysconf` only reads a system constant.
@@ -132,6 +152,18 @@ pub(crate) fn threads_usage(prefixes: &[&str]) -> Usage {
         // Fields after comm, from field 3 (state): minflt = 10, majflt = 12, utime = 14, stime = 15.
         let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
         let field = |n: usize| fields.get(n - 3).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+        // CPU: the exact runtime (`schedstat`, ns) split as the tick-sampled user:system
+        // ratio; the ticks alone (10 ms steps) where schedstat is missing.
+        let (utime, stime) = (field(14) / ticks, field(15) / ticks);
+        let exact = std::fs::read_to_string(task.path().join("schedstat"))
+            .ok()
+            .and_then(|s| s.split_whitespace().next().and_then(|ns| ns.parse::<f64>().ok()))
+            .map(|ns| ns / 1e9);
+        let (user, sys) = match exact {
+            Some(total) if utime + stime > 0.0 => (total * utime / (utime + stime), total * stime / (utime + stime)),
+            Some(total) => (0.0, total),
+            None => (utime, stime),
+        };
         let csw = std::fs::read_to_string(task.path().join("status"))
             .map(|s| {
                 s.lines()
@@ -140,13 +172,7 @@ pub(crate) fn threads_usage(prefixes: &[&str]) -> Usage {
                     .sum()
             })
             .unwrap_or(0.0);
-        total = total.plus(Usage {
-            user: field(14) / ticks,
-            sys: field(15) / ticks,
-            minflt: field(10),
-            majflt: field(12),
-            csw,
-        });
+        total = total.plus(Usage { user, sys, minflt: field(10), majflt: field(12), csw });
     }
     total
 }

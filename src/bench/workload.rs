@@ -573,6 +573,20 @@ impl Workload {
                 return bad("rate", "at least 0.001 records/s at this record_size", format!("\"{mb} MB/s\""));
             }
         }
+        // fetchbench's consumer takes Kafka's names: an unknown name or a bad value is refused
+        // here, not after the backlog was written. (librdkafka's names are kcat's to check.)
+        if self.client == Client::Native {
+            let mut probe = crate::client::consumer::ConsumerConfig::new("localhost:9092");
+            for (name, value) in &self.consumer_config {
+                if let Err(e) = probe.set(name, value) {
+                    let reason = match e {
+                        crate::client::consumer::ConsumerError::Config { reason, .. } => reason,
+                        other => other.to_string(),
+                    };
+                    return bad(&format!("consumer_config.{name}"), &reason, format!("{value:?}"));
+                }
+            }
+        }
         Ok(())
     }
 

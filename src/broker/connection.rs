@@ -68,8 +68,15 @@ pub fn serve(mut stream: TcpStream, shared: &Shared) {
         let payload = match frame::read_frame(&mut stream, shared.config.socket_request_max_bytes) {
             Ok(Some(p)) => p,
             Ok(None) => return,
+            // A client that resets its connection (a consumer closed while its fetch was
+            // parked) is routine; other read errors are worth a warning, with their cause.
+            Err(ProtocolError::Io { source }) if is_disconnect(&source) => {
+                tracing::debug!("{peer}: reading a frame: {source}; closing");
+                return;
+            }
             Err(e) => {
-                tracing::warn!("{peer}: {e}; closing");
+                let cause = std::error::Error::source(&e).map(|c| format!(": {c}")).unwrap_or_default();
+                tracing::warn!("{peer}: {e}{cause}; closing");
                 return;
             }
         };
@@ -101,9 +108,7 @@ pub fn serve(mut stream: TcpStream, shared: &Shared) {
             match e {
                 WriteEnd::Close => tracing::info!("{peer}: closing after a request that cannot be answered"),
                 // A client that goes away mid-answer (a closed consumer) is routine.
-                WriteEnd::Io(e)
-                    if matches!(e.kind(), std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset) =>
-                {
+                WriteEnd::Io(e) if is_disconnect(&e) => {
                     tracing::debug!("{peer}: writing a response: {e}; closing")
                 }
                 WriteEnd::Io(e) => tracing::warn!("{peer}: writing a response: {e}; closing"),
@@ -151,4 +156,10 @@ fn write_response(
             frame.write_to(stream.as_fd(), path).map(|_| ()).map_err(WriteEnd::Io)
         }
     }
+}
+
+/// Whether `e` is the peer going away (reset, broken pipe, aborted), not a fault.
+fn is_disconnect(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind;
+    matches!(e.kind(), ErrorKind::BrokenPipe | ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted)
 }

@@ -27,6 +27,7 @@ mod python_clients;
 mod read_paths;
 mod review_broker;
 mod review_client;
+mod review_harness;
 mod review_regressions;
 mod serve_corpus;
 mod serve_process;

@@ -148,6 +148,10 @@ pub(crate) struct PartitionState {
     pub high_watermark: Option<i64>,
     /// The position must be reset by `auto.offset.reset` (no committed offset, or out of range).
     pub needs_reset: bool,
+    /// Changed (from the fetcher's counter) by every seek, pause and (re)assignment: a Fetch
+    /// answer for an older epoch is stale even when its offset matches again (a seek back to
+    /// the offset an in-flight request asked for).
+    pub epoch: u64,
 }
 
 impl PartitionState {
@@ -159,6 +163,7 @@ impl PartitionState {
             paused: false,
             high_watermark: None,
             needs_reset: false,
+            epoch: 0,
         }
     }
 }
@@ -177,8 +182,8 @@ struct Chunk {
 struct InFlight {
     correlation_id: i32,
     version: i16,
-    /// The fetch offset asked for each partition.
-    sent: HashMap<TopicPartition, i64>,
+    /// The fetch offset asked for each partition, and the partition's epoch then.
+    sent: HashMap<TopicPartition, (i64, u64)>,
 }
 
 /// One broker's fetch connection.
@@ -211,6 +216,8 @@ pub(crate) struct Fetcher {
     nodes: HashMap<i32, NodeConn>,
     /// A response named a partition this broker does not lead (or an unknown one).
     pub(crate) metadata_stale: bool,
+    /// The last [`PartitionState::epoch`] handed out.
+    epochs: u64,
 }
 
 impl Fetcher {
@@ -222,6 +229,7 @@ impl Fetcher {
             buffered: 0,
             nodes: HashMap::new(),
             metadata_stale: false,
+            epochs: 0,
         }
     }
 
@@ -243,7 +251,9 @@ impl Fetcher {
     /// Adds partitions (without a position).
     pub(crate) fn add(&mut self, tp: TopicPartition) {
         let topic: Arc<str> = Arc::from(tp.0.as_str());
-        self.partitions.entry(tp).or_insert_with(|| PartitionState::new(topic));
+        self.epochs += 1;
+        let epoch = self.epochs;
+        self.partitions.entry(tp).or_insert_with(|| PartitionState { epoch, ..PartitionState::new(topic) });
     }
 
     /// Removes a partition and its buffered records.
@@ -269,19 +279,23 @@ impl Fetcher {
     /// Sets the position and fetch position of `tp` (seek), dropping its buffered records.
     pub(crate) fn seek(&mut self, tp: &TopicPartition, offset: i64) {
         self.drop_buffered(tp);
+        self.epochs += 1;
         if let Some(s) = self.partitions.get_mut(tp) {
             s.position = Some(offset);
             s.fetch_position = Some(offset);
             s.needs_reset = false;
+            s.epoch = self.epochs;
         }
     }
 
     /// Pauses `tp`: its buffered records are dropped and fetching resumes from its position.
     pub(crate) fn pause(&mut self, tp: &TopicPartition) {
         self.drop_buffered(tp);
+        self.epochs += 1;
         if let Some(s) = self.partitions.get_mut(tp) {
             s.paused = true;
             s.fetch_position = s.position;
+            s.epoch = self.epochs;
         }
     }
 
@@ -319,11 +333,11 @@ impl Fetcher {
         leaders: &HashMap<TopicPartition, i32>,
         brokers: &HashMap<i32, String>,
     ) -> Result<(), ConsumerError> {
-        let mut by_node: BTreeMap<i32, Vec<(&TopicPartition, i64)>> = BTreeMap::new();
+        let mut by_node: BTreeMap<i32, Vec<(&TopicPartition, i64, u64)>> = BTreeMap::new();
         for (tp, s) in &self.partitions {
             let (false, Some(offset)) = (s.paused, s.fetch_position) else { continue };
             match leaders.get(tp) {
-                Some(&node) => by_node.entry(node).or_default().push((tp, offset)),
+                Some(&node) => by_node.entry(node).or_default().push((tp, offset, s.epoch)),
                 None => self.metadata_stale = true,
             }
         }
@@ -344,7 +358,7 @@ impl Fetcher {
             let version = n.conn.version(ApiKey::Fetch, (4, 12))?;
             let mut topics: Vec<FetchTopic> = Vec::new();
             let mut sent = HashMap::new();
-            for (tp, offset) in parts {
+            for (tp, offset, state_epoch) in parts {
                 if topics.last().is_none_or(|t| t.topic.as_str() != tp.0) {
                     topics.push(FetchTopic::default().with_topic(TopicName(StrBytes::from_string(tp.0.clone()))));
                 }
@@ -357,7 +371,7 @@ impl Fetcher {
                         .with_log_start_offset(-1)
                         .with_partition_max_bytes(self.settings.partition_max_bytes),
                 );
-                sent.insert(tp.clone(), offset);
+                sent.insert(tp.clone(), (offset, state_epoch));
             }
             let request = FetchRequest::default()
                 .with_replica_id(BrokerId(-1))
@@ -434,10 +448,10 @@ impl Fetcher {
         for topic in response.responses {
             for p in topic.partitions {
                 let tp = (topic.topic.to_string(), p.partition_index);
-                let Some(&sent_offset) = flight.sent.get(&tp) else { continue };
+                let Some(&(sent_offset, sent_epoch)) = flight.sent.get(&tp) else { continue };
                 let Some(state) = self.partitions.get_mut(&tp) else { continue };
                 // Seeked, paused or reassigned since the request was sent: stale data.
-                if state.paused || state.fetch_position != Some(sent_offset) {
+                if state.paused || state.fetch_position != Some(sent_offset) || state.epoch != sent_epoch {
                     continue;
                 }
                 match p.error_code {

@@ -341,11 +341,35 @@ impl ConsumerConfig {
                     _ => return Err(bad("expected read_committed or read_uncommitted")),
                 }
             }
-            _ => return Err(bad("unknown consumer config")),
+            _ => return Err(bad(&format!("unknown consumer config (known: {})", CONFIG_KEYS.join(", ")))),
         }
         Ok(self)
     }
 }
+
+/// The configs [`ConsumerConfig::set`] knows, by Kafka's names.
+pub const CONFIG_KEYS: [&str; 20] = [
+    "bootstrap.servers",
+    "group.id",
+    "group.instance.id",
+    "client.id",
+    "client.rack",
+    "enable.auto.commit",
+    "auto.commit.interval.ms",
+    "auto.offset.reset",
+    "fetch.min.bytes",
+    "fetch.max.wait.ms",
+    "fetch.max.bytes",
+    "max.partition.fetch.bytes",
+    "max.poll.records",
+    "session.timeout.ms",
+    "heartbeat.interval.ms",
+    "max.poll.interval.ms",
+    "request.timeout.ms",
+    "partition.assignment.strategy",
+    "check.crcs",
+    "isolation.level",
+];
 
 /// Told of partition changes in a group, from inside [`Consumer::poll`] and
 /// [`Consumer::close`] (Kafka's `ConsumerRebalanceListener`).
@@ -920,13 +944,12 @@ impl Consumer {
                 None => missing.iter().map(|tp| (tp.clone(), None)).collect(),
             };
             for (tp, offset) in committed {
-                if let Some(s) = self.fetcher.partitions.get_mut(&tp) {
-                    match offset {
-                        Some(o) => {
-                            s.position = Some(o);
-                            s.fetch_position = Some(o);
+                match offset {
+                    Some(o) => self.fetcher.seek(&tp, o),
+                    None => {
+                        if let Some(s) = self.fetcher.partitions.get_mut(&tp) {
+                            s.needs_reset = true;
                         }
-                        None => s.needs_reset = true,
                     }
                 }
             }
