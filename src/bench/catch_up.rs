@@ -155,13 +155,20 @@ pub(crate) fn catch_up(t: &Target<'_>) -> anyhow::Result<(PathResult, Vec<String
         return Err(join_error(threads, e));
     }
     let proc_start = Usage::now(UsageWho::RUSAGE_SELF);
+    if let Some(b) = t.broker {
+        let _ = b.take_fetch_latency(); // the warmup's fetches are not measured
+    }
     let heartbeats_start = threads_usage(&["heartbeat-"]);
     let start = Instant::now();
     if let Err(e) = shared.go.wait(&shared.failed) {
         return Err(join_error(threads, e));
     }
+    let mut fetch_latency = Latency::new();
     loop {
         if shared.consumed.load(Ordering::SeqCst) >= shared.target || shared.failed.load(Ordering::SeqCst) {
+            // The drain's fetches, before the consumers close (their parked fetches at the log
+            // end would add their long-poll waits after the drain).
+            fetch_latency = t.broker.map(|b| b.take_fetch_latency()).unwrap_or_default();
             break;
         }
         if t.interrupted.load(Ordering::SeqCst) {
@@ -189,7 +196,9 @@ pub(crate) fn catch_up(t: &Target<'_>) -> anyhow::Result<(PathResult, Vec<String
     }
     let proc_end = Usage::now(UsageWho::RUSAGE_SELF);
     let end = shared.done_at.lock().expect("not poisoned").unwrap_or_else(Instant::now);
-    let fetch_latency = t.broker.map(|b| b.take_fetch_latency()).unwrap_or_default();
+    if fetch_latency.count() == 0 {
+        fetch_latency = t.broker.map(|b| b.take_fetch_latency()).unwrap_or_default();
+    }
     if let Some(e) = error {
         return Err(e);
     }
