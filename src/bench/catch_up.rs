@@ -298,34 +298,9 @@ fn member(
     let mut c = Consumer::new(config)?;
     let topic_refs: Vec<&str> = topics.iter().map(String::as_str).collect();
     c.subscribe(&topic_refs)?;
-    let short = Duration::from_millis(20);
-    // Join; records polled before the group is stable are dropped (positions reset below).
-    let mut group_stable = false;
-    loop {
-        if sh.failed.load(Ordering::SeqCst) {
-            return Err(anyhow!("stopped: another part of the run failed"));
-        }
-        let _ = c.poll(short)?;
-        let assignment = c.assignment();
-        c.pause(&assignment)?;
-        let gen = c.generation();
-        let mut ms = sh.members.lock().expect("not poisoned");
-        ms[m] = (group, gen, assignment.len());
-        let mine: Vec<_> = ms.iter().filter(|x| x.0 == group).collect();
-        let now_stable = mine.len() == per_group
-            && gen > 0
-            && mine.iter().all(|x| x.1 == gen)
-            && mine.iter().map(|x| x.2).sum::<usize>() == partitions_total;
-        if now_stable && !group_stable && m.is_multiple_of(per_group) {
-            // The group's first member counts it once.
-            sh.stable.fetch_add(1, Ordering::SeqCst);
-            group_stable = true;
-        }
-        drop(ms);
-        if sh.stable.load(Ordering::SeqCst) >= sh.groups {
-            break;
-        }
-    }
+    // Records polled before the group is stable are dropped (positions reset below).
+    let stability = Stability { members: &sh.members, stable: &sh.stable, groups: sh.groups, failed: &sh.failed };
+    join_until_stable(&mut c, m, group, per_group, partitions_total, &stability)?;
     let assignment = c.assignment();
     let generation = c.generation();
     let warm_passes = if warmup.is_zero() { 0 } else { warm_up(&mut c, &assignment, warmup, sh)? };
@@ -406,6 +381,59 @@ fn warm_up(c: &mut Consumer, assignment: &[TopicPartition], warmup: Duration, sh
                 passes += 1;
                 break;
             }
+        }
+    }
+}
+
+/// Where the members of one phase report their group state (see [`join_until_stable`]).
+pub(crate) struct Stability<'a> {
+    /// Per member: (group, generation, partitions assigned).
+    pub members: &'a Mutex<Vec<(usize, i32, usize)>>,
+    /// Groups found stable.
+    pub stable: &'a AtomicUsize,
+    /// Number of groups.
+    pub groups: usize,
+    /// Set when any part of the run failed.
+    pub failed: &'a AtomicBool,
+}
+
+/// Polls `c` (member `m` of `group`, `per_group` members a group) until every group of the
+/// phase is stable: all its members in one generation, `partitions_total` partitions assigned
+/// among them. The member's partitions are paused as soon as it has them (what is polled
+/// meanwhile is dropped); each group is counted once, by its first member.
+///
+/// Errors: the consumer's, or "stopped" when the run failed elsewhere.
+pub(crate) fn join_until_stable(
+    c: &mut Consumer,
+    m: usize,
+    group: usize,
+    per_group: usize,
+    partitions_total: usize,
+    s: &Stability<'_>,
+) -> anyhow::Result<()> {
+    let mut group_stable = false;
+    loop {
+        if s.failed.load(Ordering::SeqCst) {
+            return Err(anyhow!("stopped: another part of the run failed"));
+        }
+        let _ = c.poll(Duration::from_millis(20))?;
+        let assignment = c.assignment();
+        c.pause(&assignment)?;
+        let gen = c.generation();
+        let mut ms = s.members.lock().expect("not poisoned");
+        ms[m] = (group, gen, assignment.len());
+        let mine: Vec<_> = ms.iter().filter(|x| x.0 == group).collect();
+        let now_stable = mine.len() == per_group
+            && gen > 0
+            && mine.iter().all(|x| x.1 == gen)
+            && mine.iter().map(|x| x.2).sum::<usize>() == partitions_total;
+        if now_stable && !group_stable && m.is_multiple_of(per_group) {
+            s.stable.fetch_add(1, Ordering::SeqCst);
+            group_stable = true;
+        }
+        drop(ms);
+        if s.stable.load(Ordering::SeqCst) >= s.groups {
+            return Ok(());
         }
     }
 }

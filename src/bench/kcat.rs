@@ -90,11 +90,6 @@ fn kcat_command(t: &Target<'_>, group: &str, format: &str, offset_reset: &str, u
         cmd.arg("-u");
     }
     cmd.arg("-X").arg(format!("auto.offset.reset={offset_reset}"));
-    // As the native members: members that joined first learn of a rebalance at their next
-    // heartbeat (librdkafka's default 3 s); the workload's consumer_config wins.
-    if !t.w.consumer_config.contains_key("heartbeat.interval.ms") {
-        cmd.arg("-X").arg("heartbeat.interval.ms=100");
-    }
     for (k, v) in &t.w.consumer_config {
         cmd.arg("-X").arg(format!("{k}={v}"));
     }

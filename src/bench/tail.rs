@@ -40,7 +40,7 @@ use anyhow::{anyhow, bail, Context};
 use nix::sys::resource::UsageWho;
 
 use super::backlog::{Backlog, Payload};
-use super::catch_up::{join_error, Target};
+use super::catch_up::{join_error, join_until_stable, Stability, Target};
 use super::histogram::{Latency, LatencyRecorder, OpenLoopSchedule};
 use super::results::{CpuPerGb, EndToEnd, LatencyResult, PathResult};
 use super::usage::{pin_current_thread, residency, rss_bytes, threads_usage, Usage};
@@ -637,31 +637,8 @@ fn tail_member(
     let mut c = Consumer::new(config)?;
     let topic_refs: Vec<&str> = topics.iter().map(String::as_str).collect();
     c.subscribe(&topic_refs)?;
-    let mut group_stable = false;
-    loop {
-        if sh.failed.load(Ordering::SeqCst) {
-            return Err(anyhow!("stopped: another part of the run failed"));
-        }
-        let _ = c.poll(Duration::from_millis(20))?;
-        let assignment = c.assignment();
-        c.pause(&assignment)?;
-        let gen = c.generation();
-        let mut ms = sh.members.lock().expect("not poisoned");
-        ms[m] = (group, gen, assignment.len());
-        let mine: Vec<_> = ms.iter().filter(|x| x.0 == group).collect();
-        let now_stable = mine.len() == per_group
-            && gen > 0
-            && mine.iter().all(|x| x.1 == gen)
-            && mine.iter().map(|x| x.2).sum::<usize>() == partitions_total;
-        if now_stable && !group_stable && m.is_multiple_of(per_group) {
-            sh.stable.fetch_add(1, Ordering::SeqCst);
-            group_stable = true;
-        }
-        drop(ms);
-        if sh.stable.load(Ordering::SeqCst) >= sh.groups {
-            break;
-        }
-    }
+    let stability = Stability { members: &sh.members, stable: &sh.stable, groups: sh.groups, failed: &sh.failed };
+    join_until_stable(&mut c, m, group, per_group, partitions_total, &stability)?;
     let assignment = c.assignment();
     // Positions at the log end, resolved now: nothing is produced until every member is here.
     let mut next: HashMap<(Arc<str>, i32), i64> = HashMap::new();

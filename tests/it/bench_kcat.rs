@@ -3,31 +3,9 @@
 //! for every record of the window) and the `real-log-dir.toml` fixture over a copy of a real
 //! Kafka log directory. kcat missing: skipped with a notice, a failure in CI.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
 
-use fetchbench::bench::results::Results;
-
-fn fetchbench() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_fetchbench"));
-    c.env_remove("RUST_LOG");
-    c
-}
-
-fn text(out: &Output) -> String {
-    format!("stdout:\n{}\nstderr:\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
-}
-
-/// The one results JSON in `dir`, parsed.
-fn only_results(dir: &Path) -> Results {
-    let json: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "json"))
-        .collect();
-    assert_eq!(json.len(), 1, "{json:?}");
-    Results::from_json(&std::fs::read_to_string(&json[0]).unwrap()).unwrap()
-}
+use crate::bench_run::{fetchbench, only_results, text};
 
 /// A generated 2 MiB backlog (2048 records of 1 KiB) over 2 partitions, one group of 2 kcat
 /// members: the catch-up reads every record exactly once (the harness checks offsets and the

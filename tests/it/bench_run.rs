@@ -11,18 +11,20 @@ use std::time::{Duration, Instant};
 
 use fetchbench::bench::results::Results;
 
-fn fetchbench() -> Command {
+/// The fetchbench binary of this build, without the caller's `RUST_LOG`.
+pub(crate) fn fetchbench() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_fetchbench"));
     c.env_remove("RUST_LOG");
     c
 }
 
-fn text(out: &Output) -> String {
+/// A finished child's stdout and stderr, for assertion messages.
+pub(crate) fn text(out: &Output) -> String {
     format!("stdout:\n{}\nstderr:\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
 }
 
 /// The files in `dir` with extension `ext`, sorted.
-fn files(dir: &Path, ext: &str) -> Vec<PathBuf> {
+pub(crate) fn files(dir: &Path, ext: &str) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
         .map(|d| d.map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == ext)).collect())
         .unwrap_or_default();
@@ -30,13 +32,14 @@ fn files(dir: &Path, ext: &str) -> Vec<PathBuf> {
     v
 }
 
-fn only_results(dir: &Path) -> Results {
+pub(crate) fn only_results(dir: &Path) -> Results {
     let json = files(dir, "json");
     assert_eq!(json.len(), 1, "{json:?}");
     Results::from_json(&std::fs::read_to_string(&json[0]).unwrap()).unwrap()
 }
 
-fn write_workload(dir: &Path, text: &str) -> PathBuf {
+/// Writes `text` as `dir/workload.toml`.
+pub(crate) fn write_workload(dir: &Path, text: &str) -> PathBuf {
     let p = dir.join("workload.toml");
     std::fs::write(&p, text).unwrap();
     p

@@ -3,39 +3,13 @@
 //! the harness as reviewed (commit 925a6ad).
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use fetchbench::bench::results::Results;
 use fetchbench::bench::workload::Workload;
 
-fn fetchbench() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_fetchbench"));
-    c.env_remove("RUST_LOG");
-    c
-}
-
-fn text(out: &Output) -> String {
-    format!("stdout:\n{}\nstderr:\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
-}
-
-fn write_workload(dir: &Path, text: &str) -> PathBuf {
-    let p = dir.join("workload.toml");
-    std::fs::write(&p, text).unwrap();
-    p
-}
-
-/// The only results JSON in `dir`.
-fn only_results(dir: &Path) -> Results {
-    let json: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "json"))
-        .collect();
-    assert_eq!(json.len(), 1, "{json:?}");
-    Results::from_json(&std::fs::read_to_string(&json[0]).unwrap()).unwrap()
-}
+use crate::bench_run::{fetchbench, only_results, text, write_workload};
 
 /// `payload_file` is a workload property ("values are cut from this file instead of generated
 /// bytes"): the tail phase's producers must use it too. With an incompressible payload and
