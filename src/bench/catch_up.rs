@@ -8,7 +8,7 @@ use anyhow::{anyhow, bail};
 use nix::sys::resource::UsageWho;
 
 use super::backlog::Backlog;
-use super::histogram::Latency;
+use super::histogram::{Latency, LatencyRecorder};
 use super::results::{CpuPerGb, EndToEnd, LatencyResult, PathResult};
 use super::usage::{pin_current_thread, residency, rss_bytes, threads_usage, Usage};
 use super::workload::{PageCache, Phase, Workload};
@@ -228,36 +228,26 @@ pub(crate) fn catch_up(t: &Target<'_>) -> anyhow::Result<(PathResult, Vec<String
     let seconds = end.duration_since(t0).as_secs_f64().max(1e-9);
     let records = shared.consumed.load(Ordering::SeqCst).min(shared.target);
     let bytes = (backlog.disk_bytes as f64 * groups as f64 * records as f64 / shared.target.max(1) as f64) as u64;
-    let gb = (bytes as f64 / 1e9).max(1e-12);
     let process = proc_end.minus(proc0);
     // External target: the broker is elsewhere; this process is only the clients.
     let brk = if t.broker.is_some() { process.minus_part(consumer) } else { Usage::default() };
     if t.broker.is_none() {
         consumer = process;
     }
-    let per_gb = |x: f64| (x / gb).max(0.0);
-    let empty = LatencyResult::of(&Latency::new());
-    let result = PathResult {
-        read_path: t.read_path.clone(),
-        phase: Phase::CatchUp.name().to_string(),
+    let result = Measured {
+        phase: Phase::CatchUp,
         seconds,
         bytes,
         records,
-        mb_per_sec: bytes as f64 / 1e6 / seconds,
-        records_per_sec: records as f64 / seconds,
-        broker_cpu: CpuPerGb { user_s_per_gb: per_gb(brk.user), sys_s_per_gb: per_gb(brk.sys) },
-        consumer_cpu: CpuPerGb { user_s_per_gb: per_gb(consumer.user), sys_s_per_gb: per_gb(consumer.sys) },
-        minor_faults_per_gb: per_gb(brk.minflt),
-        major_faults_per_gb: per_gb(brk.majflt),
-        context_switches_per_gb: per_gb(brk.csw),
+        broker: brk,
+        clients: consumer,
         residency_before,
-        broker_rss_bytes: if t.broker.is_some() { rss_bytes() } else { 0 },
-        fetch_latency: LatencyResult::of(&fetch_latency),
-        poll_latency: LatencyResult::of(&polls),
-        end_to_end_latency: EndToEnd { raw: empty.clone(), corrected: empty },
+        fetch: fetch_latency,
+        polls,
+        end_to_end: LatencyRecorder::new(),
         rebalance_ms: Some(rebalance_ms),
-        ratio_to_limits: Vec::new(),
-    };
+    }
+    .result(t);
     Ok((result, notes))
 }
 
@@ -381,6 +371,67 @@ fn warm_up(c: &mut Consumer, assignment: &[TopicPartition], warmup: Duration, sh
                 passes += 1;
                 break;
             }
+        }
+    }
+}
+
+/// The figures of one measured phase, before they are put per GB: [`Measured::result`].
+pub(crate) struct Measured {
+    /// The phase.
+    pub phase: Phase,
+    /// Measured wall-clock time, s.
+    pub seconds: f64,
+    /// Record-batch bytes delivered (all groups).
+    pub bytes: u64,
+    /// Records delivered (all groups).
+    pub records: u64,
+    /// The broker's resource use over the window (zero for an external cluster).
+    pub broker: Usage,
+    /// The clients' (consumers', and producers' in the tail).
+    pub clients: Usage,
+    /// Page-cache residency of the read segments when the phase started (0..=1).
+    pub residency_before: f64,
+    /// Broker-side Fetch latency (empty for an external cluster).
+    pub fetch: Latency,
+    /// Client-side poll latency.
+    pub polls: Latency,
+    /// End-to-end latency (empty in catch-up).
+    pub end_to_end: LatencyRecorder,
+    /// Subscribe to every group stable, ms.
+    pub rebalance_ms: Option<f64>,
+}
+
+impl Measured {
+    /// The results entry: throughputs over `seconds`, resource use per GB of `bytes`, the
+    /// broker's RSS now when it is embedded in this process.
+    pub(crate) fn result(&self, t: &Target<'_>) -> PathResult {
+        let gb = (self.bytes as f64 / 1e9).max(1e-12);
+        let per_gb = |x: f64| (x / gb).max(0.0);
+        let cpu = |u: &Usage| CpuPerGb { user_s_per_gb: per_gb(u.user), sys_s_per_gb: per_gb(u.sys) };
+        let seconds = self.seconds.max(1e-9);
+        PathResult {
+            read_path: t.read_path.clone(),
+            phase: self.phase.name().to_string(),
+            seconds,
+            bytes: self.bytes,
+            records: self.records,
+            mb_per_sec: self.bytes as f64 / 1e6 / seconds,
+            records_per_sec: self.records as f64 / seconds,
+            broker_cpu: cpu(&self.broker),
+            consumer_cpu: cpu(&self.clients),
+            minor_faults_per_gb: per_gb(self.broker.minflt),
+            major_faults_per_gb: per_gb(self.broker.majflt),
+            context_switches_per_gb: per_gb(self.broker.csw),
+            residency_before: self.residency_before,
+            broker_rss_bytes: if t.broker.is_some() { rss_bytes() } else { 0 },
+            fetch_latency: LatencyResult::of(&self.fetch),
+            poll_latency: LatencyResult::of(&self.polls),
+            end_to_end_latency: EndToEnd {
+                raw: LatencyResult::of(&self.end_to_end.raw),
+                corrected: LatencyResult::of(&self.end_to_end.corrected),
+            },
+            rebalance_ms: self.rebalance_ms,
+            ratio_to_limits: Vec::new(),
         }
     }
 }

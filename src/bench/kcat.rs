@@ -33,11 +33,11 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail};
 use nix::sys::resource::UsageWho;
 
-use super::catch_up::Target;
+use super::catch_up::{Measured, Target};
 use super::histogram::{Latency, LatencyRecorder};
-use super::results::{CpuPerGb, EndToEnd, LatencyResult, PathResult};
+use super::results::PathResult;
 use super::tail::{mono_ns, TailMemberReport, TailMembers, TailShared, INTENDED_HEADER, SENT_HEADER};
-use super::usage::{residency, rss_bytes, Usage};
+use super::usage::{residency, Usage};
 use super::workload::Phase;
 use crate::client::consumer::{Consumer, ConsumerConfig, TopicPartition};
 
@@ -451,9 +451,6 @@ struct Drain {
     /// When the last group got its last record.
     done_at: Mutex<Option<Instant>>,
     groups_done: AtomicUsize,
-    /// Records read that an earlier read path's tail phase appended (they carry
-    /// [`SENT_HEADER`]): checked, not counted.
-    appended: AtomicU64,
 }
 
 /// What a stdout reader of the catch-up hands back: its thread's usage at its start, at the
@@ -479,15 +476,10 @@ fn drain_reader(m: usize, group: usize, stdout: ChildStdout, d: &Drain) -> anyho
         if boundary.is_none() && d.boundary.load(Ordering::Relaxed) {
             boundary = Some(Usage::now(UsageWho::RUSAGE_THREAD));
         }
-        let Some((topic, partition, offset, headers)) = parse_record(line.trim_end_matches('\n')) else {
+        let Some((topic, partition, offset, _)) = parse_record(line.trim_end_matches('\n')) else {
             bail!("kcat member {m}: an unexpected output line {line:?}");
         };
         runs.record(&d.delivered[group], topic, partition, offset)?;
-        if headers.contains(SENT_HEADER) {
-            // Appended by an earlier read path's tail phase (same log directory): not backlog.
-            d.appended.fetch_add(1, Ordering::Relaxed);
-            continue;
-        }
         let n = d.consumed[group].fetch_add(1, Ordering::SeqCst) + 1;
         if n == d.target && d.groups_done.fetch_add(1, Ordering::SeqCst) + 1 == d.consumed.len() {
             *d.done_at.lock().expect("not poisoned") = Some(Instant::now());
@@ -498,7 +490,7 @@ fn drain_reader(m: usize, group: usize, stdout: ChildStdout, d: &Drain) -> anyho
 }
 
 /// Catch-up phase with kcat consumers: `consumer_groups` x `consumers_per_group` processes
-/// `kcat -C -G <prefix>-catch-up-<g> TOPICS -e -u -f '%t %p %o %h\n'` read the backlog from the
+/// `kcat -C -G <prefix>-catch-up-<g> TOPICS -e -u -f '%t %p %o\n'` read the backlog from the
 /// log start (committed first, see the module doc). Unbuffered (`-u`, a write per record):
 /// with stdio's buffering the last lines would only arrive when kcat exits, after the
 /// end-of-partition long poll (`fetch.wait.max.ms`), and the clock would include that wait.
@@ -520,9 +512,8 @@ fn drain_reader(m: usize, group: usize, stdout: ChildStdout, d: &Drain) -> anyho
 /// Each record is checked: per group and partition, the offset ranges the members delivered
 /// must not overlap (see [`Delivered`]: a duplicate), each member's offsets of a partition
 /// must grow, and each group must receive exactly `backlog.records` (with no duplicate,
-/// every offset of a generated, dense backlog). Records with a [`SENT_HEADER`] header were appended by an
-/// earlier read path's tail phase (the paths share the log directory): they are checked but
-/// not counted, and the members stop (SIGTERM) once their group has the whole backlog.
+/// every offset of a generated, dense backlog); members stop (SIGTERM) once their group has the
+/// whole backlog (a member without partitions never reaches an end).
 ///
 /// Errors: kcat missing, a kcat that exits with an error (its stderr quoted, e.g. an unknown
 /// `consumer_config` key), a record delivered twice or out of order, a group with too many
@@ -552,7 +543,6 @@ pub(crate) fn catch_up(t: &Target<'_>) -> anyhow::Result<(PathResult, Vec<String
         failed: AtomicBool::new(false),
         done_at: Mutex::new(None),
         groups_done: AtomicUsize::new(0),
-        appended: AtomicU64::new(0),
     });
     let proc_start = Usage::now(UsageWho::RUSAGE_SELF);
     let spawned = Instant::now();
@@ -562,7 +552,7 @@ pub(crate) fn catch_up(t: &Target<'_>) -> anyhow::Result<(PathResult, Vec<String
     let mut spawn_error = None;
     for m in 0..members {
         let group = m / per_group;
-        let mut cmd = kcat_command(t, &group_name(group), "%t %p %o %h\n", "earliest", true);
+        let mut cmd = kcat_command(t, &group_name(group), "%t %p %o\n", "earliest", true);
         cmd.arg("-e");
         let (p, stdout, stderr) = match spawn(cmd) {
             Ok(x) => x,
@@ -721,12 +711,10 @@ pub(crate) fn catch_up(t: &Target<'_>) -> anyhow::Result<(PathResult, Vec<String
     let seconds = end.saturating_duration_since(t0).as_secs_f64().max(1e-9);
     let records = consumed().min(total).saturating_sub(records0);
     let bytes = (backlog.disk_bytes as f64 * groups as f64 * records as f64 / total.max(1) as f64) as u64;
-    let gb = (bytes as f64 / 1e9).max(1e-12);
     let process = proc_end.minus(proc0);
     let brk = if t.broker.is_some() { process.minus_part(readers_usage) } else { Usage::default() };
     // The consumers are the kcat processes (plus, on an external cluster, this process's readers).
     let consumer = if t.broker.is_some() { children } else { children.plus(process) };
-    let per_gb = |x: f64| (x / gb).max(0.0);
     let rebalance = (0..groups).map(|g| *ms.stable_at[g].lock().expect("not poisoned")).collect::<Option<Vec<_>>>();
     let rebalance_ms =
         rebalance.and_then(|v| v.into_iter().max()).map(|s| s.duration_since(spawned).as_secs_f64() * 1e3);
@@ -735,38 +723,23 @@ pub(crate) fn catch_up(t: &Target<'_>) -> anyhow::Result<(PathResult, Vec<String
          kcat processes' (wait4); poll latency is not available (empty)"
             .into(),
     );
-    let appended = d.appended.load(Ordering::Relaxed);
-    if appended > 0 {
-        notes.push(format!(
-            "kcat: {appended} records an earlier read path's tail phase appended were read too (not counted; \
-             the members stop once their group has the backlog)"
-        ));
-    }
     if rebalance_ms.is_none() && !stopped {
         notes.push("kcat: rebalance not measured: a member finished before its whole group had joined".into());
     }
-    let empty = LatencyResult::of(&Latency::new());
-    let result = PathResult {
-        read_path: t.read_path.clone(),
-        phase: Phase::CatchUp.name().to_string(),
+    let result = Measured {
+        phase: Phase::CatchUp,
         seconds,
         bytes,
         records,
-        mb_per_sec: bytes as f64 / 1e6 / seconds,
-        records_per_sec: records as f64 / seconds,
-        broker_cpu: CpuPerGb { user_s_per_gb: per_gb(brk.user), sys_s_per_gb: per_gb(brk.sys) },
-        consumer_cpu: CpuPerGb { user_s_per_gb: per_gb(consumer.user), sys_s_per_gb: per_gb(consumer.sys) },
-        minor_faults_per_gb: per_gb(brk.minflt),
-        major_faults_per_gb: per_gb(brk.majflt),
-        context_switches_per_gb: per_gb(brk.csw),
+        broker: brk,
+        clients: consumer,
         residency_before,
-        broker_rss_bytes: if t.broker.is_some() { rss_bytes() } else { 0 },
-        fetch_latency: LatencyResult::of(&fetch_latency),
-        poll_latency: empty.clone(),
-        end_to_end_latency: EndToEnd { raw: empty.clone(), corrected: empty },
+        fetch: fetch_latency,
+        polls: Latency::new(),
+        end_to_end: LatencyRecorder::new(),
         rebalance_ms,
-        ratio_to_limits: Vec::new(),
-    };
+    }
+    .result(t);
     Ok((result, notes))
 }
 

@@ -40,10 +40,10 @@ use anyhow::{anyhow, bail, Context};
 use nix::sys::resource::UsageWho;
 
 use super::backlog::{Backlog, Payload};
-use super::catch_up::{join_error, join_until_stable, Stability, Target};
+use super::catch_up::{join_error, join_until_stable, Measured, Stability, Target};
 use super::histogram::{Latency, LatencyRecorder, OpenLoopSchedule};
-use super::results::{CpuPerGb, EndToEnd, LatencyResult, PathResult};
-use super::usage::{pin_current_thread, residency, rss_bytes, threads_usage, Usage};
+use super::results::PathResult;
+use super::usage::{pin_current_thread, residency, threads_usage, Usage};
 use super::workload::{Client, KeyDistribution, Phase, Workload};
 use crate::client::consumer::{Consumer, ConsumerConfig, OffsetReset};
 use crate::client::producer::{Producer, ProducerConfig};
@@ -360,12 +360,10 @@ pub(crate) fn tail(
                 .into(),
         );
     }
-    let gb = (bytes as f64 / 1e9).max(1e-12);
     let process = proc1.minus(proc0);
     let clients = clients1.minus(clients0);
     let brk = if t.broker.is_some() { process.minus_part(clients) } else { Usage::default() };
     let clients = if t.broker.is_some() { clients } else { process };
-    let per_gb = |x: f64| (x / gb).max(0.0);
     let expected = rate.map_or(0.0, |r| r * seconds) * groups as f64;
     if unsent > 0 {
         notes.push(format!(
@@ -378,30 +376,20 @@ pub(crate) fn tail(
             "the producers fell behind the schedule: {records} records measured, {expected:.0} due (see the corrected latency)"
         ));
     }
-    let result = PathResult {
-        read_path: t.read_path.clone(),
-        phase: Phase::Tail.name().to_string(),
+    let result = Measured {
+        phase: Phase::Tail,
         seconds,
         bytes,
         records,
-        mb_per_sec: bytes as f64 / 1e6 / seconds,
-        records_per_sec: records as f64 / seconds,
-        broker_cpu: CpuPerGb { user_s_per_gb: per_gb(brk.user), sys_s_per_gb: per_gb(brk.sys) },
-        consumer_cpu: CpuPerGb { user_s_per_gb: per_gb(clients.user), sys_s_per_gb: per_gb(clients.sys) },
-        minor_faults_per_gb: per_gb(brk.minflt),
-        major_faults_per_gb: per_gb(brk.majflt),
-        context_switches_per_gb: per_gb(brk.csw),
+        broker: brk,
+        clients,
         residency_before,
-        broker_rss_bytes: if t.broker.is_some() { rss_bytes() } else { 0 },
-        fetch_latency: LatencyResult::of(&fetch_latency),
-        poll_latency: LatencyResult::of(&polls),
-        end_to_end_latency: EndToEnd {
-            raw: LatencyResult::of(&latency.raw),
-            corrected: LatencyResult::of(&latency.corrected),
-        },
+        fetch: fetch_latency,
+        polls,
+        end_to_end: latency,
         rebalance_ms: Some(rebalance_ms),
-        ratio_to_limits: Vec::new(),
-    };
+    }
+    .result(t);
     Ok((result, notes))
 }
 
