@@ -8,7 +8,18 @@
 //! (`--from-beginning` sets `auto.offset.reset=earliest` for partitions without a committed
 //! offset). `--exit-at-end` stops once every assigned partition reached the high watermark of
 //! its last fetch (kcat `-e`). `-X key=value` sets any consumer config by Kafka's name.
+//!
+//! Commits (with a group and `enable.auto.commit`, the default) store exactly what was printed:
+//! `--max-records N` caps `max.poll.records` at N, and records a poll returned but that were
+//! not printed (past N, or after stdout closed) are rewound with `seek` before the consumer
+//! closes, so the closing commit of each partition is its last printed offset + 1, as kcat
+//! `-c N` commits (Kafka's auto-commit stores the positions of the records `poll` returned).
+//!
+//! Internal topics (`__consumer_offsets`) are read like any other by assignment (`--partition`,
+//! `--offset`, or the whole topic), records printed raw (`log dump --print-records` decodes
+//! them); pattern subscriptions leave them out unless `exclude.internal.topics=false`.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -44,7 +55,7 @@ pub struct ConsumeArgs {
     /// Print no records, only the count and throughput (records/s, MB/s of keys and values).
     #[arg(long)]
     pub count: bool,
-    /// Stop after this many records (kcat `-c`).
+    /// Stop after this many records (kcat `-c`); in a group, commit exactly those.
     #[arg(long)]
     pub max_records: Option<u64>,
     /// Output format per record, kcat's `-f` tokens: `%t` topic, `%p` partition, `%o` offset,
@@ -109,6 +120,12 @@ pub fn config_of(args: &ConsumeArgs) -> Result<ConsumerConfig, ConsumerError> {
         })?;
         config.set(k.trim(), v.trim())?;
     }
+    if let Some(max) = args.max_records {
+        // No poll hands out more than `--max-records` (Kafka's `max.poll.records`); what one
+        // poll returns beyond the records still to print is rewound before the commit.
+        let max = usize::try_from(max).unwrap_or(usize::MAX).max(1);
+        config.max_poll_records = config.max_poll_records.min(max);
+    }
     Ok(config)
 }
 
@@ -161,28 +178,43 @@ pub fn run_until(args: &ConsumeArgs, out: &mut dyn Write, stop: &AtomicBool) -> 
     let start = Instant::now();
     let mut last = start;
     let mut line = Vec::with_capacity(4096);
-    'run: loop {
+    let reached_max = |records: u64| args.max_records.is_some_and(|m| records >= m);
+    loop {
+        if reached_max(summary.records) {
+            break;
+        }
         let records = consumer.poll(Duration::from_millis(200))?;
+        let mut delivered = 0;
+        let mut pipe_closed = false;
         for r in &records {
-            summary.records += 1;
-            summary.bytes += (r.key.as_ref().map_or(0, |k| k.len()) + r.value.as_ref().map_or(0, |v| v.len())) as u64;
+            if reached_max(summary.records) {
+                break;
+            }
             if !args.count {
                 line.clear();
                 format.write(r, &mut line);
                 if out.write_all(&line).is_err() {
-                    break 'run;
+                    pipe_closed = true;
+                    break;
                 }
             }
-            if args.max_records.is_some_and(|m| summary.records >= m) {
-                last = Instant::now();
-                break 'run;
-            }
+            delivered += 1;
+            summary.records += 1;
+            summary.bytes += (r.key.as_ref().map_or(0, |k| k.len()) + r.value.as_ref().map_or(0, |v| v.len())) as u64;
+        }
+        if delivered < records.len() {
+            // The rest of this poll was not delivered: positions go back to it, so the commit
+            // at close (auto-commit) stores last delivered + 1, not the end of the poll.
+            rewind(&mut consumer, &records[delivered..])?;
+        }
+        if pipe_closed {
+            break;
         }
         if !records.is_empty() {
             last = Instant::now();
             // Each poll's records are visible at once (a pipe, a terminal), as kcat's are.
             if !args.count && out.flush().is_err() {
-                break 'run;
+                break;
             }
         }
         if stop.load(Ordering::SeqCst) || args.exit_at_end && at_end(&mut consumer)? {
@@ -193,6 +225,22 @@ pub fn run_until(args: &ConsumeArgs, out: &mut dyn Write, stop: &AtomicBool) -> 
     summary.seconds = last.duration_since(start).as_secs_f64();
     consumer.close()?;
     Ok(summary)
+}
+
+/// Seeks every partition of `undelivered` (records `poll` returned that were not printed, in
+/// poll order) back to its first such record, so that positions, and the offsets a commit
+/// stores, end after the last delivered record (Kafka's `seek` before `commitSync`).
+///
+/// Errors: as [`Consumer::seek`] (the records' partitions are assigned, so none in practice).
+fn rewind(consumer: &mut Consumer, undelivered: &[ConsumerRecord]) -> Result<(), ConsumerError> {
+    let mut first: BTreeMap<TopicPartition, i64> = BTreeMap::new();
+    for r in undelivered {
+        first.entry((r.topic.to_string(), r.partition)).or_insert(r.offset);
+    }
+    for (tp, offset) in &first {
+        consumer.seek(tp, *offset)?;
+    }
+    Ok(())
 }
 
 /// Whether every assigned partition's position reached its last known high watermark.

@@ -11,6 +11,7 @@ mod broker;
 mod broker_apis;
 mod broker_metrics;
 mod common;
+mod consume_cli;
 mod consumer;
 mod consumer_offsets_corpus;
 mod dump_cli;

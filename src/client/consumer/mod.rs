@@ -184,6 +184,7 @@ pub enum OffsetReset {
 /// | `isolation.level` | `read_uncommitted` (`read_committed`) |
 /// | `request.timeout.ms` | 30000 |
 /// | `client.rack` | none |
+/// | `exclude.internal.topics` | `true` (pattern subscriptions skip internal topics such as `__consumer_offsets`) |
 #[derive(Clone, Debug)]
 pub struct ConsumerConfig {
     /// `bootstrap.servers`.
@@ -226,6 +227,10 @@ pub struct ConsumerConfig {
     pub request_timeout_ms: u64,
     /// `client.rack`.
     pub client_rack: Option<String>,
+    /// `exclude.internal.topics`: a pattern subscription never matches the topics Metadata
+    /// marks internal (`__consumer_offsets`, `__transaction_state`). Subscribing by name and
+    /// `assign` are not affected (Kafka's `ConsumerConfig.EXCLUDE_INTERNAL_TOPICS_CONFIG`).
+    pub exclude_internal_topics: bool,
 }
 
 impl ConsumerConfig {
@@ -252,6 +257,7 @@ impl ConsumerConfig {
             read_committed: false,
             request_timeout_ms: 30_000,
             client_rack: None,
+            exclude_internal_topics: true,
         }
     }
 
@@ -334,6 +340,7 @@ impl ConsumerConfig {
                 self.partition_assignment_strategy = names;
             }
             "check.crcs" => self.check_crcs = boolean(value)?,
+            "exclude.internal.topics" => self.exclude_internal_topics = boolean(value)?,
             "isolation.level" => {
                 self.read_committed = match value {
                     "read_committed" => true,
@@ -348,7 +355,7 @@ impl ConsumerConfig {
 }
 
 /// The configs [`ConsumerConfig::set`] knows, by Kafka's names.
-pub const CONFIG_KEYS: [&str; 20] = [
+pub const CONFIG_KEYS: [&str; 21] = [
     "bootstrap.servers",
     "group.id",
     "group.instance.id",
@@ -369,6 +376,7 @@ pub const CONFIG_KEYS: [&str; 20] = [
     "partition.assignment.strategy",
     "check.crcs",
     "isolation.level",
+    "exclude.internal.topics",
 ];
 
 /// Told of partition changes in a group, from inside [`Consumer::poll`] and
@@ -406,7 +414,60 @@ struct Cluster {
     brokers: HashMap<i32, String>,
     leaders: HashMap<TopicPartition, i32>,
     partition_counts: BTreeMap<String, i32>,
+    /// The topics Metadata marked `is_internal` (`__consumer_offsets`, ...).
+    internal: BTreeSet<String>,
+    /// Error codes of the last Metadata answer: per topic (`(topic, -1)`) and per partition.
+    errors: HashMap<TopicPartition, i16>,
 }
+
+impl Cluster {
+    /// Why `tp` has no leader, from the last Metadata answer (for the report of partitions
+    /// without a leader).
+    fn no_leader_reason(&self, tp: &TopicPartition) -> String {
+        if let Some(&code) = self.errors.get(&(tp.0.clone(), -1)) {
+            return format!("Metadata of {}: {}", tp.0, error_name(code));
+        }
+        if let Some(&code) = self.errors.get(tp) {
+            return format!("Metadata: {}", error_name(code));
+        }
+        match self.partition_counts.get(&tp.0) {
+            Some(&n) if tp.1 < 0 || tp.1 >= n => {
+                format!("{}: {} has {n} partitions", error_name(UNKNOWN_TOPIC_OR_PARTITION), tp.0)
+            }
+            Some(_) => "Metadata names no leader".into(),
+            None => format!("{} not in Metadata", tp.0),
+        }
+    }
+}
+
+/// `UNKNOWN_TOPIC_OR_PARTITION`.
+const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+
+/// A Kafka error code by Kafka's name (`UNKNOWN_TOPIC_OR_PARTITION (3)`), as Kafka's `Errors`.
+fn error_name(code: i16) -> String {
+    use kafka_protocol::error::ResponseError;
+    match ResponseError::try_from_code(code) {
+        None => "NONE (0)".into(),
+        Some(ResponseError::Unknown(c)) => format!("error {c}"),
+        Some(e) => {
+            let mut name = String::new();
+            for (i, c) in format!("{e:?}").chars().enumerate() {
+                if c.is_ascii_uppercase() && i > 0 {
+                    name.push('_');
+                }
+                name.push(c.to_ascii_uppercase());
+            }
+            format!("{name} ({code})")
+        }
+    }
+}
+
+/// How long a fetchable partition may go without a leader before [`Consumer::poll`] reports it
+/// (a warn naming the partitions and Metadata's reason; fetching goes on retrying, as Kafka's
+/// consumer does), and how often the report is repeated while it lasts.
+pub const NO_LEADER_REPORT_AFTER: Duration = Duration::from_secs(5);
+/// See [`NO_LEADER_REPORT_AFTER`].
+pub const NO_LEADER_REPORT_EVERY: Duration = Duration::from_secs(30);
 
 /// The consumer. Not thread-safe (`&mut self` everywhere), as Kafka's.
 pub struct Consumer {
@@ -420,6 +481,10 @@ pub struct Consumer {
     listener: Option<Box<dyn RebalanceListener>>,
     last_auto_commit: Instant,
     last_pattern_check: Option<Instant>,
+    /// Fetchable partitions without a leader in Metadata, since when.
+    leaderless: HashMap<TopicPartition, Instant>,
+    /// When partitions without a leader were last reported.
+    leaderless_reported: Option<Instant>,
     closed: bool,
 }
 
@@ -511,6 +576,8 @@ impl Consumer {
             listener: None,
             last_auto_commit: Instant::now(),
             last_pattern_check: None,
+            leaderless: HashMap::new(),
+            leaderless_reported: None,
             closed: false,
         })
     }
@@ -685,13 +752,17 @@ impl Consumer {
 
     /// Group duties of poll: poll timestamp, async commit answers, auto-commit, rejoin.
     fn coordinate(&mut self) -> Result<(), ConsumerError> {
-        if self.fetcher.metadata_stale {
+        let stale = self.fetcher.metadata_stale;
+        if stale {
             self.fetcher.metadata_stale = false;
             let topics: Vec<String> =
                 self.fetcher.partitions.keys().map(|(t, _)| t.clone()).collect::<BTreeSet<_>>().into_iter().collect();
             if !topics.is_empty() {
                 self.refresh_metadata(Some(&topics))?;
             }
+        }
+        if stale || !self.leaderless.is_empty() {
+            self.report_leaderless();
         }
         let Some(group) = self.group.as_mut() else { return Ok(()) };
         group.note_poll();
@@ -718,6 +789,49 @@ impl Consumer {
             }
         }
         Ok(())
+    }
+
+    /// Tracks the fetchable partitions (assigned, not paused, with a fetch position) that
+    /// Metadata gives no leader, and reports those without one for [`NO_LEADER_REPORT_AFTER`]
+    /// at warn, again every [`NO_LEADER_REPORT_EVERY`] while it lasts: a fetch that cannot be
+    /// sent never waits in silence.
+    fn report_leaderless(&mut self) {
+        let now = Instant::now();
+        let mut leaderless = HashMap::new();
+        for (tp, s) in &self.fetcher.partitions {
+            if s.paused || s.fetch_position.is_none() || self.cluster.leaders.contains_key(tp) {
+                continue;
+            }
+            leaderless.insert(tp.clone(), self.leaderless.get(tp).copied().unwrap_or(now));
+        }
+        self.leaderless = leaderless;
+        let mut overdue: Vec<(&TopicPartition, Duration)> = self
+            .leaderless
+            .iter()
+            .map(|(tp, since)| (tp, now.duration_since(*since)))
+            .filter(|(_, waited)| *waited >= NO_LEADER_REPORT_AFTER)
+            .collect();
+        if overdue.is_empty() {
+            if self.leaderless.is_empty() {
+                self.leaderless_reported = None;
+            }
+            return;
+        }
+        if self.leaderless_reported.is_some_and(|t| now.duration_since(t) < NO_LEADER_REPORT_EVERY) {
+            return;
+        }
+        self.leaderless_reported = Some(now);
+        overdue.sort();
+        let longest = overdue.iter().map(|(_, w)| *w).max().unwrap_or_default();
+        let partitions: Vec<String> = overdue
+            .iter()
+            .map(|(tp, _)| format!("{}-{} ({})", tp.0, tp.1, self.cluster.no_leader_reason(tp)))
+            .collect();
+        tracing::warn!(
+            "no leader for {} for {} s; fetching them waits for Metadata to name one",
+            partitions.join(", "),
+            longest.as_secs()
+        );
     }
 
     /// Pattern subscriptions: rejoin when the matching topics changed (checked every 5 s).
@@ -781,9 +895,14 @@ impl Consumer {
     fn subscribed_topics(&self) -> Vec<String> {
         match &self.subscription {
             Subscription::Topics(t) => t.clone(),
-            Subscription::Pattern(re) => {
-                self.cluster.partition_counts.keys().filter(|t| re.is_match(t)).cloned().collect()
-            }
+            Subscription::Pattern(re) => self
+                .cluster
+                .partition_counts
+                .keys()
+                .filter(|t| re.is_match(t))
+                .filter(|t| !(self.config.exclude_internal_topics && self.cluster.internal.contains(*t)))
+                .cloned()
+                .collect(),
             _ => Vec::new(),
         }
     }
@@ -1046,10 +1165,12 @@ impl Consumer {
                 partitions.iter().map(|(t, _)| t.clone()).collect::<BTreeSet<_>>().into_iter().collect();
             self.refresh_metadata(Some(&topics))?;
         }
-        Err(ConsumerError::IllegalState(format!(
-            "ListOffsets: no leader found for {}",
-            fmt_partitions(&partitions.iter().filter(|tp| !out.contains_key(*tp)).cloned().collect::<Vec<_>>())
-        )))
+        let missing: Vec<String> = partitions
+            .iter()
+            .filter(|tp| !out.contains_key(*tp))
+            .map(|tp| format!("{}-{} ({})", tp.0, tp.1, self.cluster.no_leader_reason(tp)))
+            .collect();
+        Err(ConsumerError::IllegalState(format!("ListOffsets: no leader found for {}", missing.join(", "))))
     }
 
     /// A connection for requests other than Fetch to `node` (the fetch connection may be busy
@@ -1103,18 +1224,29 @@ impl Consumer {
         }
         if topics.is_none() {
             self.cluster.partition_counts.clear();
+            self.cluster.internal.clear();
         }
         for t in &r.topics {
             let Some(name) = &t.name else { continue };
             let name = name.to_string();
-            if t.error_code != 0 || t.is_internal {
-                if t.error_code != 0 {
-                    self.cluster.partition_counts.remove(&name);
-                }
+            // Internal topics are kept (they can be assigned and read, as in Kafka); only
+            // pattern subscriptions leave them out (`exclude.internal.topics`).
+            if t.is_internal {
+                self.cluster.internal.insert(name.clone());
+            } else {
+                self.cluster.internal.remove(&name);
+            }
+            self.cluster.errors.retain(|(topic, _), _| *topic != name);
+            if t.error_code != 0 {
+                self.cluster.errors.insert((name.clone(), -1), t.error_code);
+                self.cluster.partition_counts.remove(&name);
                 continue;
             }
             self.cluster.partition_counts.insert(name.clone(), t.partitions.len() as i32);
             for p in &t.partitions {
+                if p.error_code != 0 {
+                    self.cluster.errors.insert((name.clone(), p.partition_index), p.error_code);
+                }
                 if p.leader_id.0 >= 0 {
                     self.cluster.leaders.insert((name.clone(), p.partition_index), p.leader_id.0);
                 } else {

@@ -1,0 +1,264 @@
+//! `fetchbench consume` as a child process (issue 12, items 5 and 7): `--max-records` in a group
+//! commits exactly what it printed, internal topics (`__consumer_offsets`) are readable by
+//! assignment, `exclude.internal.topics` keeps them out of pattern subscriptions, and a
+//! partition without a leader is reported instead of waited for in silence.
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use fetchbench::broker::BrokerHandle;
+use fetchbench::client::consumer::{Consumer, ConsumerConfig, TopicPartition};
+use fetchbench::client::KafkaConnection;
+use fetchbench::log::batch::{BatchBuilder, Compression};
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{ApiKey, MetadataRequest, ProduceRequest, RequestKind, ResponseKind, TopicName};
+use kafka_protocol::protocol::StrBytes;
+
+use crate::common::{run_with_timeout, start_group_broker, ChildOutput};
+
+/// A generous bound for one `consume --exit-at-end` run (each takes well under a second here).
+const RUN: Duration = Duration::from_secs(60);
+
+/// `__consumer_offsets` partitions of the test brokers (Kafka's default is 50; fewer keep the
+/// whole-topic runs small).
+const OFFSETS_PARTITIONS: i32 = 5;
+
+fn start_in(dir: &Path) -> BrokerHandle {
+    start_group_broker(dir, "127.0.0.1:0".parse().unwrap(), |c| {
+        c.num_partitions = 3;
+        c.offsets_topic_num_partitions = OFFSETS_PARTITIONS;
+    })
+}
+
+/// Produces `values` to `topic`-`partition` as one batch (the topic auto-created).
+fn produce(addr: SocketAddr, topic: &str, partition: i32, values: &[&str]) {
+    let mut conn = KafkaConnection::connect(addr, "consume-cli-test", Duration::from_secs(10)).unwrap();
+    let md = MetadataRequest::default().with_allow_auto_topic_creation(true).with_topics(Some(vec![
+        MetadataRequestTopic::default().with_name(Some(TopicName(StrBytes::from_string(topic.into())))),
+    ]));
+    conn.call(ApiKey::Metadata, 9, RequestKind::Metadata(md)).unwrap();
+    let mut b = BatchBuilder::new(0, Compression::None);
+    for (i, v) in values.iter().enumerate() {
+        b.append(1_700_000_000_000 + i as i64, Some(format!("k{i}").as_bytes()), Some(v.as_bytes()), &[]);
+    }
+    let data = TopicProduceData::default()
+        .with_name(TopicName(StrBytes::from_string(topic.into())))
+        .with_partition_data(vec![PartitionProduceData::default()
+            .with_index(partition)
+            .with_records(Some(Bytes::from(b.build().unwrap())))]);
+    let req = ProduceRequest::default().with_acks(-1).with_timeout_ms(5000).with_topic_data(vec![data]);
+    let ResponseKind::Produce(r) = conn.call(ApiKey::Produce, 9, RequestKind::Produce(req)).unwrap() else { panic!() };
+    assert_eq!(r.responses[0].partition_responses[0].error_code, 0, "produce to {topic}-{partition}");
+}
+
+fn consumer_config(addr: SocketAddr, pairs: &[(&str, &str)]) -> ConsumerConfig {
+    let mut c = ConsumerConfig::new(addr.to_string());
+    for (k, v) in [
+        ("fetch.max.wait.ms", "100"),
+        ("heartbeat.interval.ms", "300"),
+        ("session.timeout.ms", "6000"),
+        ("request.timeout.ms", "5000"),
+    ]
+    .iter()
+    .chain(pairs)
+    {
+        c.set(k, v).unwrap();
+    }
+    c
+}
+
+/// The committed offsets of `group` for `partitions`, read back through OffsetFetch.
+fn committed(addr: SocketAddr, group: &str, partitions: &[TopicPartition]) -> Vec<Option<i64>> {
+    let mut c = Consumer::new(consumer_config(addr, &[("group.id", group)])).unwrap();
+    let got = c.committed(partitions).unwrap();
+    partitions.iter().map(|tp| got[tp]).collect()
+}
+
+/// Runs `fetchbench consume --bootstrap addr <args>` (short fetch waits and session timeout).
+fn consume(addr: SocketAddr, args: &[&str], timeout: Duration) -> ChildOutput {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fetchbench"));
+    cmd.args(["consume", "--bootstrap", &addr.to_string()]).args(args).args([
+        "-X",
+        "fetch.max.wait.ms=100",
+        "-X",
+        "session.timeout.ms=6000",
+        "-X",
+        "heartbeat.interval.ms=300",
+    ]);
+    run_with_timeout(&mut cmd, None, timeout)
+}
+
+/// The `partition:offset` pairs of output lines in the format `%p:%o:%s\n`.
+fn printed(stdout: &str) -> Vec<(i32, i64)> {
+    stdout
+        .lines()
+        .map(|l| {
+            let mut f = l.splitn(3, ':');
+            (f.next().unwrap().parse().unwrap(), f.next().unwrap().parse().unwrap())
+        })
+        .collect()
+}
+
+/// Issue 12 item 5. Finding: `consume --max-records 2 --group g` printed offsets 0 and 1 but
+/// committed the position after every record the last poll returned (up to
+/// `max.poll.records`), so a restart in the group skipped the records returned but never
+/// printed. Kafka's console consumer and kcat (`-c 2` commits 2) commit what was delivered.
+/// Fixed: the CLI caps `max.poll.records` at `--max-records` and seeks every partition back to
+/// its first record that was not printed before the closing commit.
+#[test]
+fn max_records_in_a_group_commits_exactly_what_was_printed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let broker = start_in(tmp.path());
+    let addr = broker.local_addr();
+    produce(addr, "mr", 0, &["a", "b", "c", "d", "e", "f"]);
+    let tp: TopicPartition = ("mr".into(), 0);
+    let format = ["--format", "%p:%o:%s\\n"];
+    let group = ["--topic", "mr", "--group", "g-mr", "--from-beginning"];
+
+    let first =
+        consume(addr, &[&group[..], &format, &["--max-records", "2"]].concat(), RUN).expect_success("first run");
+    assert_eq!(first, "0:0:a\n0:1:b\n");
+    assert_eq!(committed(addr, "g-mr", std::slice::from_ref(&tp)), [Some(2)], "committed = last printed + 1");
+
+    let second =
+        consume(addr, &[&group[..], &format, &["--max-records", "3"]].concat(), RUN).expect_success("second run");
+    assert_eq!(second, "0:2:c\n0:3:d\n0:4:e\n", "the restart reads from exactly the committed offset");
+    assert_eq!(committed(addr, "g-mr", std::slice::from_ref(&tp)), [Some(5)]);
+
+    // Auto-commit during the run (every poll, interval 0) must not run ahead either.
+    let third =
+        consume(addr, &[&group[..], &format, &["--max-records", "1", "-X", "auto.commit.interval.ms=0"]].concat(), RUN)
+            .expect_success("third run");
+    assert_eq!(third, "0:5:f\n");
+    assert_eq!(committed(addr, "g-mr", std::slice::from_ref(&tp)), [Some(6)]);
+    broker.shutdown().unwrap();
+}
+
+/// Item 5 across partitions: a poll hands out records of several partitions; those not printed
+/// (beyond `--max-records`) are not committed in any partition, so the next run of the group
+/// prints exactly the rest, each record once.
+#[test]
+fn max_records_across_partitions_leaves_the_unprinted_records_to_the_next_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let broker = start_in(tmp.path());
+    let addr = broker.local_addr();
+    for p in 0..3 {
+        produce(addr, "mrp", p, &["a", "b", "c", "d"]);
+    }
+    let all: BTreeSet<(i32, i64)> = (0..3).flat_map(|p| (0..4).map(move |o| (p, o))).collect();
+    let base = ["--topic", "mrp", "--group", "g-mrp", "--from-beginning", "--format", "%p:%o:%s\\n"];
+    // A large max.poll.records given by the user is capped by --max-records too.
+    let first = consume(addr, &[&base[..], &["--max-records", "5", "-X", "max.poll.records=500"]].concat(), RUN)
+        .expect_success("first run");
+    let first = printed(&first);
+    assert_eq!(first.len(), 5, "{first:?}");
+    let rest = consume(addr, &[&base[..], &["--exit-at-end"]].concat(), RUN).expect_success("second run");
+    let rest = printed(&rest);
+    let mut seen: Vec<(i32, i64)> = first.iter().chain(&rest).copied().collect();
+    seen.sort();
+    assert_eq!(seen, all.into_iter().collect::<Vec<_>>(), "every record exactly once over both runs");
+    broker.shutdown().unwrap();
+}
+
+/// Commits offsets of `topic`-0 in `group` (a simple consumer: assign + commit), which writes
+/// an offset commit record to the group's `__consumer_offsets` partition; returns that partition.
+fn commit_offsets(broker: &BrokerHandle, group: &str, topic: &str, offset: i64) -> i32 {
+    let addr = broker.local_addr();
+    let tp: TopicPartition = (topic.into(), 0);
+    let mut c = Consumer::new(consumer_config(addr, &[("group.id", group)])).unwrap();
+    c.assign(std::slice::from_ref(&tp)).unwrap();
+    c.commit_offsets(&[(tp, offset)].into_iter().collect(), true).unwrap();
+    c.close().unwrap();
+    broker.shared().coordinator().partition_for(group)
+}
+
+/// Issue 12 item 7. Finding: `consume --topic __consumer_offsets` hung silently with
+/// `--offset 0`, failed "no leader found" with `--offset beginning` and "no such topic" for the
+/// whole topic: the consumer dropped internal topics from every Metadata answer. Kafka's
+/// consumer reads internal topics by assignment (only pattern subscriptions leave them out,
+/// `exclude.internal.topics`). Fixed: Metadata keeps internal topics; they are only left out
+/// of pattern matches.
+#[test]
+fn consume_reads_consumer_offsets_by_assignment() {
+    let tmp = tempfile::tempdir().unwrap();
+    let broker = start_in(tmp.path());
+    let addr = broker.local_addr();
+    produce(addr, "committed-topic", 0, &["x", "y", "z"]);
+    let partition = commit_offsets(&broker, "g-internal", "committed-topic", 2);
+    let partition_arg = partition.to_string();
+    // Raw keys: an offset commit key (v1) holds the group id and the topic name as strings.
+    let format = ["--format", "%t:%p:%o:%k\\n"];
+    let runs: [(&str, Vec<&str>); 4] = [
+        ("--partition P --offset 0", vec!["--partition", &partition_arg, "--offset", "0"]),
+        ("--partition P --offset beginning", vec!["--partition", &partition_arg, "--offset", "beginning"]),
+        ("whole topic --offset beginning", vec!["--offset", "beginning"]),
+        ("whole topic --offset 0", vec!["--offset", "0"]),
+    ];
+    for (what, args) in runs {
+        let started = Instant::now();
+        let out =
+            consume(addr, &[&["--topic", "__consumer_offsets", "--exit-at-end"][..], &format, &args].concat(), RUN);
+        let text = out.expect_success(what);
+        let prefix = format!("__consumer_offsets:{partition}:0:");
+        assert!(text.starts_with(&prefix), "{what}: the commit record printed first:\n{text}");
+        assert!(text.contains("g-internal") && text.contains("committed-topic"), "{what}: raw key printed:\n{text}");
+        assert!(started.elapsed() < RUN, "{what}");
+    }
+    broker.shutdown().unwrap();
+}
+
+/// Item 7, Kafka's `exclude.internal.topics` (default true): a pattern subscription matching
+/// everything is not given `__consumer_offsets`; with `exclude.internal.topics=false` it is.
+/// Explicit subscription by name is never affected (Kafka's `ConsumerConfig`).
+#[test]
+fn pattern_subscriptions_exclude_internal_topics_unless_told_otherwise() {
+    let tmp = tempfile::tempdir().unwrap();
+    let broker = start_in(tmp.path());
+    let addr = broker.local_addr();
+    produce(addr, "visible", 0, &["v"]);
+    commit_offsets(&broker, "g-other", "visible", 1);
+    let assigned_topics = |exclude: &str, group: &str| -> BTreeSet<String> {
+        let settings = [("group.id", group), ("exclude.internal.topics", exclude), ("auto.offset.reset", "earliest")];
+        let mut c = Consumer::new(consumer_config(addr, &settings)).unwrap();
+        c.subscribe_pattern(".*").unwrap();
+        let deadline = Instant::now() + RUN;
+        while c.assignment().is_empty() {
+            assert!(Instant::now() < deadline, "no assignment for the pattern subscription");
+            c.poll(Duration::from_millis(200)).unwrap();
+        }
+        let topics = c.assignment().into_iter().map(|(t, _)| t).collect();
+        c.close().unwrap();
+        topics
+    };
+    let excluded = assigned_topics("true", "g-pattern-default");
+    assert!(excluded.contains("visible"), "{excluded:?}");
+    assert!(!excluded.contains("__consumer_offsets"), "internal topics stay out of patterns: {excluded:?}");
+    let included = assigned_topics("false", "g-pattern-internal");
+    assert!(included.contains("__consumer_offsets") && included.contains("visible"), "{included:?}");
+    broker.shutdown().unwrap();
+}
+
+/// Item 7: a fetch that cannot find a leader must not wait in silence. A partition the topic
+/// does not have, at an explicit offset (no ListOffsets, straight to Fetch), is reported on
+/// stderr within a bounded time while the consumer keeps retrying.
+#[test]
+fn a_partition_without_a_leader_is_reported_not_waited_for_in_silence() {
+    let tmp = tempfile::tempdir().unwrap();
+    let broker = start_in(tmp.path());
+    let addr = broker.local_addr();
+    produce(addr, "three", 0, &["a"]);
+    // Killed after 15 s: the report comes after 5 s without a leader.
+    let out = consume(addr, &["--topic", "three", "--partition", "7", "--offset", "0"], Duration::from_secs(15));
+    assert!(out.status.is_none(), "consume keeps waiting for a leader (Kafka's consumer retries): {}", out.stderr);
+    assert!(
+        out.stderr.contains("no leader for three-7") && out.stderr.contains("UNKNOWN_TOPIC_OR_PARTITION"),
+        "the missing leader is reported:\n{}",
+        out.stderr
+    );
+    broker.shutdown().unwrap();
+}
