@@ -262,3 +262,43 @@ fn a_partition_without_a_leader_is_reported_not_waited_for_in_silence() {
     );
     broker.shutdown().unwrap();
 }
+
+/// Item 5 when a later poll returns more than remain: the first poll hands out the 2 records
+/// there are, then 5 more arrive and the next poll (capped at `--max-records 3`) hands out 3,
+/// of which 1 is printed. The 2 returned but unprinted must not be committed: the closing
+/// commit is 3, not the position after the poll (5).
+#[test]
+fn max_records_rewinds_a_poll_that_returned_more_than_remain() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let tmp = tempfile::tempdir().unwrap();
+    let broker = start_in(tmp.path());
+    let addr = broker.local_addr();
+    produce(addr, "rw", 0, &["a", "b"]);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fetchbench"))
+        .args(["consume", "--bootstrap", &addr.to_string(), "--topic", "rw", "--group", "g-rw", "--from-beginning"])
+        .args(["--max-records", "3", "--format", "%p:%o:%s\\n", "-X", "fetch.max.wait.ms=100"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "0:0:a");
+    assert_eq!(lines.next().unwrap().unwrap(), "0:1:b");
+    produce(addr, "rw", 0, &["c", "d", "e", "f", "g"]);
+    assert_eq!(lines.next().unwrap().unwrap(), "0:2:c");
+    let deadline = Instant::now() + RUN;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("consume --max-records 3 did not exit after 3 records");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(lines.next().is_none(), "nothing printed after the third record");
+    let tp: TopicPartition = ("rw".into(), 0);
+    assert_eq!(committed(addr, "g-rw", std::slice::from_ref(&tp)), [Some(3)], "committed = last printed + 1");
+    broker.shutdown().unwrap();
+}
