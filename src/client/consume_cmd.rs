@@ -16,8 +16,8 @@
 //! `-c N` commits (Kafka's auto-commit stores the positions of the records `poll` returned).
 //!
 //! Internal topics (`__consumer_offsets`) are read like any other by assignment (`--partition`,
-//! `--offset`, or the whole topic), records printed raw (`log dump --print-records` decodes
-//! them); pattern subscriptions leave them out unless `exclude.internal.topics=false`.
+//! `--offset`, or the whole topic) and in a group (subscribed by name), records printed raw
+//! (`log dump --print-records` decodes them).
 
 use std::collections::BTreeMap;
 use std::io::Write;

@@ -209,6 +209,13 @@ fn consume_reads_consumer_offsets_by_assignment() {
         assert!(text.contains("g-internal") && text.contains("committed-topic"), "{what}: raw key printed:\n{text}");
         assert!(started.elapsed() < RUN, "{what}");
     }
+    // Subscribed by name in a group (only pattern subscriptions exclude internal topics).
+    let args = ["--topic", "__consumer_offsets", "--group", "g-reader", "--from-beginning", "--exit-at-end"];
+    let text = consume(addr, &[&args[..], &format].concat(), RUN).expect_success("in a group");
+    assert!(
+        text.contains(&format!("__consumer_offsets:{partition}:0:")),
+        "in a group: the commit record printed:\n{text}"
+    );
     broker.shutdown().unwrap();
 }
 
