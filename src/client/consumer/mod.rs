@@ -1440,3 +1440,38 @@ impl Drop for Consumer {
         self.closed = true;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_names_follow_kafka() {
+        assert_eq!(error_name(3), "UNKNOWN_TOPIC_OR_PARTITION (3)");
+        assert_eq!(error_name(5), "LEADER_NOT_AVAILABLE (5)");
+        assert_eq!(error_name(-1), "UNKNOWN_SERVER_ERROR (-1)");
+        assert_eq!(error_name(9999), "error 9999");
+    }
+
+    #[test]
+    fn no_leader_reasons_name_metadata_errors_and_missing_partitions() {
+        let mut c = Cluster::default();
+        c.partition_counts.insert("t".into(), 3);
+        c.errors.insert(("gone".into(), -1), 3);
+        c.errors.insert(("t".into(), 1), 5);
+        assert_eq!(c.no_leader_reason(&("t".into(), 7)), "UNKNOWN_TOPIC_OR_PARTITION (3): t has 3 partitions");
+        assert_eq!(c.no_leader_reason(&("t".into(), 1)), "Metadata: LEADER_NOT_AVAILABLE (5)");
+        assert_eq!(c.no_leader_reason(&("gone".into(), 0)), "Metadata of gone: UNKNOWN_TOPIC_OR_PARTITION (3)");
+        assert_eq!(c.no_leader_reason(&("other".into(), 0)), "other not in Metadata");
+    }
+
+    #[test]
+    fn exclude_internal_topics_defaults_to_true_and_is_settable() {
+        let mut c = ConsumerConfig::new("127.0.0.1:9092");
+        assert!(c.exclude_internal_topics);
+        c.set("exclude.internal.topics", "false").unwrap();
+        assert!(!c.exclude_internal_topics);
+        assert!(c.set("exclude.internal.topics", "maybe").is_err());
+        assert!(CONFIG_KEYS.contains(&"exclude.internal.topics"));
+    }
+}
