@@ -623,6 +623,7 @@ impl Group {
         let reply =
             if unknown { self.join_unknown(now, request, new_member_id) } else { self.join_known(now, request) };
         self.maybe_complete_join(now);
+        self.debug_check_invariants();
         match reply {
             Reply::Wait(ticket) => match self.completions.remove(&ticket) {
                 Some(Completion::Join(r)) => Reply::Now(r),
@@ -976,6 +977,12 @@ impl Group {
     /// are the v5+ fields (None before v5). Members missing from the leader's list get an empty
     /// assignment. The leader's SyncGroup moves the group to Stable and asks for it to be stored.
     pub fn sync(&mut self, now: i64, request: SyncRequest<'_>) -> Reply<SyncResult> {
+        let reply = self.sync_inner(now, request);
+        self.debug_check_invariants();
+        reply
+    }
+
+    fn sync_inner(&mut self, now: i64, request: SyncRequest<'_>) -> Reply<SyncResult> {
         let SyncRequest { member, protocol_type, protocol_name, assignments } = request;
         let MemberRef { member_id, group_instance_id, generation_id } = member;
         if self.state == GroupState::Dead {
@@ -1047,6 +1054,7 @@ impl Group {
             }
             self.prepare_rebalance(now);
         }
+        self.debug_check_invariants();
     }
 
     /// Handles a Heartbeat (Kafka 4's `classicGroupHeartbeat`): NONE in Stable and
@@ -1099,6 +1107,7 @@ impl Group {
             None => return errors::UNKNOWN_MEMBER_ID,
         };
         self.remove_member_and_update_group(&target, now);
+        self.debug_check_invariants();
         errors::NONE
     }
 
@@ -1143,51 +1152,123 @@ impl Group {
         self.transition(GroupState::Dead, now);
     }
 
-    /// Fires every deadline that has passed at `now`: expired sessions remove members (and
-    /// rebalance), expired pending members are dropped, and the join timer completes the
-    /// rebalance (or extends the initial delay while members keep arriving).
+    /// Fires every deadline that has passed at `now`, earliest first, as Kafka's timer does:
+    /// expired KIP-394 pending members are dropped, expired sessions remove members (and
+    /// rebalance, or complete a rebalance that waited only for them), and the join timer
+    /// completes the rebalance (or extends the initial delay while members keep arriving).
+    ///
+    /// Each step reads the timers as they are *now*, never from a list taken before the
+    /// previous step: firing one timer can move others (an expiry that completes the join
+    /// re-arms every member's session), and a moved deadline is a new timer that has not
+    /// fired. Kafka keys the heartbeat timer by member (`classicGroupHeartbeatKey`;
+    /// `DelayedHeartbeat` in the heartbeat purgatory before 4.0), so re-arming replaces the old
+    /// expiry and `onExpireHeartbeat` never sees a stale one. Judging a member by a deadline
+    /// that has moved since would clear its new deadline, and a member with no deadline that
+    /// awaits no answer is never expired (issue 12).
+    ///
+    /// Ends: each step removes a pending member or a member, clears one deadline without
+    /// arming another, or fires the join timer (which extends itself at most while new members
+    /// arrive, and otherwise completes the join or leaves PreparingRebalance).
     pub fn tick(&mut self, now: i64) {
-        let expired_pending: Vec<String> =
-            self.pending_members.iter().filter(|(_, &d)| d <= now).map(|(id, _)| id.clone()).collect();
-        for id in expired_pending {
-            self.pending_members.remove(&id);
-            self.maybe_complete_join(now);
-        }
-        let due: Vec<(String, i64)> = self
-            .members
-            .iter()
-            .filter_map(|m| m.heartbeat_deadline.filter(|&d| d <= now).map(|d| (m.member_id.clone(), d)))
-            .collect();
-        for (id, deadline) in due {
-            let Some(m) = self.member_mut(&id) else { continue };
-            if m.should_keep_alive(deadline) {
-                // The expectation is met (the member waits for an answer); the next one is set
-                // when that answer goes out.
-                m.heartbeat_deadline = None;
-            } else {
-                tracing::info!(group = %self.id, member = %id, "member session expired; removing it");
-                self.remove_member_and_update_group(&id, now);
+        loop {
+            let pending = self.pending_members.iter().filter(|(_, &d)| d <= now).min_by_key(|(_, &d)| d);
+            let pending = pending.map(|(id, &d)| (d, id.clone()));
+            let session = self
+                .members
+                .iter()
+                .filter_map(|m| m.heartbeat_deadline.filter(|&d| d <= now).map(|d| (d, m.member_id.clone())))
+                .min_by_key(|(d, _)| *d);
+            let join = self.join_timer.filter(|t| t.deadline() <= now);
+            // Equal deadlines: pending members, then sessions, then the join timer.
+            let first = [pending.as_ref().map(|p| p.0), session.as_ref().map(|s| s.0), join.map(JoinTimer::deadline)];
+            let Some(earliest) = first.iter().flatten().min().copied() else { break };
+            if let Some((_, id)) = pending.filter(|(d, _)| *d == earliest) {
+                self.pending_members.remove(&id);
+                self.maybe_complete_join(now);
+            } else if let Some((deadline, id)) = session.filter(|(d, _)| *d == earliest) {
+                self.expire_heartbeat(&id, deadline, now);
+            } else if let Some(timer) = join {
+                self.fire_join_timer(timer, now);
             }
         }
-        // A timer re-armed with a zero delay fires again in this same tick.
-        while let Some(timer) = self.join_timer.filter(|t| t.deadline() <= now) {
-            self.join_timer = None;
-            if self.state != GroupState::PreparingRebalance {
-                return;
+        self.debug_check_invariants();
+    }
+
+    /// `onExpireHeartbeat` for `member_id`, whose current session deadline `deadline` passed:
+    /// a member awaiting its JoinGroup or SyncGroup answer is kept (the answer re-arms its
+    /// session: `completeAndScheduleNextHeartbeatExpiration`), any other is removed.
+    fn expire_heartbeat(&mut self, member_id: &str, deadline: i64, now: i64) {
+        let Some(m) = self.member_mut(member_id) else { return };
+        debug_assert_eq!(m.heartbeat_deadline, Some(deadline), "a heartbeat timer fired after it moved");
+        if m.should_keep_alive(deadline) {
+            // The expectation is met (the member waits for an answer); the next one is set
+            // when that answer goes out.
+            m.heartbeat_deadline = None;
+        } else {
+            tracing::info!(group = %self.id, member = %member_id, "member session expired; removing it");
+            self.remove_member_and_update_group(member_id, now);
+        }
+    }
+
+    /// The join timer fired: `InitialDelayedJoin` extends itself while members keep arriving
+    /// (within the rebalance timeout); otherwise the join completes (`DelayedJoin.onComplete`).
+    fn fire_join_timer(&mut self, timer: JoinTimer, now: i64) {
+        self.join_timer = None;
+        if self.state != GroupState::PreparingRebalance {
+            return;
+        }
+        match timer {
+            JoinTimer::Initial { delay, remaining, .. } if self.new_member_added && remaining > 0 => {
+                self.new_member_added = false;
+                let delay = delay.min(remaining);
+                self.join_timer =
+                    Some(JoinTimer::Initial { deadline: now + delay, delay, remaining: (remaining - delay).max(0) });
             }
-            match timer {
-                JoinTimer::Initial { delay, remaining, .. } if self.new_member_added && remaining > 0 => {
-                    self.new_member_added = false;
-                    let delay = delay.min(remaining);
-                    self.join_timer = Some(JoinTimer::Initial {
-                        deadline: now + delay,
-                        delay,
-                        remaining: (remaining - delay).max(0),
-                    });
+            _ => self.on_complete_join(now),
+        }
+    }
+
+    /// The liveness invariant behind member expiry, checked in debug builds after every
+    /// operation: each member either has a session deadline or awaits a JoinGroup / SyncGroup
+    /// answer that will come (a parked join only in PreparingRebalance, whose join timer is
+    /// armed; a parked sync only in CompletingRebalance, whose leader has a session deadline),
+    /// so a member that stops talking is always expired in the end.
+    fn debug_check_invariants(&self) {
+        if cfg!(debug_assertions) {
+            if let Err(why) = self.check_invariants() {
+                panic!("group {}: {why}: {self:?}", self.id);
+            }
+        }
+    }
+
+    fn check_invariants(&self) -> Result<(), String> {
+        if self.state == GroupState::Dead {
+            return Ok(());
+        }
+        if self.state == GroupState::PreparingRebalance && self.join_timer.is_none() {
+            return Err("PreparingRebalance without a join timer".into());
+        }
+        for m in &self.members {
+            let id = &m.member_id;
+            match (m.heartbeat_deadline, m.awaiting_join, m.awaiting_sync) {
+                (None, None, None) => return Err(format!("member {id} has no session deadline and awaits nothing")),
+                (_, Some(_), Some(_)) => return Err(format!("member {id} awaits a join and a sync")),
+                (_, Some(_), None) if self.state != GroupState::PreparingRebalance => {
+                    return Err(format!("member {id} awaits a join in {}", self.state.name()))
                 }
-                _ => self.on_complete_join(now),
+                (_, None, Some(_)) if self.state != GroupState::CompletingRebalance => {
+                    return Err(format!("member {id} awaits a sync in {}", self.state.name()))
+                }
+                _ => {}
             }
         }
+        if self.state == GroupState::CompletingRebalance {
+            let leader = self.leader_id.as_deref().and_then(|l| self.member(l));
+            if leader.is_none_or(|l| l.heartbeat_deadline.is_none()) {
+                return Err("CompletingRebalance without a leader whose session runs".into());
+            }
+        }
+        Ok(())
     }
 }
 
@@ -1462,6 +1543,190 @@ mod tests {
         assert_eq!(g.validate_offset_commit(10, mref("", None, -1)), Err(errors::UNKNOWN_MEMBER_ID));
         let mut empty = Group::new("e", config(0), 0);
         assert_eq!(empty.validate_offset_commit(10, mref("", None, -1)), Ok(()));
+    }
+
+    /// Issue 12 (6), the traced order: in one tick the dead m1 expires, which completes the
+    /// join (m2 and m3 rejoined) and re-arms every session; m2's due entry from before the
+    /// completion must not then count as "kept alive" and clear its new deadline, or m2, dying
+    /// before its SyncGroup, is never expired and the group waits for it forever.
+    #[test]
+    fn an_expiry_that_completes_the_join_leaves_the_others_sessions_armed() {
+        let (mut g, _, _) = stable_pair(); // m1 and m2 synced at 3: both sessions end at 10_003
+        let t3 = ticket(g.join(10, req("", &["range"]), "m3".into())); // a rebalance; m1 is dead
+        let t2 = ticket(g.join(11, req("m2", &["range"]), String::new()));
+        let session_end = 3 + i64::from(SESSION);
+        g.tick(session_end); // m1 and m2 are due together; m1's removal completes the join
+        assert!(g.member("m1").is_none());
+        assert_eq!(g.state(), GroupState::CompletingRebalance);
+        let (r2, r3) = (wait_join(&mut g, t2), wait_join(&mut g, t3));
+        assert_eq!((r2.generation_id, r2.leader.as_str(), r3.generation_id), (3, "m2", 3));
+        for id in ["m2", "m3"] {
+            let deadline = g.member(id).unwrap().heartbeat_deadline;
+            assert_eq!(deadline, Some(session_end + i64::from(SESSION)), "{id}'s session after the join");
+        }
+        // m2 (the new leader) dies before its SyncGroup; m3 syncs and keeps heartbeating.
+        let ts = ticket(g.sync(session_end + 1, sreq("m3", None, 3, vec![])));
+        for t in (session_end + 1000..=session_end + i64::from(SESSION)).step_by(1000) {
+            assert_eq!(g.heartbeat(t, mref("m3", None, 3)), errors::NONE);
+            g.tick(t);
+        }
+        assert!(g.member("m2").is_none(), "the dead m2 was never expired: {:?}", g.member("m2"));
+        assert_eq!(g.state(), GroupState::PreparingRebalance);
+        let Some(Completion::Sync(s)) = g.take_completion(ts) else { panic!("m3's SyncGroup unanswered") };
+        assert_eq!(s.error, errors::REBALANCE_IN_PROGRESS);
+    }
+
+    /// One step of a client in [`members_that_stop_talking_are_always_expired`].
+    #[derive(Clone, Debug)]
+    enum Step {
+        /// JoinGroup: with the client's member id (or none), KIP-394 style or not, as a
+        /// static member or not, with protocols `range` or `roundrobin` + `range`.
+        Join { client: usize, fresh: bool, kip394: bool, static_member: bool, alt_protocols: bool },
+        /// SyncGroup in the client's generation (the leader assigns something to everyone).
+        Sync { client: usize },
+        /// Heartbeat in the client's generation.
+        Heartbeat { client: usize },
+        /// OffsetCommit validation in the client's generation.
+        Commit { client: usize },
+        /// LeaveGroup.
+        Leave { client: usize },
+        /// The waiter of the client's parked request gives up (its connection closed).
+        Abandon { client: usize },
+        /// Time passes and the timers fire (a late timer thread fires many at once).
+        Advance { ms: i64 },
+    }
+
+    fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+        use proptest::prelude::*;
+        let client = 0usize..4;
+        prop_oneof![
+            4 => (client.clone(), any::<bool>(), any::<bool>(), proptest::bool::weighted(0.15), proptest::bool::weighted(0.1))
+                .prop_map(|(client, fresh, kip394, static_member, alt_protocols)| Step::Join {
+                    client, fresh, kip394, static_member, alt_protocols
+                }),
+            3 => client.clone().prop_map(|client| Step::Sync { client }),
+            3 => client.clone().prop_map(|client| Step::Heartbeat { client }),
+            1 => client.clone().prop_map(|client| Step::Commit { client }),
+            1 => client.clone().prop_map(|client| Step::Leave { client }),
+            1 => client.prop_map(|client| Step::Abandon { client }),
+            4 => prop_oneof![0i64..1500, 9_000i64..11_000, 25_000i64..35_000].prop_map(|ms| Step::Advance { ms }),
+        ]
+    }
+
+    /// What a client knows: its member id, generation, and parked requests.
+    #[derive(Clone, Debug, Default)]
+    struct Client {
+        member_id: String,
+        generation_id: i32,
+        join: Option<Ticket>,
+        sync: Option<Ticket>,
+    }
+
+    fn settle(g: &mut Group, clients: &mut [Client]) {
+        for c in clients.iter_mut() {
+            if let Some(Completion::Join(r)) = c.join.and_then(|t| g.take_completion(t)) {
+                c.join = None;
+                if r.error == errors::NONE || r.error == errors::MEMBER_ID_REQUIRED {
+                    c.member_id = r.member_id;
+                    c.generation_id = r.generation_id;
+                } else if r.error == errors::UNKNOWN_MEMBER_ID || r.error == errors::FENCED_INSTANCE_ID {
+                    c.member_id = String::new();
+                }
+            }
+            if c.sync.is_some_and(|t| g.take_completion(t).is_some()) {
+                c.sync = None;
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+        /// Issue 12 (6): over random join / sync / heartbeat / commit / leave / abandon / timer
+        /// sequences, every member always has a session deadline or awaits an answer that will
+        /// come ([`Group::check_invariants`]), and once every client stops talking the timers
+        /// alone empty the group in bounded time: no member is kept forever.
+        #[test]
+        fn members_that_stop_talking_are_always_expired(
+            initial_delay in proptest::prop_oneof![proptest::strategy::Just(0i64), proptest::strategy::Just(3000i64)],
+            steps in proptest::collection::vec(step(), 1..120),
+        ) {
+            let mut g = Group::new("g", config(initial_delay), 0);
+            let mut clients = vec![Client::default(); 4];
+            let mut now = 0i64;
+            let mut next_id = 0;
+            for step in steps {
+                match step {
+                    Step::Join { client, fresh, kip394, static_member, alt_protocols } => {
+                        let c = &mut clients[client];
+                        if fresh {
+                            c.member_id.clear();
+                        }
+                        let protocols: &[&str] = if alt_protocols { &["roundrobin", "range"] } else { &["range"] };
+                        let mut r = req(&c.member_id, protocols);
+                        r.require_known_member_id = kip394;
+                        r.group_instance_id = static_member.then(|| format!("i{client}"));
+                        next_id += 1;
+                        match g.join(now, r, format!("c{client}-{next_id}")) {
+                            Reply::Now(r) => {
+                                if r.error == errors::NONE || r.error == errors::MEMBER_ID_REQUIRED {
+                                    c.member_id = r.member_id;
+                                    c.generation_id = r.generation_id;
+                                }
+                            }
+                            Reply::Wait(t) => c.join = Some(t),
+                        }
+                    }
+                    Step::Sync { client } => {
+                        let c = &clients[client];
+                        let assignments = g.members().iter().map(|m| (m.member_id.clone(), Bytes::from_static(b"a"))).collect();
+                        match g.sync(now, sreq(&c.member_id, None, c.generation_id, assignments)) {
+                            Reply::Now(_) => {}
+                            Reply::Wait(t) => clients[client].sync = Some(t),
+                        }
+                    }
+                    Step::Heartbeat { client } => {
+                        let c = &clients[client];
+                        g.heartbeat(now, mref(&c.member_id, None, c.generation_id));
+                    }
+                    Step::Commit { client } => {
+                        let c = &clients[client];
+                        let _ = g.validate_offset_commit(now, mref(&c.member_id, None, c.generation_id));
+                    }
+                    Step::Leave { client } => {
+                        let c = &mut clients[client];
+                        g.leave(now, &c.member_id, None);
+                        c.member_id.clear();
+                    }
+                    Step::Abandon { client } => {
+                        let c = &mut clients[client];
+                        for t in [c.join.take(), c.sync.take()].into_iter().flatten() {
+                            g.abandon(t);
+                        }
+                    }
+                    Step::Advance { ms } => {
+                        now += ms;
+                        g.tick(now);
+                    }
+                }
+                settle(&mut g, &mut clients);
+                proptest::prop_assert!(g.check_invariants().is_ok(), "{:?}: {:?}", g.check_invariants(), g);
+            }
+            // Everyone falls silent: only the timers run, each fired when it is due.
+            let silent_from = now;
+            let bound = NEW_MEMBER_JOIN_TIMEOUT_MS + 4 * i64::from(REBALANCE) + 4 * i64::from(SESSION);
+            while let Some(deadline) = g.next_deadline() {
+                proptest::prop_assert!(deadline - silent_from <= bound, "still busy at +{} ms: {:?}", deadline - silent_from, g);
+                now = now.max(deadline);
+                g.tick(now);
+                proptest::prop_assert!(g.check_invariants().is_ok(), "{:?}: {:?}", g.check_invariants(), g);
+            }
+            proptest::prop_assert!(
+                g.members().is_empty() && g.pending_member_count() == 0,
+                "members never expired (no timer left): {:?}",
+                g
+            );
+            proptest::prop_assert_eq!(g.state(), GroupState::Empty);
+        }
     }
 
     #[test]
