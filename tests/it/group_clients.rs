@@ -28,7 +28,7 @@ use serde_json::{json, Value};
 use crate::python_clients::{python_with, run_script_args};
 
 /// Partitions of the topics of the confluent-kafka tests.
-const PARTITIONS: i32 = 12;
+pub(crate) const PARTITIONS: i32 = 12;
 /// The longest a behaviour may take before the test fails (a rebalance takes a second or two).
 const WAIT: Duration = Duration::from_secs(30);
 /// `session.timeout.ms` of the members (and `heartbeat.interval.ms` below).
@@ -76,8 +76,8 @@ fn produce(python: &Path, broker: &BrokerHandle, topic: &str, count: usize, crea
 }
 
 /// One `group_member.py` process: a confluent-kafka consumer in a group. Killed on drop.
-struct Member {
-    name: String,
+pub(crate) struct Member {
+    pub(crate) name: String,
     child: Child,
     stdin: Option<ChildStdin>,
     events: Arc<Mutex<Vec<Value>>>,
@@ -88,7 +88,14 @@ impl Member {
     /// Starts a member of `group` subscribed to `topic`, with librdkafka `settings` over the
     /// script's defaults (session.timeout.ms=6000, heartbeat.interval.ms=500, earliest, manual
     /// synchronous commits).
-    fn spawn(python: &Path, broker: &BrokerHandle, group: &str, topic: &str, settings: Value, name: &str) -> Member {
+    pub(crate) fn spawn(
+        python: &Path,
+        broker: &BrokerHandle,
+        group: &str,
+        topic: &str,
+        settings: Value,
+        name: &str,
+    ) -> Member {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/group_member.py");
         let mut child = Command::new(python)
             .arg(&script)
@@ -128,12 +135,12 @@ impl Member {
         self.events.lock().unwrap().clone()
     }
 
-    fn events_named(&self, ev: &str) -> Vec<Value> {
+    pub(crate) fn events_named(&self, ev: &str) -> Vec<Value> {
         self.events().into_iter().filter(|e| e["ev"] == ev).collect()
     }
 
     /// The member's current assignment: its `assign` events minus its `revoke` / `lost` events.
-    fn assignment(&self) -> BTreeSet<Tp> {
+    pub(crate) fn assignment(&self) -> BTreeSet<Tp> {
         let mut owned = BTreeSet::new();
         for e in self.events() {
             let Some(ps) = e["parts"].as_array() else { continue };
@@ -160,7 +167,7 @@ impl Member {
     }
 
     /// Every record the member processed, in order.
-    fn records(&self) -> Vec<Rec> {
+    pub(crate) fn records(&self) -> Vec<Rec> {
         let mut out = Vec::new();
         for e in self.events_named("msgs") {
             for r in e["recs"].as_array().unwrap() {
@@ -205,14 +212,14 @@ impl Member {
             .collect()
     }
 
-    fn command(&mut self, command: &str) {
+    pub(crate) fn command(&mut self, command: &str) {
         let stdin = self.stdin.as_mut().expect("stdin open");
         writeln!(stdin, "{command}").unwrap_or_else(|e| panic!("{}: {command}: {e}", self.name));
         stdin.flush().unwrap();
     }
 
     /// SIGKILL; returns the `time.time()`-comparable moment.
-    fn kill(&mut self) -> f64 {
+    pub(crate) fn kill(&mut self) -> f64 {
         let t = now_s();
         self.child.kill().unwrap();
         self.child.wait().unwrap();
@@ -220,12 +227,12 @@ impl Member {
     }
 
     /// `close` (consumer.close(): LeaveGroup unless static) and waits for the exit.
-    fn close(&mut self) {
+    pub(crate) fn close(&mut self) {
         self.command("close");
         self.wait_exit();
     }
 
-    fn wait_exit(&mut self) {
+    pub(crate) fn wait_exit(&mut self) {
         let deadline = Instant::now() + WAIT;
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
@@ -258,7 +265,7 @@ impl Drop for Member {
     }
 }
 
-fn diagnostics(members: &[&Member]) -> String {
+pub(crate) fn diagnostics(members: &[&Member]) -> String {
     members.iter().map(|m| m.diagnostics()).collect::<Vec<_>>().join("\n")
 }
 
@@ -306,7 +313,7 @@ fn decode_assignment(bytes: &[u8]) -> BTreeSet<Tp> {
 /// When the group is Stable with exactly `members.len()` members whose assignments (decoded
 /// from DescribeGroups) are the ones the members hold (from their callbacks), and split every
 /// partition of `topic` among them, each getting some: the generation id.
-fn stable_generation(broker: &BrokerHandle, group: &str, topic: &str, members: &[&Member]) -> Option<i32> {
+pub(crate) fn stable_generation(broker: &BrokerHandle, group: &str, topic: &str, members: &[&Member]) -> Option<i32> {
     let desc = broker.shared().coordinator().describe_group(group);
     if desc.state != "Stable" || desc.members.len() != members.len() {
         return None;

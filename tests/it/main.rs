@@ -16,6 +16,7 @@ mod consumer;
 mod consumer_offsets_corpus;
 mod dump_cli;
 mod fetch_response;
+mod group_churn;
 mod group_clients;
 mod groups;
 mod idempotence;

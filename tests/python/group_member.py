@@ -10,8 +10,9 @@ every partition in it synchronously (so a record is committed once processed). I
 object per line to stdout, each with "t" = time.time() (the Rust side compares these times across
 processes on the same machine):
   {"ev": "started"}
-  {"ev": "assign", "parts": [[topic, partition], ...]}     on_assign (eager: the new assignment)
-  {"ev": "revoke", "parts": [...]} / {"ev": "lost", "parts": [...]}
+  {"ev": "assign", "parts": [[topic, partition], ...], "gen": G}  on_assign (eager: the new
+                                                           assignment) in generation G
+  {"ev": "revoke", "parts": [...], "gen": G} / {"ev": "lost", "parts": [...], "gen": G}
   {"ev": "msgs", "recs": [[topic, partition, offset], ...]}  records processed, in order
   {"ev": "commit", "offs": [[topic, partition, next offset, error or null], ...]}
   {"ev": "commit_error", "error": "..."}                     the whole commit failed
@@ -24,6 +25,7 @@ End of stdin (the test went away) exits at once, so no member outlives its test.
 
 import json
 import queue
+import struct
 import sys
 import threading
 import time
@@ -37,6 +39,16 @@ def emit(ev, **fields):
 
 def parts(partitions):
     return [[tp.topic, tp.partition] for tp in partitions]
+
+
+def generation(consumer):
+    """The generation id librdkafka holds now (-1: none), read from the serialized
+    consumer_group_metadata(): b"CGMDv2:" then the generation id as a native int32
+    (rd_kafka_consumer_group_metadata_write)."""
+    cgmd = consumer.consumer_group_metadata()
+    if not isinstance(cgmd, bytes) or not cgmd.startswith(b"CGMDv2:"):
+        return None
+    return struct.unpack("=i", cgmd[7:11])[0]
 
 
 def read_commands(commands):
@@ -63,9 +75,9 @@ def main():
     consumer = Consumer(config)
     consumer.subscribe(
         topics,
-        on_assign=lambda c, ps: emit("assign", parts=parts(ps)),
-        on_revoke=lambda c, ps: emit("revoke", parts=parts(ps)),
-        on_lost=lambda c, ps: emit("lost", parts=parts(ps)),
+        on_assign=lambda c, ps: emit("assign", parts=parts(ps), gen=generation(c)),
+        on_revoke=lambda c, ps: emit("revoke", parts=parts(ps), gen=generation(c)),
+        on_lost=lambda c, ps: emit("lost", parts=parts(ps), gen=generation(c)),
     )
     emit("started")
     commands = queue.Queue()
