@@ -30,16 +30,16 @@ use crate::broker::{metadata, name, produce, Client};
 const PROCESS_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A running `fetchbench serve`, killed (SIGKILL) when dropped.
-struct ServeProcess {
+pub(crate) struct ServeProcess {
     child: Option<Child>,
     stderr_path: PathBuf,
-    addr: SocketAddr,
+    pub(crate) addr: SocketAddr,
 }
 
 impl ServeProcess {
     /// Starts `fetchbench serve` with `args` (stderr into `work/<name>.stderr`) and waits for its
     /// "listening on" line.
-    fn start(work: &Path, name: &str, args: &[&str]) -> ServeProcess {
+    pub(crate) fn start(work: &Path, name: &str, args: &[&str]) -> ServeProcess {
         let stderr_path = work.join(format!("{name}.stderr"));
         let stderr = std::fs::File::create(&stderr_path).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_fetchbench"))
@@ -68,17 +68,17 @@ impl ServeProcess {
         }
     }
 
-    fn stderr(&self) -> String {
+    pub(crate) fn stderr(&self) -> String {
         std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
     }
 
-    fn signal(&self, signal: Signal) {
+    pub(crate) fn signal(&self, signal: Signal) {
         let pid = self.child.as_ref().unwrap().id();
         kill(Pid::from_raw(pid as i32), signal).unwrap();
     }
 
     /// Waits for the process to exit (panics after [`PROCESS_TIMEOUT`]).
-    fn wait(&mut self) -> ExitStatus {
+    pub(crate) fn wait(&mut self) -> ExitStatus {
         let deadline = Instant::now() + PROCESS_TIMEOUT;
         let child = self.child.as_mut().unwrap();
         loop {
@@ -89,6 +89,13 @@ impl ServeProcess {
             assert!(Instant::now() < deadline, "fetchbench serve did not exit in time:\n{}", self.stderr());
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// The exit status when the process has exited (it is then reaped), `None` while it runs.
+    pub(crate) fn exited(&mut self) -> Option<ExitStatus> {
+        let status = self.child.as_mut()?.try_wait().unwrap()?;
+        self.child = None;
+        Some(status)
     }
 }
 
