@@ -102,7 +102,7 @@ pub const FENCED_INSTANCE_ID: i16 = 82;
 /// | `Batch` (`InvalidRecord`)           | `INVALID_RECORD` (87)       |
 /// | `OffsetOutOfRange`                  | `OFFSET_OUT_OF_RANGE` (1)   |
 /// | `InvalidAppend`                     | `CORRUPT_MESSAGE` (2), `RECORD_LIST_TOO_LARGE` (18) when it does not fit a segment |
-/// | `Io`, `CorruptIndex`                | `KAFKA_STORAGE_ERROR` (56)  |
+/// | `Io`, `OutOfSpace`, `CorruptIndex`  | `KAFKA_STORAGE_ERROR` (56)  |
 /// | `Layout`                            | `INVALID_TOPIC_EXCEPTION` (17) |
 /// | `InvalidConfig`                     | `INVALID_CONFIG` (40)       |
 /// | `OutOfOrderSequence`                | `OUT_OF_ORDER_SEQUENCE_NUMBER` (45) |
@@ -116,7 +116,7 @@ pub fn log_error_code(error: &LogError) -> i16 {
         LogError::OffsetOutOfRange { .. } => OFFSET_OUT_OF_RANGE,
         LogError::InvalidAppend { reason, .. } if reason.contains("do not fit a segment") => RECORD_LIST_TOO_LARGE,
         LogError::InvalidAppend { .. } => CORRUPT_MESSAGE,
-        LogError::Io { .. } | LogError::CorruptIndex { .. } => KAFKA_STORAGE_ERROR,
+        LogError::Io { .. } | LogError::OutOfSpace { .. } | LogError::CorruptIndex { .. } => KAFKA_STORAGE_ERROR,
         LogError::Layout { .. } => INVALID_TOPIC_EXCEPTION,
         LogError::InvalidConfig { .. } => INVALID_CONFIG,
         LogError::OutOfOrderSequence { .. } => OUT_OF_ORDER_SEQUENCE_NUMBER,
@@ -143,6 +143,9 @@ mod tests {
             LogError::OffsetOutOfRange { partition: "t-0".into(), offset: 9, log_start_offset: 0, log_end_offset: 3 };
         assert_eq!(log_error_code(&e), OFFSET_OUT_OF_RANGE);
         let e = LogError::io("read", "/x", std::io::Error::other("boom"));
+        assert_eq!(log_error_code(&e), KAFKA_STORAGE_ERROR);
+        let e = LogError::io("append to", "/x", std::io::Error::from_raw_os_error(libc::ENOSPC));
+        assert!(matches!(e, LogError::OutOfSpace { .. }));
         assert_eq!(log_error_code(&e), KAFKA_STORAGE_ERROR);
     }
 

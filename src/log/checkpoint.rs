@@ -521,14 +521,22 @@ pub fn tmp_path(path: &Path) -> PathBuf {
 /// Replaces `path` with `contents` atomically and durably: write `<path>.tmp`, fsync it, rename
 /// it over `path`, fsync the parent directory (Kafka's `CheckpointFile.write` with `sync = true`).
 ///
-/// Errors: [`LogError::Io`] naming the step and file; on error `path` still holds its old
-/// contents (a stale `.tmp` may remain and is overwritten by the next write).
+/// Errors: [`LogError::OutOfSpace`] on a full disk, [`LogError::Io`], naming the step and file;
+/// on error `path` still holds its old contents (a failed write or fsync removes the `.tmp`; one
+/// left by a crash is overwritten by the next write).
 pub fn write_atomically(path: &Path, contents: &[u8]) -> Result<(), LogError> {
     let tmp = tmp_path(path);
     let mut f = File::create(&tmp).map_err(|e| LogError::io("create", &tmp, e))?;
-    f.write_all(contents).map_err(|e| LogError::io("write", &tmp, e))?;
-    f.sync_all().map_err(|e| LogError::io("fsync", &tmp, e))?;
+    let written = f
+        .write_all(contents)
+        .map_err(|e| LogError::io("write", &tmp, e))
+        .and_then(|()| f.sync_all().map_err(|e| LogError::io("fsync", &tmp, e)));
     drop(f);
+    if let Err(e) = written {
+        // E.g. a full disk: the previous file stays in place, and no partial temporary is left.
+        let _ = fs::remove_file(&tmp);
+        return Err(e);
+    }
     fs::rename(&tmp, path).map_err(|e| LogError::io("rename into place", &tmp, e))?;
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,

@@ -19,6 +19,23 @@ pub enum LogError {
         #[source]
         source: io::Error,
     },
+    /// The filesystem has no space left (`ENOSPC`) or the quota is used up (`EDQUOT`) for an
+    /// operation on `path`: an append, a segment roll (its index files are allocated up front,
+    /// see [`OffsetIndex`](super::OffsetIndex)), a checkpoint. [`LogError::io`] makes this variant
+    /// from those errno values. Nothing half-done is left behind: a failed append or roll leaves
+    /// the partition as it was, and the same write succeeds once space is freed. The broker
+    /// answers `KAFKA_STORAGE_ERROR` (56) and keeps serving reads (Kafka instead marks the whole
+    /// log directory offline through its `LogDirFailureChannel`).
+    #[error("{op} {path}: {source}")]
+    OutOfSpace {
+        /// What was being done ("append to", "allocate", ...).
+        op: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// The underlying `ENOSPC` / `EDQUOT` error.
+        #[source]
+        source: io::Error,
+    },
     /// A record batch in a `.log` file failed to decode or validate.
     #[error("{path}: invalid batch at position {position}: {source}")]
     Batch {
@@ -114,8 +131,39 @@ pub enum LogError {
 }
 
 impl LogError {
-    /// Wraps an [`io::Error`] with the operation and path it came from.
+    /// Wraps an [`io::Error`] with the operation and path it came from: [`LogError::OutOfSpace`]
+    /// for `ENOSPC` and `EDQUOT`, [`LogError::Io`] otherwise.
     pub fn io(op: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
+        if is_out_of_space(&source) {
+            return LogError::OutOfSpace { op, path: path.into(), source };
+        }
         LogError::Io { op, path: path.into(), source }
+    }
+
+    /// Whether this is a failure to write to the disk or read from it ([`LogError::Io`],
+    /// [`LogError::OutOfSpace`]), as opposed to bad data or a refused request.
+    pub fn is_storage_failure(&self) -> bool {
+        matches!(self, LogError::Io { .. } | LogError::OutOfSpace { .. })
+    }
+}
+
+/// `ENOSPC` (no space left on device) or `EDQUOT` (disk quota exceeded).
+pub(crate) fn is_out_of_space(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn enospc_and_edquot_are_out_of_space() {
+        for errno in [libc::ENOSPC, libc::EDQUOT] {
+            let e = LogError::io("append to", "/x", io::Error::from_raw_os_error(errno));
+            assert!(matches!(e, LogError::OutOfSpace { op: "append to", .. }), "{e:?}");
+            assert!(e.is_storage_failure());
+        }
+        let e = LogError::io("append to", "/x", io::Error::from_raw_os_error(libc::EIO));
+        assert!(matches!(e, LogError::Io { .. }) && e.is_storage_failure());
     }
 }

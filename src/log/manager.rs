@@ -162,7 +162,14 @@ impl LogManager {
         let producer_ids = ProducerIdManager::new(dir);
         let mgr = LogManager { dir: dir.to_path_buf(), config, logs, read_only, producer_ids, _lock: lock };
         if !read_only {
-            mgr.checkpoint()?;
+            match mgr.checkpoint() {
+                // A full disk at start-up: the checkpoints on disk are older, never wrong (the
+                // recovery points are lower, so more is recovered next time); serve reads anyway.
+                Err(e @ LogError::OutOfSpace { .. }) => {
+                    tracing::warn!("{e}; keeping the previous checkpoints")
+                }
+                other => other?,
+            }
         }
         Ok((mgr, report))
     }

@@ -58,7 +58,14 @@ pub struct IndexEntry {
 /// ## Size, preallocation and crashes
 ///
 /// A writable index is preallocated to `segment.index.bytes` (rounded down to a multiple of 8) and
-/// memory-mapped; appends write into the mapping. On a clean close ([`OffsetIndex::close`], or
+/// memory-mapped; appends write into the mapping. Kafka preallocates with
+/// `RandomAccessFile.setLength`, a sparse file: on a full filesystem the first write to a page of
+/// the mapping cannot be backed and the process dies of `SIGBUS`. Here every byte of a writable
+/// mapping is allocated on disk before it is mapped (`fallocate(2)` mode 0, which tmpfs honours by
+/// reserving pages; where a filesystem does not support it, `EOPNOTSUPP`, each block is read
+/// and written back with `pread`/`pwrite`, which allocates the holes and keeps the content), so a
+/// full disk is an error ([`LogError::OutOfSpace`]) when the index is opened or resized, i.e. at
+/// segment creation or roll, never a signal when an entry is written. On a clean close ([`OffsetIndex::close`], or
 /// [`OffsetIndex::trim_to_valid_size`] when the segment rolls) the file is truncated to
 /// `entries * 8` bytes. After a crash the file keeps its preallocated length: on reopen the entry
 /// count is `file length / 8` as in Kafka, so the unused tail reads as entries of zeros (offset
@@ -95,16 +102,19 @@ impl OffsetIndex {
     /// Opens (creating it when missing) a writable offset index for the segment starting at
     /// `base_offset`, Kafka's `new OffsetIndex(file, baseOffset, maxIndexSize, writable = true)`.
     ///
-    /// A new or empty file is preallocated to `max_index_size` bytes (`segment.index.bytes`)
-    /// rounded down to a multiple of 8, and has no entries. An existing non-empty file is mapped at
+    /// A new file is preallocated to `max_index_size` bytes (`segment.index.bytes`) rounded down
+    /// to a multiple of 8, and has no entries. An existing empty file stays empty, with no room
+    /// (full) until [`Self::resize`]d, as Kafka's `newlyCreated` rule. An existing non-empty file is mapped at
     /// its current length and holds `length / 8` entries; it is **not** resized, exactly as in
     /// Kafka, so a trimmed index of an old segment stays full ([`Self::is_full`]). Kafka's
     /// `LogLoader` then calls `resize(maxIndexSize)` on the active segment's indexes only; the
     /// segment layer does the same with [`Self::resize`].
     ///
+    /// Every byte of the file is allocated on disk before it is mapped (see the type docs).
+    ///
     /// Errors: [`LogError::InvalidConfig`] (`segment.index.bytes`) when a new file would be
-    /// preallocated with `max_index_size < 8`; [`LogError::Io`] when the file cannot be
-    /// created, sized or mapped.
+    /// preallocated with `max_index_size < 8`; [`LogError::OutOfSpace`] when the disk cannot hold
+    /// the file; [`LogError::Io`] when the file cannot be created, sized or mapped.
     pub fn open(path: &Path, base_offset: i64, max_index_size: usize) -> Result<Self, LogError> {
         Ok(OffsetIndex { inner: MappedIndex::open_writable(path, base_offset, max_index_size, ENTRY_SIZE)? })
     }
@@ -252,11 +262,15 @@ impl OffsetIndex {
     /// the entries (Kafka's `AbstractIndex.resize`). Returns `Ok(false)` when the length is
     /// already that. The old mapping is dropped before the file length changes.
     ///
+    /// The new length is allocated on disk (see the type docs) while the old mapping is still in
+    /// place, so [`LogError::OutOfSpace`] leaves the index exactly as it was.
+    ///
     /// Errors: [`LogError::Io`] with kind `PermissionDenied` on a read-only index,
     /// [`LogError::InvalidAppend`] when the new size cannot hold the current entries (Kafka would
-    /// throw), [`LogError::Io`] when the file cannot be reopened, sized or mapped. After an I/O
-    /// error past the unmap, the index is left empty and unmapped (never dangling); the segment
-    /// layer should treat it as a failed log directory, as Kafka does.
+    /// throw), [`LogError::OutOfSpace`] when the disk cannot hold the new length,
+    /// [`LogError::Io`] when the file cannot be reopened, sized or mapped. After an I/O error
+    /// past the unmap, the file is mapped again at its current length with the entries that still
+    /// fit, or, when even that fails, the index is left empty and unmapped (never dangling).
     pub fn resize(&mut self, new_size: usize) -> Result<bool, LogError> {
         self.inner.resize(new_size)
     }
@@ -440,24 +454,29 @@ pub(super) struct MappedIndex {
 }
 
 impl MappedIndex {
-    /// Kafka's `AbstractIndex` constructor with `writable = true`, except that an existing empty
-    /// file is preallocated too (it has no entries to keep).
+    /// Kafka's `AbstractIndex` constructor with `writable = true`: only a newly created file is
+    /// preallocated (Kafka's `newlyCreated`); an existing empty file (the trimmed index of a
+    /// segment without entries) stays empty and full until the segment layer resizes it, as
+    /// Kafka's `LogLoader` resizes only the active segment's indexes. Loading a log therefore
+    /// allocates nothing for its inactive segments.
     pub(super) fn open_writable(
         path: &Path,
         base_offset: i64,
         max_index_size: usize,
         entry_size: usize,
     ) -> Result<Self, LogError> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)
-            .map_err(|e| LogError::io("open", path, e))?;
+        let (file, newly_created) = match OpenOptions::new().read(true).write(true).create_new(true).open(path) {
+            Ok(f) => (f, true),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                let f =
+                    OpenOptions::new().read(true).write(true).open(path).map_err(|e| LogError::io("open", path, e))?;
+                (f, false)
+            }
+            Err(e) => return Err(LogError::io("create", path, e)),
+        };
         let meta = file.metadata().map_err(|e| LogError::io("stat", path, e))?;
         let mut length = meta.len();
-        let preallocated = length == 0;
+        let preallocated = newly_created && length == 0;
         if preallocated {
             if max_index_size < entry_size {
                 return Err(LogError::InvalidConfig {
@@ -467,8 +486,10 @@ impl MappedIndex {
                 });
             }
             length = round_down(max_index_size, entry_size) as u64;
-            file.set_len(length).map_err(|e| LogError::io("preallocate", path, e))?;
         }
+        // A new file is allocated at its full length; an existing one (maybe left sparse by a
+        // crash, or by an older version) gets its holes filled before anything is written to it.
+        allocate(&file, length, path)?;
         let map = map_writable(&file, length, path)?;
         let max_entries = map.bytes().len() / entry_size;
         Ok(MappedIndex {
@@ -681,6 +702,9 @@ impl MappedIndex {
             .map_err(|e| LogError::io("open", &self.path, e))?;
         let meta = file.metadata().map_err(|e| LogError::io("stat", &self.path, e))?;
         self.check_same_file("resize", &meta)?;
+        // Back every page of the new length first, while the old mapping is intact: a full disk
+        // fails here and changes nothing (fallocate only ever grows a file).
+        allocate(&file, rounded as u64, &self.path)?;
         // Drop our mapping before changing the file length: no mapping of ours ever spans past
         // the end of the file.
         self.map = Mapping::None;
@@ -696,8 +720,23 @@ impl MappedIndex {
                 Ok(true)
             }
             Err(e) => {
-                self.entries = 0;
-                self.max_entries = 0;
+                // Map the file again at whatever length it has now, keeping the entries that fit.
+                let again = file
+                    .metadata()
+                    .map_err(|e| LogError::io("stat", &self.path, e))
+                    .and_then(|m| map_writable(&file, m.len(), &self.path).map(|map| (m.len(), map)));
+                match again {
+                    Ok((length, map)) => {
+                        self.max_entries = map.bytes().len() / self.entry_size;
+                        self.entries = self.entries.min(self.max_entries);
+                        self.map = map;
+                        self.length = length;
+                    }
+                    Err(_) => {
+                        self.entries = 0;
+                        self.max_entries = 0;
+                    }
+                }
                 Err(e)
             }
         }
@@ -816,7 +855,53 @@ fn check_mappable(length: u64, path: &Path) -> Result<(), LogError> {
     Ok(())
 }
 
+/// Allocates disk space for bytes `0..length` of `file`, growing it to `length` if shorter, so
+/// that writes through a mapping of those bytes never fault for lack of space (`SIGBUS`).
+///
+/// `fallocate(2)` with mode 0 (tmpfs reserves the pages, ext4 and xfs allocate unwritten
+/// extents); bytes already allocated keep their content. On a filesystem without fallocate
+/// (`EOPNOTSUPP`) every block is read and written back (`pread`/`pwrite`, zeros past the end), which
+/// allocates holes without changing what they read as.
+///
+/// Errors: [`LogError::OutOfSpace`] (`ENOSPC`, `EDQUOT`; on tmpfs and ext4 a failed fallocate
+/// allocates nothing), [`LogError::Io`] otherwise.
+pub(super) fn allocate(file: &File, length: u64, path: &Path) -> Result<(), LogError> {
+    use std::os::unix::fs::FileExt;
+    if length == 0 {
+        return Ok(());
+    }
+    let len = libc::off_t::try_from(length)
+        .map_err(|_| LogError::io("allocate", path, io::Error::other(format!("{length} bytes is too large"))))?;
+    match nix::fcntl::fallocate(file, nix::fcntl::FallocateFlags::empty(), 0, len) {
+        Ok(()) => return Ok(()),
+        Err(nix::errno::Errno::EOPNOTSUPP) => {}
+        Err(errno) => return Err(LogError::io("allocate", path, io::Error::from(errno))),
+    }
+    const CHUNK: u64 = 64 * 1024;
+    let mut buf = vec![0u8; CHUNK as usize];
+    let mut position = 0;
+    while position < length {
+        let n = CHUNK.min(length - position) as usize;
+        let chunk = &mut buf[..n];
+        chunk.fill(0);
+        // A short read (the end of the file) leaves zeros, which extend the file.
+        let mut read = 0;
+        while read < n {
+            match file.read_at(&mut chunk[read..], position + read as u64) {
+                Ok(0) => break,
+                Ok(r) => read += r,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(LogError::io("allocate (read back)", path, e)),
+            }
+        }
+        file.write_all_at(chunk, position).map_err(|e| LogError::io("allocate (write back)", path, e))?;
+        position += n as u64;
+    }
+    Ok(())
+}
+
 /// Maps `length` bytes of `file` read-write (nothing for a zero length, which mmap refuses).
+/// The caller has allocated them ([`allocate`]).
 fn map_writable(file: &File, length: u64, path: &Path) -> Result<Mapping, LogError> {
     if length == 0 {
         return Ok(Mapping::None);
@@ -825,7 +910,8 @@ fn map_writable(file: &File, length: u64, path: &Path) -> Result<Mapping, LogErr
     // SAFETY: a shared read-write mapping of an index file that this `MappedIndex` owns: it is
     // opened writable once per file (the segment layer's contract, documented on the index types),
     // its length only changes in `MappedIndex::resize`, which drops this mapping before calling
-    // `set_len`, and its bytes are only accessed through this mapping as plain integers.
+    // `set_len`, and its bytes are only accessed through this mapping as plain integers. Every
+    // byte was allocated on disk first (`allocate`), so a write cannot fault for lack of space.
     let m = unsafe { MmapMut::map_mut(file) }.map_err(|e| LogError::io("mmap", path, e))?;
     Ok(Mapping::Writable(m))
 }
@@ -866,13 +952,39 @@ mod tests {
         assert!(idx.is_writable());
     }
 
+    /// A writable index is allocated on disk, never sparse: on a full disk a write through the
+    /// mapping of a sparse page raises SIGBUS (issue 12).
     #[test]
-    fn existing_empty_file_is_preallocated() {
+    fn writable_index_is_allocated_not_sparse() {
+        let dir = tmp();
+        let path = dir.path().join("a.index");
+        let mut idx = OffsetIndex::open(&path, 0, 64 * 1024).unwrap();
+        let allocated = |p: &Path| fs::metadata(p).unwrap().blocks() * 512;
+        assert!(allocated(&path) >= 64 * 1024, "{} bytes allocated", allocated(&path));
+        idx.append(5, 0).unwrap();
+        assert!(idx.resize(128 * 1024).unwrap());
+        assert!(allocated(&path) >= 128 * 1024, "after resize: {} bytes allocated", allocated(&path));
+        assert_eq!(idx.entry(0), entry(5, 0), "entries survive the resize");
+        // An existing sparse file (a crash of an older version) is allocated when opened.
+        let sparse = dir.path().join("b.index");
+        File::create(&sparse).unwrap().set_len(32 * 1024).unwrap();
+        let idx = OffsetIndex::open(&sparse, 0, 1024).unwrap();
+        assert_eq!(idx.entries(), 4096, "an existing file keeps its length");
+        assert!(allocated(&sparse) >= 32 * 1024, "{} bytes allocated", allocated(&sparse));
+    }
+
+    /// Kafka preallocates only a newly created file: an existing empty one (a trimmed index
+    /// without entries) stays empty until resized, so loading a log allocates nothing for it.
+    #[test]
+    fn existing_empty_file_is_not_preallocated() {
         let dir = tmp();
         let path = dir.path().join("a.index");
         File::create(&path).unwrap();
-        let idx = OffsetIndex::open(&path, 0, 80).unwrap();
-        assert_eq!(fs::metadata(&path).unwrap().len(), 80);
+        let mut idx = OffsetIndex::open(&path, 0, 80).unwrap();
+        assert_eq!(fs::metadata(&path).unwrap().len(), 0);
+        assert_eq!((idx.entries(), idx.max_entries()), (0, 0));
+        assert!(idx.is_full());
+        assert!(idx.resize(80).unwrap());
         assert_eq!((idx.entries(), idx.max_entries()), (0, 10));
     }
 

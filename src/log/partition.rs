@@ -159,6 +159,47 @@ pub struct PartitionLog {
     leader_epoch: i32,
     producer_state: ProducerStateManager,
     last_producer_expiry_check_ms: i64,
+    storage_warnings: StorageWarnings,
+}
+
+/// How often a partition logs a failing write at warn (issue 12: a full disk must be visible
+/// without flooding the log at every produce request).
+const STORAGE_WARN_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Rate limit of the warnings about writes that fail for a storage reason (a full disk, an I/O
+/// error): at most one line per [`STORAGE_WARN_INTERVAL`], carrying the count of the failures
+/// not logged since the previous line, and one info line when writes succeed again.
+#[derive(Debug, Default)]
+struct StorageWarnings {
+    last_warned: Option<std::time::Instant>,
+    suppressed: u64,
+    failing: bool,
+}
+
+impl StorageWarnings {
+    fn failed(&mut self, partition: &str, e: &LogError) {
+        self.failing = true;
+        let now = std::time::Instant::now();
+        if self.last_warned.is_some_and(|t| now.duration_since(t) < STORAGE_WARN_INTERVAL) {
+            self.suppressed += 1;
+            return;
+        }
+        let suppressed = std::mem::take(&mut self.suppressed);
+        let full = if matches!(e, LogError::OutOfSpace { .. }) { " (disk full)" } else { "" };
+        tracing::warn!(
+            "{partition}: write failed{full}: {e}; appends to this partition are refused with              KAFKA_STORAGE_ERROR until one succeeds, reads go on ({suppressed} more failure(s)              not logged in the last {} s)",
+            STORAGE_WARN_INTERVAL.as_secs()
+        );
+        self.last_warned = Some(now);
+    }
+
+    fn succeeded(&mut self, partition: &str) {
+        if std::mem::take(&mut self.failing) {
+            let suppressed = std::mem::take(&mut self.suppressed);
+            tracing::info!("{partition}: appends succeed again ({suppressed} failure(s) not logged before this)");
+            self.last_warned = None;
+        }
+    }
 }
 
 /// Splits a partition directory name `topic-partition` at its last dash (topics may contain
@@ -299,8 +340,14 @@ impl PartitionLog {
             for (i, seg) in segments.values_mut().enumerate() {
                 if i + 1 < n {
                     seg.on_become_inactive()?;
-                } else {
-                    seg.resize_indexes(seg_cfg.max_index_size)?;
+                } else if let Err(e) = seg.resize_indexes(seg_cfg.max_index_size) {
+                    // A full disk: the partition still loads and serves reads. Its active segment
+                    // keeps the indexes it has (trimmed ones are full), so the next append tries to
+                    // roll a new segment, which fails with the same error until space is freed.
+                    if !matches!(e, LogError::OutOfSpace { .. }) {
+                        return Err(e);
+                    }
+                    tracing::warn!("{}: {e}; appends are refused until space is freed", seg.log_path().display());
                 }
             }
             remove_stale_snapshots(dir, leo, &mut report)?;
@@ -339,6 +386,7 @@ impl PartitionLog {
             leader_epochs,
             producer_state,
             last_producer_expiry_check_ms: now_ms,
+            storage_warnings: StorageWarnings::default(),
         };
         Ok((log, report))
     }
@@ -494,8 +542,13 @@ impl PartitionLog {
             }
             ProducerCheck::Append(update) => update,
         };
-        let info = self.append_assigned(&owned, now_ms)?;
+        let written = self.write_assigned(&owned, now_ms);
+        let (info, epochs_changed, messages) = self.track_storage(written)?;
+        // The records are in the log: the producer state knows them even if the steps after the
+        // write fail, so a producer's retry is recognised as a duplicate, not stored twice.
         self.producer_state.apply(update);
+        let after = self.after_write(epochs_changed, messages, now_ms);
+        self.track_storage(after)?;
         if now_ms.saturating_sub(self.last_producer_expiry_check_ms) >= DEFAULT_PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS
         {
             self.remove_expired_producers(now_ms);
@@ -563,10 +616,13 @@ impl PartitionLog {
         if walked != records.len() || walked == 0 {
             return Err(self.invalid_batch_at(records, walked));
         }
-        let info = self.append_assigned(records, now_ms)?;
+        let written = self.write_assigned(records, now_ms);
+        let (info, epochs_changed, messages) = self.track_storage(written)?;
         for h in &headers {
             self.producer_state.replay(h);
         }
+        let after = self.after_write(epochs_changed, messages, now_ms);
+        self.track_storage(after)?;
         Ok(info)
     }
 
@@ -639,8 +695,24 @@ impl PartitionLog {
         self.batch_error(position, source)
     }
 
-    /// Appends batches whose offsets are already final (validated by the caller).
-    fn append_assigned(&mut self, records: &[u8], now_ms: i64) -> Result<AppendInfo, LogError> {
+    /// Logs a storage failure (rate-limited, see [`StorageWarnings`]) and passes the result on.
+    fn track_storage<T>(&mut self, result: Result<T, LogError>) -> Result<T, LogError> {
+        match &result {
+            Ok(_) => self.storage_warnings.succeeded(&format!("{}-{}", self.topic, self.partition)),
+            Err(e) if e.is_storage_failure() => {
+                self.storage_warnings.failed(&format!("{}-{}", self.topic, self.partition), e)
+            }
+            Err(_) => {}
+        }
+        result
+    }
+
+    /// Writes batches whose offsets are already final (validated by the caller), rolling first
+    /// when needed, and moves the log end offset and high watermark. Returns the append's info,
+    /// whether the leader epochs changed and the number of messages, for [`Self::after_write`].
+    /// On an error nothing was written and the log is unchanged (a failed roll leaves the active
+    /// segment active; the next append tries the roll again).
+    fn write_assigned(&mut self, records: &[u8], now_ms: i64) -> Result<(AppendInfo, bool, u64), LogError> {
         if self.read_only {
             return Err(LogError::InvalidAppend { path: self.dir.clone(), reason: "log is open read-only".into() });
         }
@@ -702,7 +774,14 @@ impl PartitionLog {
         self.log_end_offset =
             LogOffsetMetadata { offset: info.last_offset + 1, segment_base_offset: base, position: active.size() };
         self.high_watermark = self.log_end_offset;
-        if self.leader_epochs.len() != epochs_before {
+        Ok((info, self.leader_epochs.len() != epochs_before, messages))
+    }
+
+    /// What follows a write: the leader-epoch checkpoint when the epochs changed, and the flush
+    /// that `flush.messages` / `flush.ms` call for. An error here comes after the records were
+    /// written (they stay in the log).
+    fn after_write(&mut self, epochs_changed: bool, messages: u64, now_ms: i64) -> Result<(), LogError> {
+        if epochs_changed {
             write_leader_epoch_checkpoint(&self.dir.join(LEADER_EPOCH_CHECKPOINT), &self.leader_epochs)?;
         }
         self.unflushed_messages += messages;
@@ -712,7 +791,7 @@ impl PartitionLog {
         {
             self.flush(now_ms)?;
         }
-        Ok(info)
+        Ok(())
     }
 
     /// Rolls a new active segment at the log end offset (Kafka's `roll`): the old one gets its
@@ -722,20 +801,32 @@ impl PartitionLog {
     }
 
     fn roll_at(&mut self, new_base: i64, now_ms: i64) -> Result<(), LogError> {
-        let active = self.segments.values_mut().next_back().expect("active segment");
-        if active.size() == 0 && active.base_offset() == new_base {
+        let active = self.segments.values().next_back().expect("active segment");
+        let (old_base, old_empty) = (active.base_offset(), active.size() == 0);
+        if old_empty && old_base == new_base {
             return Ok(());
         }
-        if active.size() == 0 {
-            // An empty active segment at a lower base (e.g. after retention): replace it.
-            let base = active.base_offset();
-            self.segments.remove(&base);
-            Segment::delete_files(&self.dir, base, "")?;
-        } else {
-            active.on_become_inactive()?;
-        }
+        // The new segment is made first: when that fails (a full disk: its indexes are allocated
+        // up front), the active segment is untouched and the next append tries the roll again.
         let seg = Segment::create(&self.dir, new_base, segment_config(&self.config), now_ms)?;
+        if !old_empty {
+            let active = self.segments.get_mut(&old_base).expect("active segment");
+            if let Err(e) = active.on_become_inactive() {
+                // The old segment stays active (with trimmed, hence full, indexes the next
+                // append rolls again); the new one goes.
+                drop(seg);
+                if let Err(rm) = Segment::delete_files(&self.dir, new_base, "") {
+                    tracing::warn!("{}: after a failed roll: {rm}", self.dir.display());
+                }
+                return Err(e);
+            }
+        }
         self.segments.insert(new_base, seg);
+        if old_empty {
+            // An empty active segment at a lower base (e.g. after retention): replaced.
+            self.segments.remove(&old_base);
+            Segment::delete_files(&self.dir, old_base, "")?;
+        }
         // Kafka's roll schedules `flushUptoOffsetExclusive(new base)`: the rolled segment is
         // fsynced and the recovery point moves past it (done inline here).
         self.flush_segments_below(new_base)?;

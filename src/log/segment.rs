@@ -183,9 +183,14 @@ pub struct Segment {
 
 impl Segment {
     /// Creates a new empty segment in `dir`, with both indexes preallocated to
-    /// `config.max_index_size`. Leftover files at that base offset are deleted first, with a warning.
+    /// `config.max_index_size` (allocated on disk, see [`OffsetIndex`]). Leftover files at that
+    /// base offset are deleted first, with a warning.
     ///
-    /// Errors: [`LogError::Io`] when a file exists or cannot be created.
+    /// On failure the files this call created are removed again, so a roll that fails (e.g. on a
+    /// full disk) can simply be retried.
+    ///
+    /// Errors: [`LogError::OutOfSpace`] when the disk cannot hold the new files;
+    /// [`LogError::Io`] when a file exists or cannot be created.
     pub fn create(dir: &Path, base_offset: i64, config: SegmentConfig, now_ms: i64) -> Result<Self, LogError> {
         Self::create_with_suffix(dir, base_offset, config, now_ms, "")
     }
@@ -213,16 +218,25 @@ impl Segment {
             .create_new(true)
             .open(&path)
             .map_err(|e| LogError::io("create", &path, e))?;
-        let offset_index = OffsetIndex::open(
-            &dir.join(format!("{}{suffix}", file_name(base_offset, INDEX_SUFFIX))),
-            base_offset,
-            config.max_index_size,
-        )?;
-        let time_index = TimeIndex::open(
-            &dir.join(format!("{}{suffix}", file_name(base_offset, TIME_INDEX_SUFFIX))),
-            base_offset,
-            config.max_index_size,
-        )?;
+        let index_path = dir.join(format!("{}{suffix}", file_name(base_offset, INDEX_SUFFIX)));
+        let time_path = dir.join(format!("{}{suffix}", file_name(base_offset, TIME_INDEX_SUFFIX)));
+        let indexes = OffsetIndex::open(&index_path, base_offset, config.max_index_size).and_then(|offset_index| {
+            Ok((offset_index, TimeIndex::open(&time_path, base_offset, config.max_index_size)?))
+        });
+        let (offset_index, time_index) = match indexes {
+            Ok(indexes) => indexes,
+            Err(e) => {
+                // Leave nothing half-made behind (the mappings are already dropped).
+                for p in [&path, &index_path, &time_path] {
+                    if let Err(rm) = fs::remove_file(p) {
+                        if rm.kind() != io::ErrorKind::NotFound {
+                            tracing::warn!("{}: removing after a failed segment creation: {rm}", p.display());
+                        }
+                    }
+                }
+                return Err(e);
+            }
+        };
         Ok(Segment {
             base_offset,
             dir: dir.to_path_buf(),
@@ -484,8 +498,12 @@ impl Segment {
     /// `largest_offset` is the last offset of the append, `largest_timestamp` its max timestamp and
     /// `offset_of_max_timestamp` the last offset of the batch holding it.
     ///
+    /// A failed write (e.g. `ENOSPC` part way through) is cut off again: the file keeps its old
+    /// size and the segment is unchanged.
+    ///
     /// Errors: [`LogError::InvalidAppend`] when the segment is read-only, an offset does not fit
-    /// 32 bits relative to the base, or the file would pass 2 GiB; [`LogError::Io`].
+    /// 32 bits relative to the base, or the file would pass 2 GiB; [`LogError::OutOfSpace`];
+    /// [`LogError::Io`].
     pub fn append(
         &mut self,
         largest_offset: i64,
@@ -509,10 +527,14 @@ impl Segment {
         if position == 0 {
             self.rolling_based_timestamp = Some(largest_timestamp);
         }
-        self.log
-            .file
-            .write_all_at(records, position as u64)
-            .map_err(|e| LogError::io("append to", &self.log.path, e))?;
+        if let Err(e) = self.log.file.write_all_at(records, position as u64) {
+            // Part of the records may have been written before the error: cut them off, so the
+            // file ends where the segment does (shrinking a file needs no space).
+            if let Err(cut) = self.log.file.set_len(position as u64) {
+                tracing::warn!("{}: cutting a failed append back to {position} bytes: {cut}", self.log.path.display());
+            }
+            return Err(LogError::io("append to", &self.log.path, e));
+        }
         self.size += records.len() as u32;
         if largest_timestamp > self.max_timestamp_so_far.timestamp {
             self.max_timestamp_so_far =

@@ -88,7 +88,12 @@ fn records(cycle: usize, request: usize, n: usize) -> Vec<u8> {
     let mut b = BatchBuilder::new(0, Compression::None);
     for i in 0..n {
         let key = format!("k{request}-{i}");
-        b.append(1_700_000_000_000 + request as i64, Some(key.as_bytes()), Some(value(cycle, request, i).as_bytes()), &[]);
+        b.append(
+            1_700_000_000_000 + request as i64,
+            Some(key.as_bytes()),
+            Some(value(cycle, request, i).as_bytes()),
+            &[],
+        );
     }
     b.build().unwrap()
 }
@@ -96,11 +101,12 @@ fn records(cycle: usize, request: usize, n: usize) -> Vec<u8> {
 /// Produces to `TOPIC`-`partition` with acks=1: (error code, base offset), or `None` when the
 /// connection failed (the broker died) before the answer came.
 fn try_produce(client: &mut Client, partition: i32, records: Vec<u8>) -> Option<(i16, i64)> {
-    let req = ProduceRequest::default().with_acks(1).with_timeout_ms(5000).with_topic_data(vec![
-        TopicProduceData::default().with_name(name(TOPIC)).with_partition_data(vec![PartitionProduceData::default()
-            .with_index(partition)
-            .with_records(Some(Bytes::from(records)))]),
-    ]);
+    let req =
+        ProduceRequest::default().with_acks(1).with_timeout_ms(5000).with_topic_data(vec![TopicProduceData::default()
+            .with_name(name(TOPIC))
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(partition)
+                .with_records(Some(Bytes::from(records)))])]);
     let correlation_id = client.next_correlation_id;
     client.next_correlation_id += 1;
     let header = kafka_protocol::messages::RequestHeader::default()
@@ -123,12 +129,13 @@ fn fetch_all(client: &mut Client, partition: i32) -> Vec<(i64, String)> {
     let mut out = Vec::new();
     let mut offset = 0;
     loop {
-        let req = FetchRequest::default().with_max_wait_ms(0).with_min_bytes(1).with_max_bytes(65536).with_topics(vec![
-            FetchTopic::default().with_topic(name(TOPIC)).with_partitions(vec![FetchPartition::default()
-                .with_partition(partition)
-                .with_fetch_offset(offset)
-                .with_partition_max_bytes(65536)]),
-        ]);
+        let req =
+            FetchRequest::default().with_max_wait_ms(0).with_min_bytes(1).with_max_bytes(65536).with_topics(vec![
+                FetchTopic::default().with_topic(name(TOPIC)).with_partitions(vec![FetchPartition::default()
+                    .with_partition(partition)
+                    .with_fetch_offset(offset)
+                    .with_partition_max_bytes(65536)]),
+            ]);
         let ResponseKind::Fetch(r) = client.call(ApiKey::Fetch, 12, RequestKind::Fetch(req)) else { panic!() };
         let p = &r.responses[0].partitions[0];
         assert_eq!(p.error_code, 0, "fetch of partition {partition} at {offset}");
@@ -190,7 +197,11 @@ fn serve(work: &Path, name: &str, log_dir: &Path) -> ServeProcess {
 /// Fails with the broker's exit status and stderr when it is gone.
 fn assert_alive(broker: &mut ServeProcess, when: &str) {
     if let Some(status) = broker.exited() {
-        panic!("{when}: the broker died ({status}, signal {:?}):\n{}", std::os::unix::process::ExitStatusExt::signal(&status), broker.stderr());
+        panic!(
+            "{when}: the broker died ({status}, signal {:?}):\n{}",
+            std::os::unix::process::ExitStatusExt::signal(&status),
+            broker.stderr()
+        );
     }
 }
 
@@ -221,8 +232,9 @@ fn full_disk_is_a_storage_error_never_a_signal() {
             let partition = (request % PARTITIONS as usize) as i32;
             let n = 1 + request % 7;
             match try_produce(&mut c, partition, records(cycle, request, n)) {
-                Some((0, base)) => acked[partition as usize]
-                    .extend((0..n).map(|i| (base + i as i64, value(cycle, request, i)))),
+                Some((0, base)) => {
+                    acked[partition as usize].extend((0..n).map(|i| (base + i as i64, value(cycle, request, i))))
+                }
                 Some((KAFKA_STORAGE_ERROR, _)) => storage_errors += 1,
                 Some((code, _)) => panic!("cycle {cycle}, request {request}: error {code}\n{}", broker.stderr()),
                 None => {
@@ -245,7 +257,9 @@ fn full_disk_is_a_storage_error_never_a_signal() {
             request += 1;
             match try_produce(&mut c, partition, records(cycle, request, 1)) {
                 Some((0, base)) => acked[partition as usize].push((base, value(cycle, request, 0))),
-                other => panic!("cycle {cycle}: produce to {partition} after freeing space: {other:?}\n{}", broker.stderr()),
+                other => {
+                    panic!("cycle {cycle}: produce to {partition} after freeing space: {other:?}\n{}", broker.stderr())
+                }
             }
         }
         check_reads(&mut c, &acked, &format!("cycle {cycle}, after freeing space"));
