@@ -20,7 +20,8 @@ use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use super::batch::{legacy, BatchHeader, RecordBatch, HEADER_SIZE, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2};
+use super::batch::{legacy, BatchError, BatchHeader, RecordBatch, HEADER_SIZE, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2};
+use super::producer_state::increment_sequence;
 use super::consumer_offsets;
 use super::offset_index::OffsetIndex;
 use super::segment::{parse_base_offset, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX};
@@ -229,8 +230,12 @@ fn walk(file: &File, path: &Path) -> io::Result<(Vec<Entry>, Option<Problem>)> {
         let (last_offset, max_timestamp) = match magic {
             MAGIC_V2 => match BatchHeader::parse(&head[..want]) {
                 Ok(h) => (h.last_offset(), h.max_timestamp),
+                // The length is sound, so the walk goes on; the batch itself is reported (as a
+                // finding, never as a wrapped number) when it is dumped.
+                Err(BatchError::InvalidOffsetRange { .. }) => (offset, -1),
                 Err(e) => return Ok((entries, problem(format!("invalid batch header: {e}")))),
             },
+            // A legacy entry at i64::MAX (no next offset) is reported when it is decoded.
             1 if want >= 26 => (offset, i64::from_be_bytes(head[18..26].try_into().expect("8 bytes"))),
             _ => (offset, -1),
         };
@@ -264,7 +269,7 @@ fn dump_log(path: &Path, opts: &DumpOptions, out: &mut dyn Write, summary: &mut 
                 message: format!("batch starts at offset {first}, below {expected_min} (the file's base offset or the previous batch's end)"),
             });
         }
-        expected_min = expected_min.max(e.last_offset + 1);
+        expected_min = expected_min.max(e.last_offset.saturating_add(1));
     }
     let mut fs = LogFileSummary { first_offset: -1, last_offset: -1, ..Default::default() };
     for e in &entries {
@@ -280,6 +285,9 @@ fn dump_log(path: &Path, opts: &DumpOptions, out: &mut dyn Write, summary: &mut 
             let batch = match RecordBatch::parse(&bytes) {
                 Ok(b) => b,
                 Err(err) => {
+                    if !opts.verify {
+                        writeln!(out, "position: {} size: {} isvalid: false ({err})", e.position, e.size)?;
+                    }
                     problem(err.to_string());
                     continue;
                 }
@@ -295,7 +303,7 @@ fn dump_log(path: &Path, opts: &DumpOptions, out: &mut dyn Write, summary: &mut 
             }
             if !opts.verify {
                 let codec = h.attributes.compression().map(|c| c.name()).unwrap_or("unknown");
-                let last_seq = if h.base_sequence < 0 { -1 } else { h.base_sequence.wrapping_add(h.last_offset_delta) };
+                let last_seq = if h.base_sequence < 0 { -1 } else { increment_sequence(h.base_sequence, h.last_offset_delta) };
                 writeln!(
                     out,
                     "baseOffset: {} lastOffset: {} count: {} baseSequence: {} lastSequence: {} producerId: {} producerEpoch: {} partitionLeaderEpoch: {} isTransactional: {} isControl: {} deleteHorizonMs: {} position: {} {}: {} size: {} magic: {} compresscodec: {} crc: {} isvalid: {}",
@@ -361,7 +369,7 @@ fn dump_log(path: &Path, opts: &DumpOptions, out: &mut dyn Write, summary: &mut 
                         if h.base_sequence < 0 {
                             -1
                         } else {
-                            h.base_sequence.wrapping_add((r.offset - h.base_offset) as i32)
+                            increment_sequence(h.base_sequence, (r.offset - h.base_offset).clamp(0, i32::MAX as i64) as i32)
                         },
                         hk.join(",")
                     )?;

@@ -330,8 +330,24 @@ impl PartitionLog {
         }
         report.segments = segments.len();
         let first_base = *segments.keys().next().expect("one segment");
-        let (&active_base, active) = segments.iter().next_back().expect("one segment");
-        let leo = active.read_next_offset()?;
+        let (&active_base, active) = segments.iter_mut().next_back().expect("one segment");
+        let leo = match active.read_next_offset() {
+            // After a clean shutdown segments are not recovered; a batch the active segment's
+            // headers cannot describe (an impossible header, a damaged length) is corruption all
+            // the same: recovery cuts the segment there, as after an unclean shutdown.
+            Err(e @ LogError::Batch { .. }) if !opts.read_only => {
+                tracing::warn!("{}: recovering the active segment: {e}", active.log_path().display());
+                let outcome = active.recover(None)?;
+                report.truncated_bytes += outcome.truncated_bytes as u64;
+                recovered_epochs.extend(&outcome.epochs);
+                if !report.rebuilt_indexes.contains(&active_base) && !report.recovered.contains(&active_base) {
+                    report.recovered.push(active_base);
+                }
+                active.read_next_offset()?
+            }
+            r => r?,
+        };
+        let active = &*active;
         let end = LogOffsetMetadata { offset: leo, segment_base_offset: active_base, position: active.size() };
         let log_start_offset = opts.log_start_offset.unwrap_or(first_base).max(first_base).min(leo);
         if !opts.read_only {
@@ -506,6 +522,17 @@ impl PartitionLog {
             self.validate_client_batch(&parsed).map_err(|e| self.batch_error(pos, e))?;
             let mut header = *parsed.header();
             let delta = header.last_offset_delta as i64;
+            // `next` is the log end offset: the batch must end where a next offset still exists.
+            let after = next.checked_add(delta).and_then(|l| l.checked_add(1)).ok_or_else(|| {
+                self.batch_error(
+                    pos,
+                    super::BatchError::InvalidOffsetRange {
+                        base_offset: next,
+                        last_offset_delta: header.last_offset_delta,
+                        reason: "assigned at the log end offset, the batch's next offset would overflow i64",
+                    },
+                )
+            })?;
             header.base_offset = next;
             if self.config.message_timestamp_type == TimestampType::LogAppendTime {
                 header.max_timestamp = now_ms;
@@ -518,7 +545,7 @@ impl PartitionLog {
             if self.config.message_timestamp_type == TimestampType::LogAppendTime {
                 set_log_append_time(batch, now_ms).map_err(|e| self.batch_error(pos, e))?;
             }
-            next += delta + 1;
+            next = after;
         }
         let update = match self.producer_state.check_append(&headers)? {
             ProducerCheck::Duplicate(original) => {
@@ -660,8 +687,11 @@ impl PartitionLog {
         for (i, rec) in records.iter().enumerate() {
             let rec = rec?;
             consumed += rec.size_in_bytes;
-            if rec.offset - h.base_offset != i as i64 {
-                return Err(invalid(i, format!("offset delta {} where {i} was expected", rec.offset - h.base_offset)));
+            // Record offsets are checked on decoding (base offset + delta fits), so this subtraction
+            // gives back the delta exactly.
+            let delta = rec.offset - h.base_offset;
+            if delta != i as i64 {
+                return Err(invalid(i, format!("offset delta {delta} where {i} was expected")));
             }
             if compact && rec.key.is_none() {
                 return Err(invalid(i, "a compacted topic cannot accept a record without a key".into()));
@@ -749,7 +779,7 @@ impl PartitionLog {
                 info.offset_of_max_timestamp = h.last_offset();
             }
             info.batches += 1;
-            messages += h.last_offset_delta as u64 + 1;
+            messages += u64::from(h.last_offset_delta.unsigned_abs()) + 1;
             if h.partition_leader_epoch >= 0 {
                 assign_epoch(&mut self.leader_epochs, h.partition_leader_epoch, h.base_offset);
             }

@@ -127,7 +127,7 @@ impl ProducerBatch {
             first_seq: h.base_sequence,
             last_seq: if h.base_sequence < 0 { h.base_sequence } else { increment_sequence(h.base_sequence, delta) },
             first_offset: h.base_offset,
-            last_offset: h.base_offset + delta as i64,
+            last_offset: h.base_offset.saturating_add(i64::from(delta)),
             max_timestamp: h.max_timestamp,
         })
     }

@@ -138,9 +138,11 @@ pub struct BatchInfo {
 }
 
 impl BatchInfo {
-    /// `last_offset + 1`.
+    /// `last_offset + 1`. Exact for an entry read from a segment (reading refuses a header whose
+    /// next offset would overflow, [`BatchError::InvalidOffsetRange`](super::BatchError::InvalidOffsetRange));
+    /// saturating for a hand-built value.
     pub fn next_offset(&self) -> i64 {
-        self.last_offset + 1
+        self.last_offset.saturating_add(1)
     }
     /// Position just after this entry.
     pub fn end(&self) -> u32 {
@@ -490,8 +492,7 @@ impl Segment {
 
     /// Whether `offset` fits this segment's 32-bit relative offsets.
     pub fn can_convert_to_relative_offset(&self, offset: i64) -> bool {
-        let rel = offset - self.base_offset;
-        (0..=i32::MAX as i64).contains(&rel)
+        offset.checked_sub(self.base_offset).is_some_and(|rel| (0..=i32::MAX as i64).contains(&rel))
     }
 
     /// Appends already validated, offset-assigned batches (Kafka's `LogSegment.append`):
@@ -1058,6 +1059,8 @@ fn read_batch_info(file: &SegmentFile, position: u32, end: u32) -> Result<Option
             }
         }
         0 | 1 => {
+            // An entry at i64::MAX has no next offset.
+            super::batch::check_offset_range(base_offset, 0).map_err(corrupt)?;
             // Legacy entry: offset field = (last inner) offset; magic 1 timestamp at 18..26.
             let max_timestamp =
                 if magic == 1 && buf.len() >= 26 { super::batch::be_i64(buf, 18) } else { NO_TIMESTAMP };

@@ -158,7 +158,8 @@ impl<'a> LegacyMessage<'a> {
     /// the CRC.
     ///
     /// Errors: [`BatchError::Truncated`] when `bytes` is shorter than 12 bytes or than the size
-    /// field says; [`BatchError::InvalidLength`] when the size is below the magic's minimum (14 or
+    /// field says; [`BatchError::InvalidOffsetRange`] for an offset of `i64::MAX` (no next offset);
+    /// [`BatchError::InvalidLength`] when the size is below the magic's minimum (14 or
     /// 22); [`BatchError::UnsupportedMagic`] when the magic is not 0 or 1;
     /// [`BatchError::InvalidRecord`] when a key or value length runs past the message.
     pub fn parse(bytes: &'a [u8]) -> Result<Self, BatchError> {
@@ -167,6 +168,8 @@ impl<'a> LegacyMessage<'a> {
         }
         let offset = be_i64(bytes, 0);
         let size = be_i32(bytes, 8);
+        // An entry at i64::MAX has no next offset.
+        super::check_offset_range(offset, 0)?;
         if size < RECORD_OVERHEAD_V0 as i32 {
             return Err(BatchError::InvalidLength {
                 base_offset: offset,
@@ -338,19 +341,33 @@ impl<'a> LegacyMessage<'a> {
                     self.offset, last.offset
                 )));
             } else {
-                self.offset - last.offset
+                self.offset.checked_sub(last.offset).ok_or_else(|| {
+                    invalid(format!(
+                        "wrapper offset {} minus the last inner message offset {} overflows",
+                        self.offset, last.offset
+                    ))
+                })?
             }
         } else {
             0
         };
         let to_inner = |s: &[u8]| inner.slice_ref(s);
-        Ok(messages
+        messages
             .iter()
-            .map(|m| {
-                let offset = if self.magic == MAGIC_V1 { base.wrapping_add(m.offset) } else { m.offset };
-                LegacyRecord::from_message(m, offset, Some((self.timestamp, wrapper_type)), &to_inner)
+            .enumerate()
+            .map(|(index, m)| {
+                let offset = if self.magic == MAGIC_V1 {
+                    base.checked_add(m.offset).ok_or_else(|| BatchError::InvalidRecord {
+                        base_offset: self.offset,
+                        index,
+                        reason: format!("inner offset {} overflows the absolute base offset {base}", m.offset),
+                    })?
+                } else {
+                    m.offset
+                };
+                Ok(LegacyRecord::from_message(m, offset, Some((self.timestamp, wrapper_type)), &to_inner))
             })
-            .collect())
+            .collect()
     }
 }
 

@@ -120,8 +120,10 @@ pub struct DecodedBatch {
 impl DecodedBatch {
     /// The offset following this entry: `last_offset + 1` (also after control batches and
     /// batches compaction emptied).
+    /// Exact for a decoded entry (the decoder refuses an entry whose next offset overflows,
+    /// [`BatchError::InvalidOffsetRange`]); saturating for one built by hand.
     pub fn next_offset(&self) -> i64 {
-        self.last_offset + 1
+        self.last_offset.saturating_add(1)
     }
 }
 

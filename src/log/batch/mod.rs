@@ -24,6 +24,21 @@
 //! The next offset after a batch is `base_offset + last_offset_delta + 1`, even when compaction
 //! removed records from it or it holds none.
 //!
+//! ## Untrusted headers
+//!
+//! Every field comes from disk or the wire, so every computation on them is checked. The offset
+//! range is validated once, where the header is parsed ([`BatchHeader::parse`]): a header whose
+//! `last_offset_delta` is negative or whose next offset (`base_offset + last_offset_delta + 1`)
+//! does not fit an `i64` is [`BatchError::InvalidOffsetRange`]. Kafka never writes such a batch
+//! (`DefaultRecordBatch` computes the delta from offsets it assigned) and Java would wrap silently;
+//! here the batch is corrupt: segment recovery cuts the log there, a Produce request carrying it is
+//! refused, a consumer stops at it. Because a parsed header is valid, [`BatchHeader::last_offset`]
+//! and [`BatchHeader::next_offset`] stay infallible; they saturate instead of wrapping for a header
+//! built by hand with impossible fields. Record offsets (`base_offset + offset delta`) and
+//! timestamps (`base_timestamp + timestamp delta`) are checked as each record is decoded
+//! ([`record::RecordIter`]), lengths against the bytes present before anything is sliced or
+//! allocated.
+//!
 //! Legacy message sets (magic 0 and 1) are decoded, read-only, by [`legacy`].
 
 pub mod builder;
@@ -123,6 +138,19 @@ pub enum BatchError {
         /// The codec's error.
         #[source]
         source: std::io::Error,
+    },
+    /// The header's offsets are impossible: `last_offset_delta` is negative, or the next offset
+    /// (`base_offset + last_offset_delta + 1`) overflows `i64`; for a legacy entry, an offset of
+    /// `i64::MAX` (no next offset). A crafted or corrupt header; Kafka's
+    /// `CorruptRecordException` / `InvalidRecordException`.
+    #[error("impossible offsets (base offset {base_offset}, last offset delta {last_offset_delta}): {reason}")]
+    InvalidOffsetRange {
+        /// Base offset read from the header.
+        base_offset: i64,
+        /// The last offset delta read from the header (0 for a legacy entry).
+        last_offset_delta: i32,
+        /// What is impossible.
+        reason: &'static str,
     },
     /// A record inside the batch is malformed.
     #[error("invalid record {index} (base offset {base_offset}): {reason}")]
@@ -234,11 +262,12 @@ impl BatchHeader {
         Ok((be_i64(bytes, 0), be_i32(bytes, 8), bytes[MAGIC_OFFSET] as i8))
     }
 
-    /// Decodes the 61-byte header at the start of `bytes`. Checks the magic and that the batch
-    /// length is at least a header; does not check the CRC or that the whole batch is present.
+    /// Decodes the 61-byte header at the start of `bytes`. Checks the magic, that the batch
+    /// length is at least a header and that the offset range is possible ([`check_offset_range`]);
+    /// does not check the CRC or that the whole batch is present.
     ///
     /// Errors: [`BatchError::Truncated`], [`BatchError::UnsupportedMagic`],
-    /// [`BatchError::InvalidLength`].
+    /// [`BatchError::InvalidLength`], [`BatchError::InvalidOffsetRange`].
     pub fn parse(bytes: &[u8]) -> Result<Self, BatchError> {
         let (base_offset, batch_length, magic) = Self::peek(bytes)?;
         if magic != MAGIC_V2 {
@@ -255,6 +284,8 @@ impl BatchHeader {
         if bytes.len() < HEADER_SIZE {
             return Err(BatchError::Truncated { needed: HEADER_SIZE, available: bytes.len() });
         }
+        let last_offset_delta = be_i32(bytes, 23);
+        check_offset_range(base_offset, last_offset_delta)?;
         Ok(BatchHeader {
             base_offset,
             batch_length,
@@ -262,7 +293,7 @@ impl BatchHeader {
             magic,
             crc: be_i32(bytes, CRC_OFFSET) as u32,
             attributes: Attributes(be_i16(bytes, ATTRIBUTES_OFFSET)),
-            last_offset_delta: be_i32(bytes, 23),
+            last_offset_delta,
             base_timestamp: be_i64(bytes, 27),
             max_timestamp: be_i64(bytes, 35),
             producer_id: be_i64(bytes, 43),
@@ -296,13 +327,15 @@ impl BatchHeader {
     pub fn total_size(&self) -> usize {
         self.batch_length as usize + LOG_OVERHEAD
     }
-    /// Offset of the last record the producer wrote in this batch.
+    /// Offset of the last record the producer wrote in this batch: `base_offset +
+    /// last_offset_delta`. Exact for a header from [`Self::parse`] (which refuses impossible
+    /// offsets); saturates at `i64::MAX` for one built by hand with impossible fields.
     pub fn last_offset(&self) -> i64 {
-        self.base_offset + self.last_offset_delta as i64
+        self.base_offset.saturating_add(i64::from(self.last_offset_delta))
     }
-    /// The offset following this batch: `last_offset() + 1`.
+    /// The offset following this batch: `last_offset() + 1` (saturating, as [`Self::last_offset`]).
     pub fn next_offset(&self) -> i64 {
-        self.last_offset() + 1
+        self.last_offset().saturating_add(1)
     }
     /// Whether this batch carries idempotent-producer state (producer id >= 0).
     pub fn has_producer_id(&self) -> bool {
@@ -491,6 +524,22 @@ impl Iterator for BatchBoundaries<'_> {
         self.position += b.size;
         Some(b)
     }
+}
+
+/// Checks that a batch's offsets are possible: `last_offset_delta >= 0` and the next offset,
+/// `base_offset + last_offset_delta + 1`, fits an `i64`. [`BatchHeader::parse`] calls it, so a
+/// parsed header's [`BatchHeader::last_offset`] and [`BatchHeader::next_offset`] are exact.
+///
+/// Errors: [`BatchError::InvalidOffsetRange`].
+pub fn check_offset_range(base_offset: i64, last_offset_delta: i32) -> Result<(), BatchError> {
+    let invalid = |reason| Err(BatchError::InvalidOffsetRange { base_offset, last_offset_delta, reason });
+    if last_offset_delta < 0 {
+        return invalid("the last offset delta is negative");
+    }
+    if base_offset.checked_add(i64::from(last_offset_delta)).and_then(|l| l.checked_add(1)).is_none() {
+        return invalid("the next offset (base offset + last offset delta + 1) overflows i64");
+    }
+    Ok(())
 }
 
 #[inline]

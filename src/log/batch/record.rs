@@ -96,14 +96,24 @@ impl<'a> RecordIter<'a> {
         if body.pos != end {
             return Err(self.err(format!("{} unread bytes at the end of the record", end - body.pos)));
         }
-        self.pos = end;
         let timestamp = if self.header.attributes.is_log_append_time() {
             self.header.max_timestamp
         } else {
-            self.header.base_timestamp.wrapping_add(ts_delta)
+            self.header.base_timestamp.checked_add(ts_delta).ok_or_else(|| {
+                self.err(format!(
+                    "timestamp delta {ts_delta} overflows the base timestamp {}",
+                    self.header.base_timestamp
+                ))
+            })?
         };
+        let offset = self
+            .header
+            .base_offset
+            .checked_add(i64::from(off_delta))
+            .ok_or_else(|| self.err(format!("offset delta {off_delta} overflows the base offset")))?;
+        self.pos = end;
         Ok(Record {
-            offset: self.header.base_offset + off_delta as i64,
+            offset,
             timestamp,
             attributes,
             key,
