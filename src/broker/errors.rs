@@ -99,7 +99,7 @@ pub const FENCED_INSTANCE_ID: i16 = 82;
 /// | `LogError`                          | code                        |
 /// |-------------------------------------|-----------------------------|
 /// | `Batch` (CRC, length, magic, codec) | `CORRUPT_MESSAGE` (2)       |
-/// | `Batch` (`InvalidRecord`)           | `INVALID_RECORD` (87)       |
+/// | `Batch` (`InvalidRecord`, `InvalidOffsetRange`) | `INVALID_RECORD` (87) |
 /// | `OffsetOutOfRange`                  | `OFFSET_OUT_OF_RANGE` (1)   |
 /// | `InvalidAppend`                     | `CORRUPT_MESSAGE` (2), `RECORD_LIST_TOO_LARGE` (18) when it does not fit a segment |
 /// | `Io`, `OutOfSpace`, `CorruptIndex`  | `KAFKA_STORAGE_ERROR` (56)  |
@@ -125,10 +125,11 @@ pub fn log_error_code(error: &LogError) -> i16 {
 }
 
 /// The Kafka error code for an invalid batch (Kafka's `LogValidator`: `CorruptRecordException`
-/// for the batch framing and CRC, `InvalidRecordException` for a bad record inside).
+/// for the batch framing and CRC, `InvalidRecordException` for a bad record inside and for a batch
+/// whose offsets are impossible: `validateBatch`'s "Batch has an invalid offset range").
 pub fn batch_error_code(error: &BatchError) -> i16 {
     match error {
-        BatchError::InvalidRecord { .. } => INVALID_RECORD,
+        BatchError::InvalidRecord { .. } | BatchError::InvalidOffsetRange { .. } => INVALID_RECORD,
         _ => CORRUPT_MESSAGE,
     }
 }

@@ -191,6 +191,9 @@ struct Entry {
     base_offset: i64,
     last_offset: i64,
     max_timestamp: i64,
+    /// False for a v2 header with impossible offsets (reported when the batch is dumped; left out
+    /// of the offset-order check, which it would only confuse).
+    offsets_valid: bool,
 }
 
 /// Walks a `.log` by length fields. Returns the entries and, when the walk stopped early, a
@@ -227,19 +230,19 @@ fn walk(file: &File, path: &Path) -> io::Result<(Vec<Entry>, Option<Problem>)> {
                 )),
             ));
         }
-        let (last_offset, max_timestamp) = match magic {
+        let (last_offset, max_timestamp, offsets_valid) = match magic {
             MAGIC_V2 => match BatchHeader::parse(&head[..want]) {
-                Ok(h) => (h.last_offset(), h.max_timestamp),
+                Ok(h) => (h.last_offset(), h.max_timestamp, true),
                 // The length is sound, so the walk goes on; the batch itself is reported (as a
                 // finding, never as a wrapped number) when it is dumped.
-                Err(BatchError::InvalidOffsetRange { .. }) => (offset, -1),
+                Err(BatchError::InvalidOffsetRange { .. }) => (offset, -1, false),
                 Err(e) => return Ok((entries, problem(format!("invalid batch header: {e}")))),
             },
             // A legacy entry at i64::MAX (no next offset) is reported when it is decoded.
-            1 if want >= 26 => (offset, i64::from_be_bytes(head[18..26].try_into().expect("8 bytes"))),
-            _ => (offset, -1),
+            1 if want >= 26 => (offset, i64::from_be_bytes(head[18..26].try_into().expect("8 bytes")), true),
+            _ => (offset, -1, true),
         };
-        entries.push(Entry { position: pos, size, base_offset: offset, last_offset, max_timestamp });
+        entries.push(Entry { position: pos, size, base_offset: offset, last_offset, max_timestamp, offsets_valid });
         pos += size;
     }
     Ok((entries, None))
@@ -260,7 +263,7 @@ fn dump_log(path: &Path, opts: &DumpOptions, out: &mut dyn Write, summary: &mut 
     let (entries, tail) = walk(&file, path).map_err(Failure::Input)?;
     // Offsets never go backwards, and none is below the base offset in the file name.
     let mut expected_min = base.unwrap_or(i64::MIN);
-    for e in &entries {
+    for e in entries.iter().filter(|e| e.offsets_valid) {
         let first = if e.last_offset == e.base_offset { e.last_offset } else { e.base_offset };
         if first < expected_min {
             summary.problems.push(Problem {

@@ -493,3 +493,46 @@ fn a_parked_fetch_does_not_delay_other_connections() {
     assert_eq!(len, 0);
     broker.shutdown().unwrap();
 }
+
+/// A segment holding a batch with an impossible header (base offset `i64::MAX`, so its last
+/// offset overflows; the CRC does not cover the base offset, so it passes) is corruption: the
+/// broker cuts the segment there when it loads the log (recovery after an unclean shutdown; the
+/// active segment's own check after a clean one), never serves the batch and does not panic.
+/// Produce and Fetch go on at the offset after the last valid batch.
+#[test]
+fn a_crafted_batch_header_in_a_segment_is_cut_not_served() {
+    for clean in [false, true] {
+        let tmp = tempfile::tempdir().unwrap();
+        let logs = tmp.path().join("logs");
+        let dir = logs.join("crafted-0");
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut bytes = batch(3);
+        let mut bad = batch(2);
+        fetchbench::log::batch::builder::set_base_offset(&mut bad, i64::MAX);
+        bytes.extend_from_slice(&bad);
+        std::fs::write(dir.join("00000000000000000000.log"), &bytes).unwrap();
+        if clean {
+            std::fs::write(logs.join(".kafka_cleanshutdown"), b"").unwrap();
+        }
+        let config = BrokerConfig::new("127.0.0.1:0".parse().unwrap(), &logs, ReadPathKind::Sendfile);
+        let broker = Broker::start(config).unwrap();
+        let mut c = Client::connect(broker.local_addr());
+        // `fetch` parses every served batch: the crafted one would fail it.
+        let (code, hw, recs) = fetch(&mut c, "crafted", 0, 12);
+        assert_eq!((code, hw), (0, 3), "clean shutdown: {clean}");
+        assert_eq!(recs.iter().map(|r| r.0).collect::<Vec<_>>(), [0, 1, 2], "clean shutdown: {clean}");
+        assert_eq!(std::fs::metadata(dir.join("00000000000000000000.log")).unwrap().len(), batch(3).len() as u64);
+        assert_eq!(produce(&mut c, "crafted", batch(1), -1), Some((0, 3)));
+        let (code, _, recs) = fetch(&mut c, "crafted", 3, 12);
+        assert_eq!((code, recs.len()), (0, 1));
+        // A Produce request carrying such a batch is refused as Kafka's LogValidator does.
+        let mut crafted = batch(1);
+        let last_offset_delta = 23;
+        crafted[last_offset_delta..last_offset_delta + 4].copy_from_slice(&(-1i32).to_be_bytes());
+        let crc = crc32c::crc32c(&crafted[21..]);
+        crafted[17..21].copy_from_slice(&crc.to_be_bytes());
+        assert_eq!(produce(&mut c, "crafted", crafted, -1).map(|p| p.0), Some(87), "INVALID_RECORD");
+        assert_eq!(broker.shared().connection_panics(), 0);
+        broker.shutdown().unwrap();
+    }
+}

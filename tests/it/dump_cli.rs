@@ -106,3 +106,42 @@ fn dump_decodes_consumer_offsets_records() {
     let out = String::from_utf8_lossy(&st.stdout);
     assert!(out.contains("offset_commit::") || out.contains("group_metadata::"), "{out}");
 }
+
+/// A batch whose header makes its offsets impossible (base offset `i64::MAX`: the last offset
+/// wrapped, `log dump` printed `lastOffset: -9223372036854775807`-like numbers, and a build with
+/// overflow checks panicked) is a finding naming the file and position; the batches around it
+/// are still dumped.
+#[test]
+fn dump_reports_a_header_whose_offsets_overflow() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("crafted-0");
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = crate::broker::batch(3);
+    let mut bad = crate::broker::batch(2);
+    // The base offset is outside the CRC: the crafted batch still passes its CRC check.
+    fetchbench::log::batch::builder::set_base_offset(&mut bad, i64::MAX);
+    let mut after = crate::broker::batch(1);
+    fetchbench::log::batch::builder::set_base_offset(&mut after, 3);
+    let mut bytes = good.clone();
+    bytes.extend_from_slice(&bad);
+    bytes.extend_from_slice(&after);
+    let log = dir.join("00000000000000000000.log");
+    std::fs::write(&log, &bytes).unwrap();
+    let position = good.len();
+
+    let st = bin().args(["log", "dump", "--verify"]).arg(&log).output().unwrap();
+    let err = String::from_utf8_lossy(&st.stderr);
+    assert_eq!(st.status.code(), Some(1), "{err}");
+    assert!(err.contains("00000000000000000000.log"), "{err}");
+    assert!(err.contains(&format!("at position {position}")), "{err}");
+    assert!(err.contains("impossible offsets"), "{err}");
+    assert_eq!(err.matches("invalid:").count(), 1, "only the crafted batch is a finding: {err}");
+
+    let st = bin().args(["log", "dump"]).arg(&log).output().unwrap();
+    assert_eq!(st.status.code(), Some(1));
+    let out = String::from_utf8_lossy(&st.stdout);
+    assert_eq!(out.matches("baseOffset:").count(), 2, "the two valid batches are dumped: {out}");
+    assert!(out.contains("baseOffset: 3 lastOffset: 3 "), "{out}");
+    assert!(out.contains(&format!("position: {position} size: {} isvalid: false", bad.len())), "{out}");
+    assert!(!out.contains("lastOffset: -"), "no wrapped number: {out}");
+}

@@ -557,6 +557,33 @@ mod tests {
     }
 
     #[test]
+    fn offsets_that_overflow_are_errors_not_wrapped_numbers() {
+        // An entry at i64::MAX has no next offset.
+        let mut b = Vec::new();
+        entry(&mut b, i64::MAX, 1, 0, 0, None, Some(b"v"));
+        assert!(matches!(LegacyMessage::parse(&b), Err(BatchError::InvalidOffsetRange { base_offset: i64::MAX, .. })));
+        assert!(super::super::mixed::decode_entry(&b, 0, Default::default()).is_err());
+        // A magic-1 wrapper at i64::MAX - 1 whose last inner offset is -2: the absolute base
+        // (wrapper - last inner) overflows.
+        let mut inner = Vec::new();
+        entry(&mut inner, -3, 1, 0, 5, None, Some(b"a"));
+        entry(&mut inner, -2, 1, 0, 5, None, Some(b"b"));
+        let mut w = Vec::new();
+        wrapper(&mut w, i64::MAX - 1, 1, Compression::Gzip, false, 5, &inner);
+        let m = LegacyMessage::parse(&w).unwrap();
+        let err = m.deep_records(MAX).unwrap_err();
+        assert!(matches!(&err, BatchError::InvalidRecord { reason, .. } if reason.contains("overflows")), "{err}");
+        // A base that fits but an inner offset that takes it past i64::MAX.
+        let mut inner = Vec::new();
+        entry(&mut inner, i64::MAX - 1, 1, 0, 5, None, Some(b"a"));
+        entry(&mut inner, 0, 1, 0, 5, None, Some(b"b"));
+        let mut w = Vec::new();
+        wrapper(&mut w, 10, 1, Compression::Gzip, false, 5, &inner);
+        let err = LegacyMessage::parse(&w).unwrap().deep_records(MAX).unwrap_err();
+        assert!(matches!(&err, BatchError::InvalidRecord { index: 0, .. }), "{err}");
+    }
+
+    #[test]
     fn decode_entry_validates_wrapper_and_inner_crcs() {
         let inner = inner_set(1, &["a", "b"], 0, 10);
         let mut b = Vec::new();
