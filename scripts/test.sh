@@ -2,7 +2,8 @@
 # The test command: installs what the tests need, then runs every check CI runs.
 # Usage: scripts/test.sh            (from anywhere; works on a fresh Debian/Ubuntu machine as root)
 # Env:   FETCHBENCH_CORPUS=DIR      real Kafka data (default ../shared/corpus beside the project)
-#        CI=true                    a missing corpus, kcat or Python client fails its tests instead of skipping them
+#        CI=true                    a missing corpus, kcat, Python client or nightly toolchain fails instead of skipping
+#        FUZZ_SECONDS=N             time per fuzz target (default 20; scripts/fuzz.sh)
 # Sets:  FETCHBENCH_PYTHON          the .venv Python with the pinned Kafka clients (tests/it/python_clients.rs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -93,4 +94,6 @@ elif [ "${CI:-}" = "true" ]; then
 else
   echo "SKIP: no corpus at $corpus"
 fi
+step "fuzz targets, ${FUZZ_SECONDS:-20} s each (frame, record_batch, legacy; nightly + cargo-fuzz)"
+scripts/fuzz.sh
 echo "all checks passed"

@@ -21,9 +21,9 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use super::batch::{legacy, BatchError, BatchHeader, RecordBatch, HEADER_SIZE, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2};
-use super::producer_state::increment_sequence;
 use super::consumer_offsets;
 use super::offset_index::OffsetIndex;
+use super::producer_state::increment_sequence;
 use super::segment::{parse_base_offset, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX};
 use super::time_index::TimeIndex;
 use super::LogError;
@@ -306,7 +306,8 @@ fn dump_log(path: &Path, opts: &DumpOptions, out: &mut dyn Write, summary: &mut 
             }
             if !opts.verify {
                 let codec = h.attributes.compression().map(|c| c.name()).unwrap_or("unknown");
-                let last_seq = if h.base_sequence < 0 { -1 } else { increment_sequence(h.base_sequence, h.last_offset_delta) };
+                let last_seq =
+                    if h.base_sequence < 0 { -1 } else { increment_sequence(h.base_sequence, h.last_offset_delta) };
                 writeln!(
                     out,
                     "baseOffset: {} lastOffset: {} count: {} baseSequence: {} lastSequence: {} producerId: {} producerEpoch: {} partitionLeaderEpoch: {} isTransactional: {} isControl: {} deleteHorizonMs: {} position: {} {}: {} size: {} magic: {} compresscodec: {} crc: {} isvalid: {}",
@@ -372,7 +373,10 @@ fn dump_log(path: &Path, opts: &DumpOptions, out: &mut dyn Write, summary: &mut 
                         if h.base_sequence < 0 {
                             -1
                         } else {
-                            increment_sequence(h.base_sequence, (r.offset - h.base_offset).clamp(0, i32::MAX as i64) as i32)
+                            increment_sequence(
+                                h.base_sequence,
+                                (r.offset - h.base_offset).clamp(0, i32::MAX as i64) as i32,
+                            )
                         },
                         hk.join(",")
                     )?;

@@ -562,7 +562,12 @@ mod tests {
     /// A one-record batch at `base_offset` with its last offset delta, base timestamp and first
     /// record's offset delta and timestamp delta as given (CRC recomputed): what a crafted header
     /// looks like.
-    pub(crate) fn crafted(base_offset: i64, last_offset_delta: i32, base_timestamp: i64, record: (i32, i64)) -> Vec<u8> {
+    pub(crate) fn crafted(
+        base_offset: i64,
+        last_offset_delta: i32,
+        base_timestamp: i64,
+        record: (i32, i64),
+    ) -> Vec<u8> {
         let mut records = Vec::new();
         record::encode_record(&mut records, record.0, record.1, Some(b"k"), Some(b"v"), &[]);
         let mut out = vec![0u8; HEADER_SIZE];
@@ -627,12 +632,18 @@ mod tests {
         let batch = RecordBatch::parse(&bytes).unwrap();
         batch.verify_crc().unwrap();
         let err = batch.records().unwrap().to_vec().unwrap_err();
-        assert!(matches!(&err, BatchError::InvalidRecord { reason, .. } if reason.contains("offset delta -1")), "{err}");
+        assert!(
+            matches!(&err, BatchError::InvalidRecord { reason, .. } if reason.contains("offset delta -1")),
+            "{err}"
+        );
         assert!(mixed::decode_entry(&bytes, 0, mixed::DecodeOptions::default()).is_err());
         // Timestamp delta 1 above base timestamp i64::MAX (wrapped to i64::MIN before).
         let bytes = crafted(0, 0, i64::MAX, (0, 1));
         let err = RecordBatch::parse(&bytes).unwrap().records().unwrap().to_vec().unwrap_err();
-        assert!(matches!(&err, BatchError::InvalidRecord { reason, .. } if reason.contains("timestamp delta 1")), "{err}");
+        assert!(
+            matches!(&err, BatchError::InvalidRecord { reason, .. } if reason.contains("timestamp delta 1")),
+            "{err}"
+        );
         // Both in range: decoded exactly.
         let bytes = crafted(i64::MAX - 1, 0, i64::MAX - 1, (0, 1));
         let records = RecordBatch::parse(&bytes).unwrap().records().unwrap();

@@ -112,15 +112,7 @@ impl<'a> RecordIter<'a> {
             .checked_add(i64::from(off_delta))
             .ok_or_else(|| self.err(format!("offset delta {off_delta} overflows the base offset")))?;
         self.pos = end;
-        Ok(Record {
-            offset,
-            timestamp,
-            attributes,
-            key,
-            value,
-            headers,
-            size_in_bytes: end - start,
-        })
+        Ok(Record { offset, timestamp, attributes, key, value, headers, size_in_bytes: end - start })
     }
 }
 
