@@ -31,7 +31,7 @@ fi
 
 # Seeds: one file per frame / batch / entry, named by content, so reruns do not duplicate them.
 python3 - "$corpus" fuzz/corpus <<'PY'
-import hashlib, pathlib, struct, sys
+import hashlib, os, pathlib, struct, sys
 corpus, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
 def put(target, data):
     d = out / target
@@ -47,7 +47,9 @@ def entries(data):
         yield data[pos + 16], data[pos:pos + 12 + size]
         pos += 12 + size
 if not (corpus / "README.md").is_file():
-    print(f"NOTICE: no corpus at {corpus}: the targets start from an empty corpus")
+    if os.environ.get("CI", "") == "true":
+        sys.exit(f"fuzz: corpus NOT FOUND at {corpus} (set FETCHBENCH_CORPUS): CI seeds the targets from it")
+    print(f"NOTICE: no corpus at {corpus}: the targets start from what fuzz/corpus holds")
     sys.exit(0)
 n = {"frame": 0, "record_batch": 0, "legacy": 0}
 for f in sorted((corpus / "protocol").rglob("*.bin")):
