@@ -11,6 +11,8 @@
 # from corpus/protocol/kafka-go-fixtures/*.records.bin. Needs python3 to slice.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Sanitizer builds go to fuzz/target: sharing the main target dir would rebuild both each time.
+unset CARGO_TARGET_DIR
 seconds="${FUZZ_SECONDS:-20}"
 corpus="${FETCHBENCH_CORPUS:-../shared/corpus}"
 targets=("$@")
