@@ -104,7 +104,9 @@ struct ServeArgs {
 enum LogCommand {
     /// Print batches, records and index entries of `.log`, `.index` and `.timeindex` files, like
     /// Kafka's `kafka-dump-log.sh --deep-iteration`. Exits 1 when any CRC, batch or index entry is
-    /// invalid (or nothing was found to check), naming the file and position; 2 on an I/O error.
+    /// invalid, when offsets are missing between two segments of a topic not known to be
+    /// compacted, or when nothing was found to check, naming the file and position; 2 on an I/O
+    /// error.
     Dump(DumpArgs),
 }
 
@@ -124,6 +126,11 @@ struct DumpArgs {
     /// KRaft metadata records described (Kafka: `--print-data-log`).
     #[arg(long, alias = "print-data-log")]
     print_records: bool,
+    /// Comma-separated topics whose `cleanup.policy` includes `compact`: offsets missing between
+    /// their segments are expected, not a hole (a log directory does not record topic configs;
+    /// Kafka's internal topics and logs whose batches show compaction are never flagged).
+    #[arg(long, value_delimiter = ',', value_name = "TOPIC")]
+    compacted: Vec<String>,
     /// Accepted for Kafka compatibility: records are always iterated (Kafka's `--deep-iteration`).
     #[arg(long, hide = true)]
     deep_iteration: bool,
@@ -279,7 +286,7 @@ fn say(msg: std::fmt::Arguments<'_>) {
 }
 
 fn log_dump(a: DumpArgs) -> ExitCode {
-    let opts = DumpOptions { verify: a.verify, print_records: a.print_records };
+    let opts = DumpOptions { verify: a.verify, print_records: a.print_records, compacted_topics: a.compacted };
     let paths: Vec<PathBuf> = a.paths.into_iter().chain(a.files).collect();
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());

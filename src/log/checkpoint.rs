@@ -163,8 +163,8 @@ pub fn parse_offset_checkpoint(path: &Path, text: &str) -> Result<OffsetCheckpoi
 /// Reads an offset checkpoint file. A missing file reads as empty: Kafka's `CheckpointFile`
 /// creates it empty when first opened.
 ///
-/// Errors: [`LogError::Io`] when the file cannot be read or is not UTF-8; [`LogError::Layout`]
-/// as [`parse_offset_checkpoint`].
+/// Errors: [`LogError::Io`] when the file cannot be read; [`LogError::Layout`] when it is not
+/// UTF-8 or as [`parse_offset_checkpoint`].
 pub fn read_offset_checkpoint(path: &Path) -> Result<OffsetCheckpoint, LogError> {
     match read_text(path)? {
         Some(text) => parse_offset_checkpoint(path, &text),
@@ -503,12 +503,20 @@ pub fn read_meta_properties(path: &Path) -> Result<MetaProperties, LogError> {
 }
 
 /// Reads a whole text file; `Ok(None)` when it does not exist.
+///
+/// Errors: [`LogError::Io`] when it cannot be read; [`LogError::Layout`] naming the byte position
+/// when it is not UTF-8, so that a file damaged into non-UTF-8 bytes is reported (and, where the
+/// caller recovers from damage, recovered) exactly like one damaged into ASCII garbage.
 fn read_text(path: &Path) -> Result<Option<String>, LogError> {
-    match fs::read_to_string(path) {
-        Ok(s) => Ok(Some(s)),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(LogError::io("read", path, e)),
-    }
+    let bytes = match fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(LogError::io("read", path, e)),
+    };
+    String::from_utf8(bytes).map(Some).map_err(|e| LogError::Layout {
+        path: path.to_path_buf(),
+        reason: format!("not a text file: invalid UTF-8 at byte {}", e.utf8_error().valid_up_to()),
+    })
 }
 
 /// `<path>.tmp`, the temporary file of an atomic write.

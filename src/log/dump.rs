@@ -36,6 +36,10 @@ pub struct DumpOptions {
     pub verify: bool,
     /// Print keys and values.
     pub print_records: bool,
+    /// Topics known to be compacted (`cleanup.policy` includes `compact`): offsets missing between
+    /// their segments are not a problem. Kafka's internal topics (`__consumer_offsets`,
+    /// `__transaction_state`, `__share_group_state`) always count as compacted.
+    pub compacted_topics: Vec<String>,
 }
 
 /// One problem found, with where it is.
@@ -85,6 +89,14 @@ pub struct LogFileSummary {
     pub first_offset: i64,
     /// Last offset of the last batch, -1 when empty.
     pub last_offset: i64,
+    /// Base offset from the file name (`None` when the name is not a 20-digit offset).
+    pub base_offset: Option<i64>,
+    /// The offset after the last entry walked (by length fields, even if it does not decode), or
+    /// the base offset of an empty file: where the next segment should start.
+    pub next_offset: Option<i64>,
+    /// Evidence that the log was compacted: a v2 batch starting above the previous batch's next
+    /// offset (or above the file's base offset), or holding fewer records than its offset span.
+    pub compaction_seen: bool,
 }
 
 /// Dumps every path (files, or directories searched recursively for `.log`, `.index` and
@@ -126,6 +138,7 @@ pub fn dump_paths(paths: &[PathBuf], opts: &DumpOptions, out: &mut dyn Write) ->
             }
         }
     }
+    check_holes(opts, out, &mut summary).map_err(w)?;
     writeln!(
         out,
         "Summary: files={} batches={} control_batches={} records={} index_entries={} problems={}",
@@ -138,6 +151,69 @@ pub fn dump_paths(paths: &[PathBuf], opts: &DumpOptions, out: &mut dyn Write) ->
     )
     .map_err(w)?;
     Ok(summary)
+}
+
+/// Offsets missing between consecutive `.log` files of one partition directory (both dumped): the
+/// next file's base offset is above the previous file's next offset. In a log that is not
+/// compacted only a lost or deleted segment does that (segments roll at the log end offset,
+/// retention deletes from the start, transaction markers take their own offsets), so it is a
+/// [`Problem`] naming both files and the range. Compaction legitimately leaves such gaps (Kafka's
+/// cleaner keeps a cleaned group's base offset and may drop the records at its end), and a log
+/// directory does not record its topics' configs (Kafka keeps them in the metadata log), so a
+/// partition is not checked when its topic is in [`DumpOptions::compacted_topics`], is one of
+/// Kafka's internal (compacted) topics, or shows compaction in its batches
+/// ([`LogFileSummary::compaction_seen`]); those gaps are printed as notes (not in `--verify`).
+fn check_holes(opts: &DumpOptions, out: &mut dyn Write, summary: &mut DumpSummary) -> io::Result<()> {
+    let mut by_dir: Vec<(&Path, &PathBuf, &LogFileSummary)> = summary
+        .per_log
+        .iter()
+        .filter(|(_, s)| s.base_offset.is_some())
+        .filter_map(|(p, s)| p.parent().map(|d| (d, p, s)))
+        .collect();
+    by_dir.sort_by_key(|(d, _, s)| (*d, s.base_offset));
+    let mut problems = Vec::new();
+    for pair in by_dir.windows(2) {
+        let [(dir, prev_path, prev), (next_dir, next_path, next)] = pair else { continue };
+        if dir != next_dir {
+            continue;
+        }
+        let (Some(prev_next), Some(next_base)) = (prev.next_offset, next.base_offset) else { continue };
+        if next_base <= prev_next {
+            continue;
+        }
+        let dir_name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let topic = super::partition::parse_topic_partition(&dir_name).map(|(t, _)| t);
+        let known_compacted = topic.as_deref().is_some_and(|t| {
+            super::partition::compacted_internal_topic(t) || opts.compacted_topics.iter().any(|c| c == t)
+        });
+        let compaction_seen = summary.per_log.iter().any(|(p, s)| p.parent() == Some(*dir) && s.compaction_seen);
+        let range = format!("offsets {prev_next}..={}", next_base - 1);
+        if known_compacted || compaction_seen {
+            if !opts.verify {
+                let why = if known_compacted { "the topic is compacted" } else { "its batches show compaction" };
+                writeln!(
+                    out,
+                    "Note: {range} are not in any segment between {} and {} ({why}: expected)",
+                    prev_path.display(),
+                    next_path.display()
+                )?;
+            }
+            continue;
+        }
+        problems.push(Problem {
+            path: (*prev_path).clone(),
+            position: 0,
+            message: format!(
+                "{range} are missing: this file ends at offset {} and the next segment {} starts at {next_base} (a lost or deleted segment; gaps between segments are normal only in a compacted topic: if {} has cleanup.policy=compact, pass --compacted {})",
+                prev_next - 1,
+                next_path.display(),
+                topic.as_deref().unwrap_or("the topic"),
+                topic.as_deref().unwrap_or("<topic>")
+            ),
+        });
+    }
+    summary.problems.extend(problems);
+    Ok(())
 }
 
 /// Why dumping one file stopped: reading the input (a problem of that file) or writing the output
@@ -194,6 +270,9 @@ struct Entry {
     /// False for a v2 header with impossible offsets (reported when the batch is dumped; left out
     /// of the offset-order check, which it would only confuse).
     offsets_valid: bool,
+    /// A v2 batch holding fewer records than its offset span (compaction removed some).
+    sparse: bool,
+    magic: i8,
 }
 
 /// Walks a `.log` by length fields. Returns the entries and, when the walk stopped early, a
@@ -230,19 +309,33 @@ fn walk(file: &File, path: &Path) -> io::Result<(Vec<Entry>, Option<Problem>)> {
                 )),
             ));
         }
-        let (last_offset, max_timestamp, offsets_valid) = match magic {
+        let (last_offset, max_timestamp, offsets_valid, sparse) = match magic {
             MAGIC_V2 => match BatchHeader::parse(&head[..want]) {
-                Ok(h) => (h.last_offset(), h.max_timestamp, true),
+                Ok(h) => (
+                    h.last_offset(),
+                    h.max_timestamp,
+                    true,
+                    i64::from(h.records_count) < i64::from(h.last_offset_delta) + 1,
+                ),
                 // The length is sound, so the walk goes on; the batch itself is reported (as a
                 // finding, never as a wrapped number) when it is dumped.
-                Err(BatchError::InvalidOffsetRange { .. }) => (offset, -1, false),
+                Err(BatchError::InvalidOffsetRange { .. }) => (offset, -1, false, false),
                 Err(e) => return Ok((entries, problem(format!("invalid batch header: {e}")))),
             },
             // A legacy entry at i64::MAX (no next offset) is reported when it is decoded.
-            1 if want >= 26 => (offset, i64::from_be_bytes(head[18..26].try_into().expect("8 bytes")), true),
-            _ => (offset, -1, true),
+            1 if want >= 26 => (offset, i64::from_be_bytes(head[18..26].try_into().expect("8 bytes")), true, false),
+            _ => (offset, -1, true, false),
         };
-        entries.push(Entry { position: pos, size, base_offset: offset, last_offset, max_timestamp, offsets_valid });
+        entries.push(Entry {
+            position: pos,
+            size,
+            base_offset: offset,
+            last_offset,
+            max_timestamp,
+            offsets_valid,
+            sparse,
+            magic,
+        });
         pos += size;
     }
     Ok((entries, None))
@@ -274,7 +367,17 @@ fn dump_log(path: &Path, opts: &DumpOptions, out: &mut dyn Write, summary: &mut 
         }
         expected_min = expected_min.max(e.last_offset.saturating_add(1));
     }
-    let mut fs = LogFileSummary { first_offset: -1, last_offset: -1, ..Default::default() };
+    let mut fs = LogFileSummary { first_offset: -1, last_offset: -1, base_offset: base, ..Default::default() };
+    // Compaction evidence and the offset after the last entry (legacy entries are skipped: a
+    // compressed wrapper carries the offset of its last inner message).
+    let mut next = base;
+    for e in entries.iter().filter(|e| e.offsets_valid) {
+        if e.magic == MAGIC_V2 && (e.sparse || next.is_some_and(|n| e.base_offset > n)) {
+            fs.compaction_seen = true;
+        }
+        next = Some(e.last_offset.saturating_add(1));
+    }
+    fs.next_offset = next;
     for e in &entries {
         let mut bytes = vec![0u8; e.size as usize];
         file.read_exact_at(&mut bytes, e.position).map_err(Failure::Input)?;

@@ -30,7 +30,7 @@ use super::checkpoint::{
     self, read_offset_checkpoint, write_offset_checkpoint, OffsetCheckpoint, CLEAN_SHUTDOWN_MARKER,
     LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_OFFSET_CHECKPOINT,
 };
-use super::partition::{now_ms, parse_topic_partition, LoadReport, OpenOptions, PartitionLog};
+use super::partition::{now_ms, parse_topic_partition, DamagedFile, LoadReport, OpenOptions, PartitionLog};
 use super::producer_id::ProducerIdManager;
 use super::{LogConfig, LogError};
 
@@ -46,6 +46,10 @@ pub struct ManagerReport {
     pub partitions: Vec<((String, i32), LoadReport)>,
     /// `-delete` directories removed.
     pub removed_dirs: Vec<PathBuf>,
+    /// Damaged files found (the directory's offset checkpoints and `producer-id-block`, every
+    /// partition's `leader-epoch-checkpoint` and `partition.metadata`) and what replaced each. Each
+    /// was also logged at warn, naming the file.
+    pub damaged: Vec<DamagedFile>,
     /// Entries that are not client partitions (KRaft metadata, `-future`/`-stray` directories,
     /// stray names), with the reason.
     pub skipped: Vec<(PathBuf, String)>,
@@ -116,8 +120,34 @@ impl LogManager {
         if report.had_clean_shutdown && !read_only {
             fs::remove_file(&marker).map_err(|e| LogError::io("delete", &marker, e))?;
         }
-        let recovery_points = read_checkpoint_or_empty(&dir.join(RECOVERY_POINT_OFFSET_CHECKPOINT))?;
-        let log_starts = read_checkpoint_or_empty(&dir.join(LOG_START_OFFSET_CHECKPOINT))?;
+        let recovery_point_path = dir.join(RECOVERY_POINT_OFFSET_CHECKPOINT);
+        let recovery_points = read_checkpoint_or_empty(&recovery_point_path).unwrap_or_else(|e| {
+            let action =
+                "every partition is recovered from its log start (CRC-checked, indexes rebuilt, torn tails cut)";
+            tracing::warn!("{e}: damaged checkpoint ignored; {action}; it is rewritten after the load");
+            report.damaged.push(DamagedFile {
+                path: recovery_point_path.clone(),
+                error: e.to_string(),
+                action: action.into(),
+            });
+            None
+        });
+        let log_start_path = dir.join(LOG_START_OFFSET_CHECKPOINT);
+        let log_starts = read_checkpoint_or_empty(&log_start_path).unwrap_or_else(|e| {
+            let action = "each partition starts at the base offset of its first segment";
+            tracing::warn!("{e}: damaged checkpoint ignored; {action}; it is rewritten after the load");
+            report.damaged.push(DamagedFile {
+                path: log_start_path.clone(),
+                error: e.to_string(),
+                action: action.into(),
+            });
+            Some(OffsetCheckpoint::new())
+        });
+        // Without trustworthy recovery points every partition is recovered in full, even after a
+        // clean shutdown: the damage may not be the only one (Kafka resets the recovery point to 0).
+        let full_recovery = recovery_points.is_none();
+        let recovery_points = recovery_points.unwrap_or_default();
+        let log_starts = log_starts.unwrap_or_default();
         let mut entries: Vec<PathBuf> = fs::read_dir(dir)
             .map_err(|e| LogError::io("list", dir, e))?
             .filter_map(|e| e.ok().map(|e| e.path()))
@@ -149,17 +179,28 @@ impl LogManager {
             let key = (topic.clone(), partition);
             let cfg = topic_config(&topic).unwrap_or_else(|| config.clone());
             let opts = OpenOptions {
-                had_clean_shutdown: report.had_clean_shutdown,
+                had_clean_shutdown: report.had_clean_shutdown && !full_recovery,
                 recovery_point: recovery_points.get(&key).copied(),
                 log_start_offset: log_starts.get(&key).copied(),
                 read_only,
                 now_ms: 0,
             };
             let (log, load) = PartitionLog::open(&path, cfg, opts)?;
+            report.damaged.extend(load.damaged.iter().cloned());
             report.partitions.push((key.clone(), load));
             logs.insert(key, log);
         }
-        let producer_ids = ProducerIdManager::new(dir);
+        if !read_only {
+            adopt_sibling_topic_ids(&mut logs, &mut report)?;
+        }
+        let max_producer_id = logs.values().filter_map(PartitionLog::max_producer_id).max();
+        let producer_ids = if read_only {
+            ProducerIdManager::new(dir)
+        } else {
+            let (ids, damaged) = ProducerIdManager::open(dir, max_producer_id)?;
+            report.damaged.extend(damaged);
+            ids
+        };
         let mgr = LogManager { dir: dir.to_path_buf(), config, logs, read_only, producer_ids, _lock: lock };
         if !read_only {
             match mgr.checkpoint() {
@@ -238,7 +279,7 @@ impl LogManager {
             });
         }
         let logs = &self.logs;
-        self.producer_ids.generate(|| logs.values().filter_map(|l| l.producer_state().max_producer_id()).max())
+        self.producer_ids.generate(|| logs.values().filter_map(PartitionLog::max_producer_id).max())
     }
 
     /// Writes `recovery-point-offset-checkpoint` and `log-start-offset-checkpoint` atomically.
@@ -276,21 +317,53 @@ impl LogManager {
     }
 }
 
-/// Reads an offset checkpoint; a missing or malformed one reads as empty (with a warning for the
-/// latter), as Kafka's `LogManager.loadLogs` does: every partition is then recovered from offset 0
-/// and starts at its first segment.
-fn read_checkpoint_or_empty(path: &Path) -> Result<OffsetCheckpoint, LogError> {
-    if !path.exists() {
-        return Ok(OffsetCheckpoint::new());
-    }
-    match read_offset_checkpoint(path) {
-        Ok(c) => Ok(c),
-        Err(e @ LogError::Io { .. }) => Err(e),
-        Err(e) => {
-            tracing::warn!("{e}; ignoring it: partitions are recovered from their first offset");
-            Ok(OffsetCheckpoint::new())
+/// Reads an offset checkpoint of the log directory; a missing one reads as empty.
+///
+/// Errors: the error of [`read_offset_checkpoint`] when the file cannot be read or is damaged
+/// (not UTF-8, a bad version, count or line): the caller warns and goes on without it, as Kafka's
+/// `LogManager.loadLogs` does ("Error occurred while reading recovery-point-offset-checkpoint
+/// file ..., resetting the recovery checkpoint to 0"; for `log-start-offset-checkpoint`,
+/// "resetting to the base offset of the first segment"). Damage never stops start-up: both
+/// files are derived data, rewritten from the loaded logs right after the load.
+fn read_checkpoint_or_empty(path: &Path) -> Result<Option<OffsetCheckpoint>, LogError> {
+    read_offset_checkpoint(path).map(Some)
+}
+
+/// A partition whose `partition.metadata` was damaged (its topic id unknown) takes the topic id of
+/// another partition of the same topic, and its file is rewritten: every partition of a topic has
+/// the same id (KIP-516), so this restores exactly what was lost. When no partition of the topic
+/// has an id, it stays unknown and the broker assigns a new one when a client first asks for
+/// the topic's metadata (see the `partition.metadata` case in the README's durability section).
+fn adopt_sibling_topic_ids(
+    logs: &mut BTreeMap<(String, i32), PartitionLog>,
+    report: &mut ManagerReport,
+) -> Result<(), LogError> {
+    let damaged: Vec<(String, i32)> = report
+        .partitions
+        .iter()
+        .filter(|(_, load)| load.damaged.iter().any(|d| d.path.ends_with(checkpoint::PARTITION_METADATA)))
+        .map(|(k, _)| k.clone())
+        .collect();
+    for key in damaged {
+        let sibling = logs.iter().filter(|((t, _), _)| *t == key.0).find_map(|(k, l)| l.topic_id().map(|id| (k.1, id)));
+        let Some(log) = logs.get_mut(&key) else { continue };
+        match sibling {
+            Some((partition, id)) => {
+                log.set_topic_id(id)?;
+                let path = log.dir().join(checkpoint::PARTITION_METADATA);
+                tracing::warn!("{}: rewritten with topic id {id}, taken from partition {partition} of the same topic", path.display());
+                if let Some(d) = report.damaged.iter_mut().rev().find(|d| d.path == path) {
+                    d.action = format!("topic id {id} taken from partition {}-{partition} and written back", key.0);
+                }
+            }
+            None => tracing::warn!(
+                "{}-{}: no partition of the topic has a readable topic id: a new one is assigned when a client first asks for the topic's metadata (clients holding the old id get UNKNOWN_TOPIC_ID and refresh their metadata)",
+                key.0,
+                key.1
+            ),
         }
     }
+    Ok(())
 }
 
 /// Kafka's `Topic.validate`: 1..=249 characters of `[a-zA-Z0-9._-]`, not `.` or `..`.

@@ -114,6 +114,47 @@ pub struct LoadReport {
     /// Read-only opens: bytes of invalid batches (bad CRC, torn tail, offsets out of order) left
     /// unserved; nothing is written.
     pub unserved_bytes: u64,
+    /// Damaged `leader-epoch-checkpoint` / `partition.metadata`, and what replaced each.
+    pub damaged: Vec<DamagedFile>,
+    /// Offsets missing between two segments of a log that is not compacted (a lost segment).
+    pub holes: Vec<OffsetHole>,
+}
+
+/// A damaged file found while loading a log directory, and what was done instead: Kafka's
+/// `CheckpointReadBuffer` and `PartitionMetadataReadBuffer` throw an `IOException` on such a file,
+/// and Kafka's `LogManager` then takes the whole log directory offline (on one directory, the
+/// broker stops). Here each file is rebuilt where the data allows (see
+/// [`PartitionLog::open`], [`LogManager::open`](super::manager::LogManager::open) and
+/// [`ProducerIdManager::open`](super::producer_id::ProducerIdManager::open)), with a warning
+/// naming the file; start-up goes on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DamagedFile {
+    /// The damaged file.
+    pub path: PathBuf,
+    /// What is wrong with it (the read or parse error).
+    pub error: String,
+    /// What was done instead (what was rebuilt, from what).
+    pub action: String,
+}
+
+/// Offsets `first_missing..=last_missing` that no segment holds, between two segments of a log
+/// whose cleanup policy does not include `compact`: the next segment's base offset is above the
+/// previous segment's next offset. Only a lost or deleted segment makes that (a segment rolls at
+/// the log end offset; retention deletes from the start; control batches of transactions take
+/// their own offsets, so transactions leave no gap in the log). Compaction legitimately leaves
+/// such gaps (Kafka's cleaner keeps each group's base offset and drops records at its end), so a
+/// compacted log is never checked. A fetch inside the hole gets the next batch, as in a
+/// compaction gap.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OffsetHole {
+    /// The segment before the hole (`.log`).
+    pub previous_segment: PathBuf,
+    /// The segment after the hole (`.log`).
+    pub next_segment: PathBuf,
+    /// First offset missing (the previous segment's next offset).
+    pub first_missing: i64,
+    /// Last offset missing (the next segment's base offset - 1).
+    pub last_missing: i64,
 }
 
 /// One partition's log. Not internally synchronised: wrap it in a lock; [`PartitionLog::read`]
@@ -160,6 +201,9 @@ pub struct PartitionLog {
     producer_state: ProducerStateManager,
     last_producer_expiry_check_ms: i64,
     storage_warnings: StorageWarnings,
+    /// Largest producer id in any batch header read at load or appended since (expired producers
+    /// included): the floor of new producer id blocks.
+    max_producer_id: Option<i64>,
 }
 
 /// How often a partition logs a failing write at warn (issue 12: a full disk must be visible
@@ -187,7 +231,7 @@ impl StorageWarnings {
         let suppressed = std::mem::take(&mut self.suppressed);
         let full = if matches!(e, LogError::OutOfSpace { .. }) { " (disk full)" } else { "" };
         tracing::warn!(
-            "{partition}: write failed{full}: {e}; appends to this partition are refused with              KAFKA_STORAGE_ERROR until one succeeds, reads go on ({suppressed} more failure(s)              not logged in the last {} s)",
+            "{partition}: write failed{full}: {e}; appends to this partition are refused with KAFKA_STORAGE_ERROR until one succeeds, reads go on ({suppressed} more failure(s) not logged in the last {} s)",
             STORAGE_WARN_INTERVAL.as_secs()
         );
         self.last_warned = Some(now);
@@ -368,22 +412,76 @@ impl PartitionLog {
             }
             remove_stale_snapshots(dir, leo, &mut report)?;
         }
-        let topic_id = read_partition_metadata(&dir.join(PARTITION_METADATA))?;
+        let metadata_path = dir.join(PARTITION_METADATA);
+        let topic_id = match read_partition_metadata(&metadata_path) {
+            Ok(id) => id,
+            Err(e) => {
+                // Kafka takes the log directory offline here. The topic id is the same for every
+                // partition of the topic: the log manager takes it from a sibling partition, or the
+                // broker assigns a new one when a client asks for the topic.
+                let action = "topic id unknown: taken from another partition of the topic, else a new one is assigned";
+                tracing::warn!("{e}: damaged partition metadata file ignored ({action})");
+                report.damaged.push(DamagedFile { path: metadata_path, error: e.to_string(), action: action.into() });
+                None
+            }
+        };
         let epoch_path = dir.join(LEADER_EPOCH_CHECKPOINT);
-        let stored_epochs = read_leader_epoch_checkpoint(&epoch_path)?;
+        let (stored_epochs, epochs_damaged) = match read_leader_epoch_checkpoint(&epoch_path) {
+            Ok(entries) => (entries, None),
+            Err(e) => (Vec::new(), Some(e)),
+        };
+        let known_compacted = config.is_compact() || compacted_internal_topic(&topic);
+        let mut scan = scan_headers(
+            &segments,
+            log_start_offset,
+            ScanFor {
+                producers: !opts.read_only,
+                epochs: epochs_damaged.is_some(),
+                compaction: !known_compacted && segments.len() > 1,
+            },
+            format!("{topic}-{partition}"),
+        );
         let mut leader_epochs = stored_epochs.clone();
+        if epochs_damaged.is_some() {
+            // Kafka takes the log directory offline. Every v2 batch header carries the leader
+            // epoch it was written under: the cache is rebuilt from all of them.
+            recovered_epochs = std::mem::take(&mut scan.epochs);
+        }
         recovered_epochs.sort_by_key(|e| e.1);
         for (epoch, start_offset) in recovered_epochs {
             assign_epoch(&mut leader_epochs, epoch, start_offset);
         }
         truncate_epochs(&mut leader_epochs, log_start_offset, leo);
-        if leader_epochs != stored_epochs && !opts.read_only {
+        let epochs_rebuilt = epochs_damaged.is_some();
+        if let Some(e) = epochs_damaged {
+            let action = format!(
+                "rebuilt from the batch headers: {} leader epoch entr{}{}",
+                leader_epochs.len(),
+                if leader_epochs.len() == 1 { "y" } else { "ies" },
+                if opts.read_only { " (in memory: read-only)" } else { ", written back" }
+            );
+            tracing::warn!("{e}: damaged leader epoch checkpoint {action}");
+            report.damaged.push(DamagedFile { path: epoch_path.clone(), error: e.to_string(), action });
+        }
+        if (leader_epochs != stored_epochs || epochs_rebuilt) && !opts.read_only {
             write_leader_epoch_checkpoint(&epoch_path, &leader_epochs)?;
         }
-        let mut producer_state = ProducerStateManager::new(format!("{topic}-{partition}"));
-        if !opts.read_only {
-            rebuild_producer_state(&segments, log_start_offset, &mut producer_state);
+        if !known_compacted && !scan.compaction_seen {
+            report.holes = find_holes(&segments)?;
+            for h in &report.holes {
+                tracing::warn!(
+                    "{topic}-{partition}: offsets {}..={} are missing: {} ends at offset {} and {} starts at {} (a lost or deleted segment? the topic is not compacted); fetches in the range get the batches from offset {}",
+                    h.first_missing,
+                    h.last_missing,
+                    h.previous_segment.display(),
+                    h.first_missing - 1,
+                    h.next_segment.display(),
+                    h.last_missing + 1,
+                    h.last_missing + 1
+                );
+            }
         }
+        let producer_state = scan.producer_state;
         let log = PartitionLog {
             dir: dir.to_path_buf(),
             topic,
@@ -403,6 +501,7 @@ impl PartitionLog {
             producer_state,
             last_producer_expiry_check_ms: now_ms,
             storage_warnings: StorageWarnings::default(),
+            max_producer_id: scan.max_producer_id,
         };
         Ok((log, report))
     }
@@ -574,6 +673,8 @@ impl PartitionLog {
         // The records are in the log: the producer state knows them even if the steps after the
         // write fail, so a producer's retry is recognised as a duplicate, not stored twice.
         self.producer_state.apply(update);
+        let appended_max = headers.iter().filter(|h| h.has_producer_id()).map(|h| h.producer_id).max();
+        self.max_producer_id = self.max_producer_id.max(appended_max);
         let after = self.after_write(epochs_changed, messages, now_ms);
         self.track_storage(after)?;
         if now_ms.saturating_sub(self.last_producer_expiry_check_ms) >= DEFAULT_PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS
@@ -586,6 +687,12 @@ impl PartitionLog {
     /// The producer state of this partition (idempotent producers; empty for a read-only log).
     pub fn producer_state(&self) -> &ProducerStateManager {
         &self.producer_state
+    }
+
+    /// The largest producer id in any batch header of this log read at load or appended since,
+    /// expired producers included; `None` without idempotent batches (or read-only: not scanned).
+    pub fn max_producer_id(&self) -> Option<i64> {
+        self.max_producer_id.max(self.producer_state.max_producer_id())
     }
 
     /// Forgets producers whose last batch is older than `producer.id.expiration.ms` (Kafka's
@@ -647,6 +754,9 @@ impl PartitionLog {
         let (info, epochs_changed, messages) = self.track_storage(written)?;
         for h in &headers {
             self.producer_state.replay(h);
+            if h.has_producer_id() {
+                self.max_producer_id = self.max_producer_id.max(Some(h.producer_id));
+            }
         }
         let after = self.after_write(epochs_changed, messages, now_ms);
         self.track_storage(after)?;
@@ -1095,29 +1205,110 @@ fn set_log_append_time(batch: &mut [u8], now_ms: i64) -> Result<(), super::Batch
     Ok(())
 }
 
-/// Replays the batch headers of every segment into `state` (Kafka reads `.snapshot` files and
-/// replays only the batches after the latest one; fetchbench keeps no snapshots and replays the
-/// whole log: a header-only scan, 61 bytes read per batch, no record bytes). Batches below
-/// `log_start_offset` and batches without a producer id are skipped. A header that cannot be read
-/// (possible only in a segment not recovered) ends that segment's replay with a warning: reads
-/// there fail anyway.
-fn rebuild_producer_state(segments: &BTreeMap<i64, Segment>, log_start_offset: i64, state: &mut ProducerStateManager) {
+/// What [`scan_headers`] collects besides the maximum producer id and compaction evidence.
+#[derive(Clone, Copy)]
+struct ScanFor {
+    /// Replay idempotent producers into a [`ProducerStateManager`].
+    producers: bool,
+    /// Collect every batch's (partition leader epoch, base offset).
+    epochs: bool,
+    /// Look for evidence of compaction (always collected when the scan runs).
+    compaction: bool,
+}
+
+/// What one pass over every batch header found.
+struct HeaderScan {
+    producer_state: ProducerStateManager,
+    max_producer_id: Option<i64>,
+    epochs: Vec<(i32, i64)>,
+    /// A v2 batch starts above the previous batch's next offset (or its segment's base offset),
+    /// or holds fewer records than its offset span: the log has been compacted (whatever its config says now:
+    /// per-topic configs are not kept across restarts).
+    compaction_seen: bool,
+}
+
+/// Reads the batch headers of every segment once (a header-only scan, 61 bytes read per batch, no
+/// record bytes) and, as `what` asks, replays the idempotent producers (Kafka reads its `.snapshot`
+/// files instead and replays only the batches after the latest; fetchbench keeps no snapshots and
+/// replays the whole log) and collects leader epochs. Batches below `log_start_offset` are not
+/// replayed. The largest producer id and compaction evidence are always collected. A header
+/// that cannot be read (possible only in a segment not recovered) ends that segment's scan with a
+/// warning: reads there fail anyway.
+fn scan_headers(
+    segments: &BTreeMap<i64, Segment>,
+    log_start_offset: i64,
+    what: ScanFor,
+    partition: String,
+) -> HeaderScan {
+    let mut scan = HeaderScan {
+        producer_state: ProducerStateManager::new(partition),
+        max_producer_id: None,
+        epochs: Vec::new(),
+        compaction_seen: false,
+    };
+    if !what.producers && !what.epochs && !what.compaction {
+        return scan;
+    }
     for seg in segments.values() {
+        let mut next_offset = seg.base_offset();
         for info in seg.batches_from(0) {
             match info {
                 Ok(info) => {
-                    if let Some(h) = info.header.filter(|h| h.producer_id >= 0 && info.last_offset >= log_start_offset)
-                    {
-                        state.replay(&h);
+                    let expected = next_offset;
+                    next_offset = info.next_offset();
+                    // Legacy (magic 0/1) entries are skipped: a compressed wrapper carries the
+                    // offset of its last inner message.
+                    let Some(h) = info.header else { continue };
+                    if h.base_offset > expected || i64::from(h.records_count) < i64::from(h.last_offset_delta) + 1 {
+                        scan.compaction_seen = true;
+                    }
+                    if what.epochs && h.partition_leader_epoch >= 0 {
+                        scan.epochs.push((h.partition_leader_epoch, h.base_offset));
+                    }
+                    if h.producer_id >= 0 {
+                        scan.max_producer_id = scan.max_producer_id.max(Some(h.producer_id));
+                        if what.producers && info.last_offset >= log_start_offset {
+                            scan.producer_state.replay(&h);
+                        }
                     }
                 }
                 Err(e) => {
-                    tracing::warn!("{}: producer state replay stopped: {e}", seg.log_path().display());
+                    tracing::warn!("{}: header scan stopped: {e}", seg.log_path().display());
                     break;
                 }
             }
         }
     }
+    scan
+}
+
+/// Kafka's internal topics, compacted whatever the broker defaults say (their configs are fixed
+/// by the broker that creates them).
+pub(crate) fn compacted_internal_topic(topic: &str) -> bool {
+    matches!(topic, "__consumer_offsets" | "__transaction_state" | "__share_group_state")
+}
+
+/// Offsets missing between consecutive segments: a next segment whose base offset is above the
+/// previous one's next offset (its base offset when empty). See [`OffsetHole`].
+///
+/// Errors: [`LogError::Io`] / [`LogError::Batch`] reading a segment's last batch headers.
+pub(crate) fn find_holes(segments: &BTreeMap<i64, Segment>) -> Result<Vec<OffsetHole>, LogError> {
+    let mut holes = Vec::new();
+    let mut prev: Option<(&Segment, i64)> = None;
+    for seg in segments.values() {
+        if let Some((p, next_offset)) = prev {
+            if seg.base_offset() > next_offset {
+                holes.push(OffsetHole {
+                    previous_segment: p.log_path().to_path_buf(),
+                    next_segment: seg.log_path().to_path_buf(),
+                    first_missing: next_offset,
+                    last_missing: seg.base_offset() - 1,
+                });
+            }
+        }
+        prev = Some((seg, seg.read_next_offset()?));
+    }
+    Ok(holes)
 }
 
 /// Kafka's `LeaderEpochFileCache.assign`: a new entry only for an epoch above the latest one.

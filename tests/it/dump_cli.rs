@@ -41,7 +41,7 @@ fn dump_verify_over_the_corpus_matches_its_readme() {
     let segs = corpus.join("kafka-segments");
     let mut out = Vec::new();
     let summary =
-        dump_paths(std::slice::from_ref(&segs), &DumpOptions { verify: true, print_records: false }, &mut out).unwrap();
+        dump_paths(std::slice::from_ref(&segs), &DumpOptions { verify: true, ..Default::default() }, &mut out).unwrap();
     assert!(summary.problems.is_empty(), "{:?}", summary.problems);
     let table = readme_table(&corpus);
     assert_eq!(table.len(), 18, "the README lists 18 segments");
@@ -144,4 +144,52 @@ fn dump_reports_a_header_whose_offsets_overflow() {
     assert!(out.contains("baseOffset: 3 lastOffset: 3 "), "{out}");
     assert!(out.contains(&format!("position: {position} size: {} isvalid: false", bad.len())), "{out}");
     assert!(!out.contains("lastOffset: -"), "no wrapped number: {out}");
+}
+
+/// A partition directory `name` under `root` with three segments of one 4-record batch each
+/// (offsets 0..=3, 4..=7, 8..=11); the middle segment's files are then deleted.
+fn holed_partition(root: &Path, name: &str) -> std::path::PathBuf {
+    use fetchbench::log::batch::{BatchBuilder, Compression};
+    use fetchbench::log::partition::{OpenOptions, PartitionLog};
+    let dir = root.join(name);
+    let mut config = fetchbench::log::LogConfig::default();
+    config.set("segment.bytes", "100").unwrap();
+    let (mut log, _) = PartitionLog::open(&dir, config, OpenOptions::default()).unwrap();
+    for i in 0..3 {
+        let mut b = BatchBuilder::new(0, Compression::None);
+        for j in 0..4 {
+            b.append(1_700_000_000_000 + i * 4 + j, Some(b"k"), Some(b"v"), &[]);
+        }
+        log.append(&b.build().unwrap(), 0).unwrap();
+    }
+    assert_eq!(log.segments().len(), 3);
+    log.close().unwrap();
+    for suffix in ["log", "index", "timeindex"] {
+        let _ = std::fs::remove_file(dir.join(format!("00000000000000000004.{suffix}")));
+    }
+    dir
+}
+
+#[test]
+fn dump_verify_finds_a_lost_middle_segment() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = holed_partition(tmp.path(), "orders-0");
+    let st = bin().args(["log", "dump", "--verify"]).arg(&dir).output().unwrap();
+    let err = String::from_utf8_lossy(&st.stderr);
+    assert_eq!(st.status.code(), Some(1), "a hole must fail --verify: {err}");
+    assert!(err.contains("offsets 4..=7 are missing"), "{err}");
+    assert!(
+        err.contains("00000000000000000000.log") && err.contains("00000000000000000008.log"),
+        "names both files: {err}"
+    );
+    assert!(err.contains("--compacted orders"), "says what to do for a compacted topic: {err}");
+    // The operator says the topic is compacted: the gap is expected.
+    let st = bin().args(["log", "dump", "--verify", "--compacted", "orders"]).arg(&dir).output().unwrap();
+    assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
+    // Kafka's internal topics are compacted.
+    let internal = holed_partition(tmp.path(), "__transaction_state-3");
+    let st = bin().args(["log", "dump", "--verify"]).arg(&internal).output().unwrap();
+    assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
+    let st = bin().args(["log", "dump"]).arg(&internal).output().unwrap();
+    assert!(String::from_utf8_lossy(&st.stdout).contains("Note: offsets 4..=7"), "printed as a note");
 }

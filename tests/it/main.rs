@@ -14,6 +14,7 @@ mod common;
 mod consume_cli;
 mod consumer;
 mod consumer_offsets_corpus;
+mod damaged_files;
 mod disk_full;
 mod dump_cli;
 mod fetch_response;

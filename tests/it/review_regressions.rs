@@ -444,8 +444,9 @@ fn r16_fuzz_open_read_dump_no_panic() {
             fs::write(&p, &b).unwrap();
         }
         let mut out = Vec::new();
-        let _ = dump_paths(std::slice::from_ref(&d), &DumpOptions { verify: true, print_records: false }, &mut out);
-        let _ = dump_paths(std::slice::from_ref(&d), &DumpOptions { verify: false, print_records: true }, &mut out);
+        let _ = dump_paths(std::slice::from_ref(&d), &DumpOptions { verify: true, ..Default::default() }, &mut out);
+        let _ =
+            dump_paths(std::slice::from_ref(&d), &DumpOptions { print_records: true, ..Default::default() }, &mut out);
         // read-only open
         if let Ok((ro, _)) = PartitionLog::open(&d, cfg.clone(), OpenOptions { read_only: true, ..Default::default() })
         {

@@ -112,7 +112,7 @@ fn serve_args(log_dir: &Path) -> Vec<String> {
     vec!["--listen".into(), "127.0.0.1:0".into(), "--log-dir".into(), log_dir.display().to_string()]
 }
 
-fn start_on(work: &Path, name: &str, log_dir: &Path) -> ServeProcess {
+pub(crate) fn start_on(work: &Path, name: &str, log_dir: &Path) -> ServeProcess {
     let args = serve_args(log_dir);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     ServeProcess::start(work, name, &args)

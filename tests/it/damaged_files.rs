@@ -1,0 +1,233 @@
+//! One damaged file in a log directory (issue 12, item 3) and a lost segment (item 4): the
+//! broker starts, warns naming the file, rebuilds what the data allows, and keeps serving.
+//! The offset checkpoints, `producer-id-block` and the hole go through the real `fetchbench serve`
+//! process (a damaged file used to end it with exit 2, or to break InitProducerId forever).
+
+use std::path::Path;
+
+use fetchbench::log::batch::{BatchBuilder, Compression};
+use fetchbench::log::checkpoint::{
+    read_leader_epoch_checkpoint, read_offset_checkpoint, read_partition_metadata, write_partition_metadata,
+    EpochEntry, TopicId, LEADER_EPOCH_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, PARTITION_METADATA,
+    RECOVERY_POINT_OFFSET_CHECKPOINT,
+};
+use fetchbench::log::manager::LogManager;
+use fetchbench::log::LogConfig;
+use kafka_protocol::messages::{ApiKey, InitProducerIdRequest, RequestKind, ResponseKind};
+use nix::sys::signal::Signal;
+
+use crate::broker::{fetch, Client};
+use crate::serve_process::start_on;
+
+/// Non-UTF-8 bytes and ASCII garbage: both must be handled the same way.
+const DAMAGE: [(&str, &[u8]); 2] = [("non-UTF-8", b"\xff\xfe\x00\x80garbage\n"), ("ASCII garbage", b"0\n2\nt 0\n")];
+
+/// A batch of `n` records (`k<first+i>` / `v<first+i>`), idempotent when `producer` is given as
+/// (producer id, base sequence).
+fn batch(first: usize, n: usize, producer: Option<(i64, i32)>) -> Vec<u8> {
+    let mut b = BatchBuilder::new(0, Compression::None);
+    if let Some((pid, seq)) = producer {
+        b = b.producer(pid, 0, seq);
+    }
+    for i in first..first + n {
+        b.append(1_700_000_000_000 + i as i64, Some(format!("k{i}").as_bytes()), Some(format!("v{i}").as_bytes()), &[]);
+    }
+    b.build().unwrap()
+}
+
+/// A log directory with topic `t`, partitions 0 and 1 (same topic id), 3 batches of 5 records
+/// in partition 0 written under leader epochs 0, 2 and 5 (the last by an idempotent producer
+/// `producer_id`), cleanly shut down. Returns partition 0's leader epoch cache.
+fn populate(dir: &Path, producer_id: i64) -> Vec<EpochEntry> {
+    let (mut logs, _) = LogManager::open(dir, LogConfig::default(), |_| None, false).unwrap();
+    let id = TopicId::parse("B3_HiNPgSQ6oxG9ZZ6ED5A").unwrap();
+    for p in [0, 1] {
+        logs.get_or_create("t", p, None).unwrap().set_topic_id(id).unwrap();
+    }
+    let log = logs.log_mut("t", 0).unwrap();
+    for (i, epoch) in [0, 2, 5].into_iter().enumerate() {
+        log.set_leader_epoch(epoch);
+        let producer = (epoch == 5).then_some((producer_id, 0));
+        log.append(&batch(i * 5, 5, producer), 0).unwrap();
+    }
+    let epochs = log.leader_epochs().to_vec();
+    assert_eq!(epochs.len(), 3, "{epochs:?}");
+    logs.shutdown().unwrap();
+    epochs
+}
+
+/// Offsets of every record of `topic`-0 from `offset` on (one fetch per segment at most).
+fn values(client: &mut Client, topic: &str, offset: i64) -> Vec<i64> {
+    let mut out = Vec::new();
+    let mut next = offset;
+    loop {
+        let (err, hw, recs) = fetch(client, topic, next, 11);
+        assert_eq!(err, 0, "fetch {topic} at {next}");
+        out.extend(recs.iter().map(|r| r.0).filter(|&o| o >= next));
+        match recs.last() {
+            Some(last) if last.0 + 1 < hw => next = last.0 + 1,
+            _ => return out,
+        }
+    }
+}
+
+#[test]
+fn serve_starts_and_recovers_with_a_damaged_offset_checkpoint() {
+    let work = tempfile::tempdir().unwrap();
+    let dir = work.path().join("logs");
+    populate(&dir, 77);
+    for file in [RECOVERY_POINT_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT] {
+        for (what, bytes) in DAMAGE {
+            let path = dir.join(file);
+            std::fs::write(&path, bytes).unwrap();
+            let mut serve = start_on(work.path(), "damaged-checkpoint", &dir);
+            let stderr = serve.stderr();
+            assert!(stderr.contains(file) && stderr.contains("damaged checkpoint ignored"), "{file} {what}:\n{stderr}");
+            let mut c = Client::connect(serve.addr);
+            assert_eq!(values(&mut c, "t", 0), (0..15).collect::<Vec<i64>>(), "{file} {what}");
+            drop(c);
+            serve.signal(Signal::SIGTERM);
+            let status = serve.wait();
+            assert!(status.success(), "{file} {what}: {status}\n{}", serve.stderr());
+            // Rewritten from the logs.
+            let cp = read_offset_checkpoint(&path).unwrap_or_else(|e| panic!("{file} {what}: {e}"));
+            assert_eq!(
+                cp.get(&("t".to_string(), 0)).copied(),
+                Some(if file == LOG_START_OFFSET_CHECKPOINT { 0 } else { 15 })
+            );
+        }
+    }
+}
+
+#[test]
+fn a_damaged_recovery_point_checkpoint_recovers_every_partition_in_full() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("logs");
+    populate(&dir, 77);
+    for (what, bytes) in DAMAGE {
+        std::fs::write(dir.join(RECOVERY_POINT_OFFSET_CHECKPOINT), bytes).unwrap();
+        let (logs, report) = LogManager::open(&dir, LogConfig::default(), |_| None, false).unwrap();
+        assert!(report.had_clean_shutdown, "{what}");
+        let (_, load) = report.partitions.iter().find(|(k, _)| k == &("t".to_string(), 0)).unwrap();
+        assert_eq!(load.recovered, vec![0], "{what}: recovered from its log start despite the clean shutdown");
+        assert_eq!(report.damaged.len(), 1, "{what}: {:?}", report.damaged);
+        assert_eq!(logs.log("t", 0).unwrap().log_end_offset(), 15);
+        logs.shutdown().unwrap();
+    }
+}
+
+#[test]
+fn a_damaged_leader_epoch_checkpoint_is_rebuilt_from_the_batches() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("logs");
+    let epochs = populate(&dir, 77);
+    let path = dir.join("t-0").join(LEADER_EPOCH_CHECKPOINT);
+    let good = std::fs::read(&path).unwrap();
+    for (what, bytes) in
+        [("truncated", &good[..good.len() - 3]), ("garbage", &b"\xff\x00zz\n"[..]), ("wrong count", b"0\n9\n0 0\n")]
+    {
+        std::fs::write(&path, bytes).unwrap();
+        let (logs, report) = LogManager::open(&dir, LogConfig::default(), |_| None, false)
+            .unwrap_or_else(|e| panic!("{what}: one partition's epoch file stopped the broker: {e}"));
+        assert_eq!(logs.log("t", 0).unwrap().leader_epochs(), &epochs[..], "{what}");
+        assert_eq!(logs.log("t", 0).unwrap().leader_epoch(), 5, "{what}: appends go on in the latest epoch");
+        assert_eq!(report.damaged.len(), 1, "{what}: {:?}", report.damaged);
+        assert_eq!(report.damaged[0].path, path);
+        assert!(report.damaged[0].action.contains("3 leader epoch entries"), "{:?}", report.damaged[0]);
+        assert_eq!(read_leader_epoch_checkpoint(&path).unwrap(), epochs, "{what}: written back");
+        drop(logs);
+    }
+}
+
+#[test]
+fn a_damaged_partition_metadata_takes_the_topic_id_of_a_sibling() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("logs");
+    populate(&dir, 77);
+    let id = TopicId::parse("B3_HiNPgSQ6oxG9ZZ6ED5A").unwrap();
+    let path = dir.join("t-0").join(PARTITION_METADATA);
+    for (what, bytes) in [("truncated", &b"version: 0\ntopic_id: B3_HiNPg"[..]), ("garbage", b"\xff\xfe\n\n")] {
+        std::fs::write(&path, bytes).unwrap();
+        let (logs, report) = LogManager::open(&dir, LogConfig::default(), |_| None, false)
+            .unwrap_or_else(|e| panic!("{what}: one partition's metadata stopped the broker: {e}"));
+        assert_eq!(logs.log("t", 0).unwrap().topic_id(), Some(id), "{what}");
+        assert_eq!(read_partition_metadata(&path).unwrap(), Some(id), "{what}: written back");
+        assert_eq!(report.damaged.len(), 1, "{what}: {:?}", report.damaged);
+        assert!(report.damaged[0].action.contains("taken from partition t-1"), "{:?}", report.damaged[0]);
+        drop(logs);
+    }
+    // No sibling knows the id: the partition still loads and serves, without a topic id until
+    // the broker assigns one.
+    std::fs::write(&path, "garbage").unwrap();
+    std::fs::write(dir.join("t-1").join(PARTITION_METADATA), "version: 7").unwrap();
+    let (logs, report) = LogManager::open(&dir, LogConfig::default(), |_| None, false).unwrap();
+    assert_eq!(report.damaged.len(), 2, "{:?}", report.damaged);
+    assert_eq!(logs.log("t", 0).unwrap().topic_id(), None);
+    assert_eq!(logs.log("t", 0).unwrap().log_end_offset(), 15);
+    drop(logs);
+    // A fresh, valid file is left alone.
+    write_partition_metadata(&path, id).unwrap();
+}
+
+fn init_producer_id(client: &mut Client) -> (i16, i64) {
+    let req = InitProducerIdRequest::default().with_transactional_id(None).with_transaction_timeout_ms(60_000);
+    match client.call(ApiKey::InitProducerId, 4, RequestKind::InitProducerId(req)) {
+        ResponseKind::InitProducerId(r) => (r.error_code, r.producer_id.0),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn serve_rebuilds_a_damaged_producer_id_block() {
+    let work = tempfile::tempdir().unwrap();
+    let dir = work.path().join("logs");
+    let in_log = 123_456;
+    populate(&dir, in_log);
+    for (what, bytes) in [DAMAGE[0], ("ASCII garbage", &b"0\nnext block: soon\n"[..])] {
+        std::fs::write(dir.join("producer-id-block"), bytes).unwrap();
+        let mut serve = start_on(work.path(), "damaged-pid-block", &dir);
+        let stderr = serve.stderr();
+        assert!(stderr.contains("producer-id-block") && stderr.contains("damaged"), "{what}:\n{stderr}");
+        let mut c = Client::connect(serve.addr);
+        let (err, id) = init_producer_id(&mut c);
+        assert_eq!(err, 0, "{what}: InitProducerId failed");
+        assert!(id > in_log, "{what}: producer id {id} must be above {in_log}, the largest in the log");
+        drop(c);
+        serve.signal(Signal::SIGTERM);
+        assert!(serve.wait().success(), "{what}: {}", serve.stderr());
+    }
+}
+
+#[test]
+fn serve_warns_about_a_lost_segment_and_serves_across_the_hole() {
+    let work = tempfile::tempdir().unwrap();
+    let dir = work.path().join("logs");
+    let mut config = LogConfig::default();
+    config.set("segment.bytes", "200").unwrap();
+    {
+        let (mut logs, _) = LogManager::open(&dir, config.clone(), |_| None, false).unwrap();
+        let log = logs.get_or_create("holed", 0, Some(config.clone())).unwrap();
+        for i in 0..3 {
+            log.append(&batch(i * 4, 4, None), 0).unwrap();
+        }
+        assert_eq!(log.segments().len(), 3, "one batch per segment");
+        logs.shutdown().unwrap();
+    }
+    // The middle segment (offsets 4..=7) goes.
+    for suffix in ["log", "index", "timeindex"] {
+        let _ = std::fs::remove_file(dir.join(format!("holed-0/00000000000000000004.{suffix}")));
+    }
+    let mut serve = start_on(work.path(), "holed", &dir);
+    let stderr = serve.stderr();
+    assert!(
+        stderr.contains("holed-0: offsets 4..=7 are missing") && stderr.contains("00000000000000000008.log"),
+        "{stderr}"
+    );
+    let mut c = Client::connect(serve.addr);
+    assert_eq!(values(&mut c, "holed", 0), vec![0, 1, 2, 3, 8, 9, 10, 11]);
+    // A fetch inside the hole gets the next batch, as in a compaction gap.
+    assert_eq!(values(&mut c, "holed", 5), vec![8, 9, 10, 11]);
+    drop(c);
+    serve.signal(Signal::SIGTERM);
+    assert!(serve.wait().success(), "{}", serve.stderr());
+}
