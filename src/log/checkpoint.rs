@@ -35,6 +35,15 @@
 //!
 //! The topic id is a [`TopicId`]: 16 bytes printed as URL-safe base64 without padding.
 //!
+//! ## Damaged files
+//!
+//! Every reader here returns [`LogError::Layout`] naming the file (and the line, or the byte where
+//! the UTF-8 breaks) for a file that does not parse, whether it holds ASCII garbage or non-UTF-8
+//! bytes: the callers treat both the same. Kafka's readers throw an `IOException`; its
+//! `LogManager` resets the offset checkpoints and takes the log directory offline for the others.
+//! Here the log manager and [`PartitionLog::open`](super::partition::PartitionLog::open) rebuild
+//! each file from the logs instead (see [`DamagedFile`](super::partition::DamagedFile)).
+//!
 //! ## Writing
 //!
 //! Every write is atomic as in Kafka (`CheckpointFile.write` + `Utils.atomicMoveWithFallback`):
@@ -633,6 +642,27 @@ mod tests {
             let (path, reason) = layout_reason(parse_offset_checkpoint(p, text).unwrap_err());
             assert_eq!(path, p);
             assert!(reason.contains(needle), "{text:?}: {reason}");
+        }
+    }
+
+    #[test]
+    fn non_utf8_reads_as_damage_like_ascii_garbage() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in [RECOVERY_POINT_OFFSET_CHECKPOINT, LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA] {
+            let path = dir.path().join(name);
+            for bytes in [&b"0\n1\nt 0 \xff\n"[..], b"garbage"] {
+                fs::write(&path, bytes).unwrap();
+                let err = match name {
+                    RECOVERY_POINT_OFFSET_CHECKPOINT => read_offset_checkpoint(&path).unwrap_err(),
+                    LEADER_EPOCH_CHECKPOINT => read_leader_epoch_checkpoint(&path).unwrap_err(),
+                    _ => read_partition_metadata(&path).unwrap_err(),
+                };
+                let (p, reason) = layout_reason(err);
+                assert_eq!(p, path);
+                if bytes[0] == b'0' {
+                    assert!(reason.contains("invalid UTF-8 at byte 8"), "{name}: {reason}");
+                }
+            }
         }
     }
 

@@ -20,6 +20,12 @@
 //!
 //! Start-up: the marker says whether the last shutdown was clean (it is removed at once, so a
 //! crash from now on is unclean); without it every partition is recovered from its recovery point.
+//! A damaged file never stops start-up: each is rebuilt from the logs with a warning naming it
+//! ([`ManagerReport::damaged`]): the offset checkpoints are ignored (full recovery; log start at
+//! the first segment, as Kafka's `LogManager.loadLogs` resets them), a partition's
+//! `leader-epoch-checkpoint` is rebuilt from its batch headers and its `partition.metadata` from a
+//! sibling partition (Kafka takes the directory offline for either), and `producer-id-block` is
+//! rebuilt above the largest producer id in the logs.
 //! Shutdown: every log flushed and closed, both checkpoints written, then the marker.
 
 use std::collections::BTreeMap;
@@ -98,7 +104,8 @@ fn lock_dir(dir: &Path) -> Result<nix::fcntl::Flock<fs::File>, LogError> {
 
 impl LogManager {
     /// Opens `dir` (creating it unless `read_only`) and loads every partition in it with
-    /// `config` (broker-level defaults) and per-topic overrides from `topic_config`.
+    /// `config` (broker-level defaults) and per-topic overrides from `topic_config`. Damaged
+    /// checkpoint, epoch, metadata and producer-id files are rebuilt, not fatal (module docs).
     ///
     /// A writable open takes an exclusive lock on `<dir>/.lock` for the manager's lifetime.
     ///

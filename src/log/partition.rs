@@ -268,6 +268,13 @@ impl PartitionLog {
     /// its `.snapshot` files instead; see [`producer_state`](super::producer_state)); read-only
     /// opens skip it (they take no appends).
     ///
+    /// A damaged `leader-epoch-checkpoint` is rebuilt from the partition leader epoch of every
+    /// batch header (and written back unless read-only); a damaged `partition.metadata` leaves the
+    /// topic id unknown (the log manager restores it from a sibling partition). Both are reported
+    /// in [`LoadReport::damaged`] with a warning; Kafka takes the log directory offline instead.
+    /// Offsets missing between segments of a log not compacted are warned about and reported in
+    /// [`LoadReport::holes`] (see [`OffsetHole`]).
+    ///
     /// Errors: [`LogError::Layout`] when the directory name is not `topic-partition`;
     /// [`LogError::Io`]; [`LogError::Batch`] / [`LogError::CorruptIndex`] only in read-only mode
     /// when a segment cannot even be walked.

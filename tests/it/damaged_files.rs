@@ -186,12 +186,12 @@ fn serve_rebuilds_a_damaged_producer_id_block() {
     for (what, bytes) in [DAMAGE[0], ("ASCII garbage", &b"0\nnext block: soon\n"[..])] {
         std::fs::write(dir.join("producer-id-block"), bytes).unwrap();
         let mut serve = start_on(work.path(), "damaged-pid-block", &dir);
-        let stderr = serve.stderr();
-        assert!(stderr.contains("producer-id-block") && stderr.contains("damaged"), "{what}:\n{stderr}");
         let mut c = Client::connect(serve.addr);
         let (err, id) = init_producer_id(&mut c);
         assert_eq!(err, 0, "{what}: InitProducerId failed");
         assert!(id > in_log, "{what}: producer id {id} must be above {in_log}, the largest in the log");
+        let stderr = serve.stderr();
+        assert!(stderr.contains("producer-id-block") && stderr.contains("damaged"), "{what}:\n{stderr}");
         drop(c);
         serve.signal(Signal::SIGTERM);
         assert!(serve.wait().success(), "{what}: {}", serve.stderr());
@@ -230,4 +230,42 @@ fn serve_warns_about_a_lost_segment_and_serves_across_the_hole() {
     drop(c);
     serve.signal(Signal::SIGTERM);
     assert!(serve.wait().success(), "{}", serve.stderr());
+}
+
+#[test]
+fn a_hole_is_reported_at_load_unless_the_topic_is_compacted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("logs");
+    let mut config = LogConfig::default();
+    config.set("segment.bytes", "200").unwrap();
+    {
+        let (mut logs, _) = LogManager::open(&dir, config.clone(), |_| None, false).unwrap();
+        for topic in ["plain", "cleaned"] {
+            let log = logs.get_or_create(topic, 0, Some(config.clone())).unwrap();
+            for i in 0..3 {
+                log.append(&batch(i * 4, 4, None), 0).unwrap();
+            }
+        }
+        logs.shutdown().unwrap();
+    }
+    for topic in ["plain", "cleaned"] {
+        for suffix in ["log", "index", "timeindex"] {
+            let _ = std::fs::remove_file(dir.join(format!("{topic}-0/00000000000000000004.{suffix}")));
+        }
+    }
+    let mut compacted = config.clone();
+    compacted.set("cleanup.policy", "compact").unwrap();
+    let (logs, report) =
+        LogManager::open(&dir, config, |t| (t == "cleaned").then(|| compacted.clone()), false).unwrap();
+    let holes = |topic: &str| report.partitions.iter().find(|(k, _)| k.0 == topic).unwrap().1.holes.clone();
+    let plain = holes("plain");
+    assert_eq!(plain.len(), 1, "{plain:?}");
+    assert_eq!((plain[0].first_missing, plain[0].last_missing), (4, 7));
+    assert!(plain[0].previous_segment.ends_with("plain-0/00000000000000000000.log"));
+    assert!(plain[0].next_segment.ends_with("plain-0/00000000000000000008.log"));
+    assert!(holes("cleaned").is_empty(), "gaps between segments are normal when compacted");
+    // The log serves on; a read inside the hole resolves to the next batch.
+    let slice = logs.log("plain", 0).unwrap().read(6, 1 << 20, true).unwrap();
+    let bytes = slice.read_to_vec().unwrap();
+    assert_eq!(fetchbench::log::RecordBatch::parse(&bytes).unwrap().base_offset(), 8);
 }
