@@ -9,7 +9,8 @@
 //! whether the offset lies in a batch whose max timestamp it is, the largest so far.
 //! Preallocated zero entries (an active segment's untrimmed index) end the listing, as in Kafka.
 //!
-//! Every problem (bad CRC, undecodable record, torn tail, index entry that points nowhere) is
+//! Every problem (bad CRC, undecodable record, torn tail, index entry that points nowhere, offsets
+//! missing between two segments of a partition not known to be compacted: see [`DumpOptions`]) is
 //! collected in [`DumpSummary::problems`] with the file and position; the CLI exits 1 when there is
 //! any.
 
