@@ -2,7 +2,11 @@
 //! one `tests/python/group_member.py` process each) are started, closed (`consumer.close()`:
 //! LeaveGroup) and SIGKILLed at seeded-random moments every 0.2-2.5 s on a 12-partition topic
 //! while `tests/python/churn_producer.py` writes keyed, numbered records with acks=all and
-//! reports every acknowledged one. Then three stable members join.
+//! reports every acknowledged one. Up to 14 members live at once; most kills are followed at once
+//! by new members, and SIGKILL prefers members waiting in a rebalance: their parked JoinGroups and
+//! the dead members the rebalance waits on share session deadlines, the trace of the bug. Then at
+//! most nine stay and three stable members join. (With the original `Group::tick` this failed 3 of
+//! 3 runs, the group stuck in PreparingRebalance with ghosts; the 3-10-member churn before never did.)
 //!
 //! What must hold (the campaign's failure: dead members kept forever by a stale timer in
 //! `Group::tick`, so the group sat in PreparingRebalance with dozens of ghosts until the
@@ -139,6 +143,22 @@ fn owners_by_generation(members: &[Member]) -> BTreeMap<(i64, i32), Vec<String>>
     owners
 }
 
+/// The index in `live` of the member to SIGKILL: one waiting in a rebalance (its last
+/// `revoke` came after its last `assign`) if there is one, else any.
+fn pick_victim(members: &[Member], live: &[usize], rng: &mut Rng) -> usize {
+    let last = |m: &Member, ev: &str| m.events_named(ev).last().and_then(|e| e["t"].as_f64()).unwrap_or(0.0);
+    let waiting: Vec<usize> = (0..live.len())
+        .filter(|&k| {
+            let m = &members[live[k]];
+            last(m, "revoke") > last(m, "assign")
+        })
+        .collect();
+    match waiting.is_empty() {
+        true => rng.range(0, live.len() as u64) as usize,
+        false => waiting[rng.range(0, waiting.len() as u64) as usize],
+    }
+}
+
 #[test]
 fn dead_members_expire_under_churn_and_the_group_settles() {
     let Some(python) = python_with("confluent_kafka") else { return };
@@ -160,26 +180,38 @@ fn dead_members_expire_under_churn_and_the_group_settles() {
     let mut producer = Producer::spawn(&python, &bootstrap, topic);
     let coordinator = broker.shared().coordinator();
 
-    // Churn: every 0.2-2.5 s start a member, SIGKILL one or two (often while they wait in a
-    // rebalance another start began), or close one; 3 to 10 live members.
+    // Churn: every 0.2-2.5 s start one to three members, SIGKILL one to three (then, most
+    // often, start one or two at once, so the rebalance they begin waits on the dead ones while
+    // the live ones sit in it), or close one; 4 to 14 live members (SIGKILL prefers
+    // members waiting in a rebalance: revoked, not assigned since).
     let mut members: Vec<Member> = Vec::new();
     let mut live: Vec<usize> = Vec::new();
     let mut closing: Vec<usize> = Vec::new();
     let (mut started, mut closed, mut killed, mut most_members) = (0, 0, 0, 0);
     let churn_start = Instant::now();
+    let mut start = |members: &mut Vec<Member>, live: &mut Vec<usize>| {
+        let name = format!("churn{started}");
+        members.push(Member::spawn(&python, &broker, group, topic, settings.clone(), &name));
+        live.push(members.len() - 1);
+        started += 1;
+    };
     while churn_start.elapsed() < CHURN {
         std::thread::sleep(Duration::from_millis(rng.range(200, 2500)));
         let roll = rng.range(0, 100);
-        if live.len() < 3 || (live.len() < 10 && roll < 45) {
-            let name = format!("churn{started}");
-            members.push(Member::spawn(&python, &broker, group, topic, settings.clone(), &name));
-            live.push(members.len() - 1);
-            started += 1;
+        if live.len() < 4 || (live.len() < 12 && roll < 40) {
+            for _ in 0..rng.range(1, 4) {
+                start(&mut members, &mut live);
+            }
         } else if roll < 85 {
-            for _ in 0..rng.range(1, 3) {
-                let i = live.swap_remove(rng.range(0, live.len() as u64) as usize);
+            for _ in 0..rng.range(1, 4).min(live.len() as u64 - 1) {
+                let i = live.swap_remove(pick_victim(&members, &live, &mut rng));
                 members[i].kill();
                 killed += 1;
+            }
+            if rng.range(0, 100) < 60 {
+                for _ in 0..rng.range(1, 3) {
+                    start(&mut members, &mut live);
+                }
             }
         } else {
             // close() sends LeaveGroup; the process exits on its own (checked at the end).
@@ -190,6 +222,12 @@ fn dead_members_expire_under_churn_and_the_group_settles() {
         }
         let desc = coordinator.describe_group(group);
         most_members = most_members.max(desc.members.len());
+    }
+    // At most nine stay, so that with the three stable ones every member gets a partition.
+    while live.len() > 9 {
+        let i = live.swap_remove(pick_victim(&members, &live, &mut rng));
+        members[i].kill();
+        killed += 1;
     }
     let desc = coordinator.describe_group(group);
     eprintln!(
