@@ -249,8 +249,7 @@ fn r08_middle_index_entry_wrong_batch_skips_data() {
 }
 
 #[test]
-
-fn r09_garbage_recovery_point_checkpoint_blocks_open() {
+fn r09_garbage_recovery_point_checkpoint_does_not_block_open() {
     use fetchbench::log::manager::LogManager;
     let tmp = tempfile::tempdir().unwrap();
     let (mgr, _) = LogManager::open(tmp.path(), LogConfig::default(), |_| None, false).unwrap();
