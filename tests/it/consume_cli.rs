@@ -9,17 +9,11 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use fetchbench::broker::BrokerHandle;
 use fetchbench::client::consumer::{Consumer, ConsumerConfig, TopicPartition};
-use fetchbench::client::KafkaConnection;
-use fetchbench::log::batch::{BatchBuilder, Compression};
-use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::{ApiKey, MetadataRequest, ProduceRequest, RequestKind, ResponseKind, TopicName};
-use kafka_protocol::protocol::StrBytes;
 
 use crate::common::{run_with_timeout, start_group_broker, ChildOutput};
+use crate::review_client::produce;
 
 /// A generous bound for one `consume --exit-at-end` run (each takes well under a second here).
 const RUN: Duration = Duration::from_secs(60);
@@ -33,27 +27,6 @@ fn start_in(dir: &Path) -> BrokerHandle {
         c.num_partitions = 3;
         c.offsets_topic_num_partitions = OFFSETS_PARTITIONS;
     })
-}
-
-/// Produces `values` to `topic`-`partition` as one batch (the topic auto-created).
-fn produce(addr: SocketAddr, topic: &str, partition: i32, values: &[&str]) {
-    let mut conn = KafkaConnection::connect(addr, "consume-cli-test", Duration::from_secs(10)).unwrap();
-    let md = MetadataRequest::default().with_allow_auto_topic_creation(true).with_topics(Some(vec![
-        MetadataRequestTopic::default().with_name(Some(TopicName(StrBytes::from_string(topic.into())))),
-    ]));
-    conn.call(ApiKey::Metadata, 9, RequestKind::Metadata(md)).unwrap();
-    let mut b = BatchBuilder::new(0, Compression::None);
-    for (i, v) in values.iter().enumerate() {
-        b.append(1_700_000_000_000 + i as i64, Some(format!("k{i}").as_bytes()), Some(v.as_bytes()), &[]);
-    }
-    let data = TopicProduceData::default()
-        .with_name(TopicName(StrBytes::from_string(topic.into())))
-        .with_partition_data(vec![PartitionProduceData::default()
-            .with_index(partition)
-            .with_records(Some(Bytes::from(b.build().unwrap())))]);
-    let req = ProduceRequest::default().with_acks(-1).with_timeout_ms(5000).with_topic_data(vec![data]);
-    let ResponseKind::Produce(r) = conn.call(ApiKey::Produce, 9, RequestKind::Produce(req)).unwrap() else { panic!() };
-    assert_eq!(r.responses[0].partition_responses[0].error_code, 0, "produce to {topic}-{partition}");
 }
 
 fn consumer_config(addr: SocketAddr, pairs: &[(&str, &str)]) -> ConsumerConfig {

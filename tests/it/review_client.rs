@@ -30,8 +30,9 @@ fn start_in(dir: &Path) -> BrokerHandle {
     start_at(dir, "127.0.0.1:0".parse().unwrap())
 }
 
-/// Produces `values` to `topic`-`partition` as one batch; returns the base offset.
-fn produce(broker_addr: SocketAddr, topic: &str, partition: i32, values: &[&str]) -> i64 {
+/// Produces `values` to `topic`-`partition` as one batch (the topic auto-created); returns the
+/// base offset.
+pub(crate) fn produce(broker_addr: SocketAddr, topic: &str, partition: i32, values: &[&str]) -> i64 {
     let mut conn = KafkaConnection::connect(broker_addr, "review-client", Duration::from_secs(10)).unwrap();
     let md = MetadataRequest::default().with_allow_auto_topic_creation(true).with_topics(Some(vec![
         MetadataRequestTopic::default().with_name(Some(TopicName(StrBytes::from_string(topic.into())))),
