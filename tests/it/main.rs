@@ -18,6 +18,7 @@ mod damaged_files;
 mod disk_full;
 mod dump_cli;
 mod fetch_response;
+mod group_backoff;
 mod group_churn;
 mod group_clients;
 mod groups;

@@ -150,6 +150,42 @@ struct State {
     loading: bool,
     shutting_down: bool,
     next_retention_check: i64,
+    /// Rate limit of the "storing the assignment failed" warn, per group.
+    store_warns: WarnLimiter,
+}
+
+/// How often, per group, a failure to store the group's assignment is logged at warn: a
+/// coordinator whose `__consumer_offsets` cannot be written (a full disk) fails every
+/// SyncGroup, and its members retry (backing off) for as long as it lasts.
+const STORE_WARN_INTERVAL_MS: i64 = 10_000;
+
+/// A per-key rate limit for warnings: at most one per key per `interval_ms`, the next one
+/// counting those left out.
+#[derive(Debug, Default)]
+struct WarnLimiter {
+    /// key -> (ms of the last warning logged, warnings left out since).
+    last: BTreeMap<String, (i64, u64)>,
+}
+
+impl WarnLimiter {
+    /// Whether to log the warning for `key` at `now` (ms): `Some(n)` with the number left out
+    /// since the last one logged, `None` to leave it out.
+    fn admit(&mut self, key: &str, now: i64, interval_ms: i64) -> Option<u64> {
+        match self.last.get_mut(key) {
+            Some((at, skipped)) if now.saturating_sub(*at) < interval_ms => {
+                *skipped += 1;
+                None
+            }
+            Some((at, skipped)) => {
+                *at = now;
+                Some(std::mem::take(skipped))
+            }
+            None => {
+                self.last.insert(key.to_string(), (now, 0));
+                Some(0)
+            }
+        }
+    }
 }
 
 /// The broker's group coordinator. See the module documentation.
@@ -384,9 +420,17 @@ impl GroupCoordinator {
             group.members().iter().map(|m| i64::from(m.rebalance_timeout_ms)).max().unwrap_or(0).max(60_000);
         let reply = group.sync(now, request);
         if let Err((code, msg)) = self.persist_group(storage, group, now) {
-            tracing::warn!(group = group_id, "storing the assignment failed ({code}): {msg}; rebalancing");
             group.store_failed(code, now);
+            if let Some(skipped) = st.store_warns.admit(group_id, now, STORE_WARN_INTERVAL_MS) {
+                let more = if skipped > 0 {
+                    format!(" ({skipped} more failures since the last warning)")
+                } else {
+                    String::new()
+                };
+                tracing::warn!(group = group_id, "storing the assignment failed ({code}): {msg}; rebalancing{more}");
+            }
         }
+        let Some(group) = st.groups.get_mut(group_id) else { return fail(errors::UNKNOWN_MEMBER_ID) };
         let reply = match reply {
             // The leader's own answer may have been replaced by the store failure.
             Reply::Now(r) if r.error == errors::NONE && group.state() != GroupState::Stable => match group.state() {
@@ -987,6 +1031,19 @@ mod tests {
             &entries[..1],
         );
         assert_eq!(codes, vec![errors::ILLEGAL_GENERATION]);
+    }
+
+    #[test]
+    fn store_warnings_are_limited_per_key_and_count_what_was_left_out() {
+        let mut w = WarnLimiter::default();
+        assert_eq!(w.admit("g", 1000, 10_000), Some(0));
+        for t in 1001..1100 {
+            assert_eq!(w.admit("g", t, 10_000), None);
+        }
+        assert_eq!(w.admit("h", 1100, 10_000), Some(0), "another group has its own limit");
+        assert_eq!(w.admit("g", 10_999, 10_000), None);
+        assert_eq!(w.admit("g", 11_000, 10_000), Some(100));
+        assert_eq!(w.admit("g", 11_001, 10_000), None);
     }
 
     #[test]

@@ -93,6 +93,10 @@ pub(crate) struct GroupSettings {
     pub heartbeat_interval: Duration,
     pub request_timeout: Duration,
     pub assignors: Vec<&'static dyn Assignor>,
+    /// `retry.backoff.ms`: the first wait before rejoining after a retriable error.
+    pub retry_backoff: Duration,
+    /// `retry.backoff.max.ms`: the longest such wait (KIP-580).
+    pub retry_backoff_max: Duration,
 }
 
 /// A JoinGroup that succeeded.
@@ -119,6 +123,12 @@ pub(crate) struct Membership {
     pub owned: Vec<TopicPartition>,
     /// Whether an assignment was ever received (`JoinState::assigned`).
     pub ever_assigned: bool,
+    /// Retriable JoinGroup/SyncGroup failures in a row (the exponent of the backoff).
+    failures: u32,
+    /// When the current run of failed rebalance attempts began (`None` after a success).
+    pub failing_since: Option<Instant>,
+    /// No rejoin before this instant (the backoff after a retriable error).
+    pub retry_at: Option<Instant>,
 }
 
 impl std::fmt::Debug for Membership {
@@ -155,7 +165,27 @@ impl Membership {
             pending_commits: VecDeque::new(),
             owned: Vec::new(),
             ever_assigned: false,
+            failures: 0,
+            failing_since: None,
+            retry_at: None,
         }
+    }
+
+    /// The wait before the next attempt after a retriable error, and counts the failure:
+    /// `retry.backoff.ms` doubled per failure in a row up to `retry.backoff.max.ms`, with
+    /// +/-20 % jitter (Kafka's `ExponentialBackoff` as `AbstractCoordinator` uses it, KIP-580).
+    pub(crate) fn next_backoff(&mut self) -> Duration {
+        let d = backoff(self.settings.retry_backoff, self.settings.retry_backoff_max, self.failures, jitter());
+        self.failures = self.failures.saturating_add(1);
+        self.failing_since.get_or_insert_with(Instant::now);
+        d
+    }
+
+    /// A rebalance completed: the next failure backs off from `retry.backoff.ms` again.
+    pub(crate) fn reset_backoff(&mut self) {
+        self.failures = 0;
+        self.failing_since = None;
+        self.retry_at = None;
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HeartbeatState> {
@@ -336,7 +366,8 @@ impl Membership {
                 REBALANCE_IN_PROGRESS => {}
                 COORDINATOR_NOT_AVAILABLE | NOT_COORDINATOR | COORDINATOR_LOAD_IN_PROGRESS => {
                     self.coordinator_lost();
-                    std::thread::sleep(Duration::from_millis(100));
+                    let wait = self.next_backoff();
+                    std::thread::sleep(wait.min(deadline.saturating_duration_since(Instant::now())));
                 }
                 code => {
                     return Err(ConsumerError::Kafka { context: format!("JoinGroup {}", self.settings.group_id), code })
@@ -632,6 +663,11 @@ impl Membership {
         result
     }
 
+    /// Lets a later join start the heartbeat thread again (after [`Membership::leave`]).
+    pub(crate) fn lock_reset_stop(&self) {
+        self.lock().stop = false;
+    }
+
     /// Stops the heartbeat thread and waits for it.
     pub(crate) fn stop_heartbeat(&mut self) {
         self.lock().stop = true;
@@ -650,6 +686,21 @@ impl Drop for Membership {
     fn drop(&mut self) {
         self.stop_heartbeat();
     }
+}
+
+/// The backoff after `failures` failures in a row: `base * 2^failures`, at most `max`, scaled
+/// by `jitter` (in 0.8..=1.2; Kafka's `ExponentialBackoff` with jitter 0.2), never above `max`.
+fn backoff(base: Duration, max: Duration, failures: u32, jitter: f64) -> Duration {
+    let exp = base.saturating_mul(1u32.checked_shl(failures.min(31)).unwrap_or(u32::MAX)).min(max);
+    exp.mul_f64(jitter.clamp(0.8, 1.2)).min(max.max(base))
+}
+
+/// A jitter factor in 0.8..1.2 (from the standard library's random hasher keys; no dependency).
+fn jitter() -> f64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(0);
+    0.8 + 0.4 * (h.finish() % 1000) as f64 / 1000.0
 }
 
 /// LeaveGroup at `version`: v0-2 name the member, v3+ list it in `members` (KIP-345).
@@ -765,6 +816,26 @@ fn heartbeat_loop(state: Arc<Mutex<HeartbeatState>>, settings: GroupSettings, ma
             // its address here).
             COORDINATOR_NOT_AVAILABLE | NOT_COORDINATOR | COORDINATOR_LOAD_IN_PROGRESS => st.rejoin = true,
             other => tracing::warn!("heartbeat of group {}: Kafka error {other}", settings.group_id),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_from_retry_backoff_up_to_the_max() {
+        let (base, max) = (Duration::from_millis(100), Duration::from_millis(1000));
+        let plain: Vec<u128> = (0..7).map(|n| backoff(base, max, n, 1.0).as_millis()).collect();
+        assert_eq!(plain, vec![100, 200, 400, 800, 1000, 1000, 1000]);
+        assert_eq!(backoff(base, max, 0, 0.8), Duration::from_millis(80));
+        assert_eq!(backoff(base, max, 1, 1.2), Duration::from_millis(240));
+        assert_eq!(backoff(base, max, 9, 1.2), max, "jitter never goes past the max");
+        assert_eq!(backoff(base, max, u32::MAX, 1.0), max);
+        for _ in 0..100 {
+            let j = jitter();
+            assert!((0.8..=1.2).contains(&j), "{j}");
         }
     }
 }

@@ -184,6 +184,8 @@ pub enum OffsetReset {
 /// | `isolation.level` | `read_uncommitted` (`read_committed`) |
 /// | `request.timeout.ms` | 30000 |
 /// | `client.rack` | none |
+/// | `retry.backoff.ms` | 100 (first wait before rejoining after a retriable JoinGroup/SyncGroup error) |
+/// | `retry.backoff.max.ms` | 1000 (the wait doubles per failure up to this, KIP-580) |
 /// | `exclude.internal.topics` | `true` (pattern subscriptions skip internal topics such as `__consumer_offsets`) |
 #[derive(Clone, Debug)]
 pub struct ConsumerConfig {
@@ -231,6 +233,12 @@ pub struct ConsumerConfig {
     /// marks internal (`__consumer_offsets`, `__transaction_state`). Subscribing by name and
     /// `assign` are not affected (Kafka's `ConsumerConfig.EXCLUDE_INTERNAL_TOPICS_CONFIG`).
     pub exclude_internal_topics: bool,
+    /// `retry.backoff.ms`: the first wait, in ms, before rejoining after a retriable
+    /// JoinGroup/SyncGroup error (a coordinator that cannot store the assignment, a moved
+    /// coordinator); doubled per failure in a row (Kafka's `AbstractCoordinator`, KIP-580).
+    pub retry_backoff_ms: u64,
+    /// `retry.backoff.max.ms`: the longest such wait, in ms.
+    pub retry_backoff_max_ms: u64,
 }
 
 impl ConsumerConfig {
@@ -258,6 +266,8 @@ impl ConsumerConfig {
             request_timeout_ms: 30_000,
             client_rack: None,
             exclude_internal_topics: true,
+            retry_backoff_ms: 100,
+            retry_backoff_max_ms: 1000,
         }
     }
 
@@ -323,6 +333,8 @@ impl ConsumerConfig {
             "heartbeat.interval.ms" => self.heartbeat_interval_ms = num(value, bad)?,
             "max.poll.interval.ms" => self.max_poll_interval_ms = num(value, bad)?,
             "request.timeout.ms" => self.request_timeout_ms = num(value, bad)?,
+            "retry.backoff.ms" => self.retry_backoff_ms = num(value, bad)?,
+            "retry.backoff.max.ms" => self.retry_backoff_max_ms = num(value, bad)?,
             "partition.assignment.strategy" => {
                 let names: Vec<String> =
                     value.split(',').map(|n| n.trim().to_string()).filter(|n| !n.is_empty()).collect();
@@ -355,7 +367,9 @@ impl ConsumerConfig {
 }
 
 /// The configs [`ConsumerConfig::set`] knows, by Kafka's names.
-pub const CONFIG_KEYS: [&str; 21] = [
+pub const CONFIG_KEYS: [&str; 23] = [
+    "retry.backoff.ms",
+    "retry.backoff.max.ms",
     "bootstrap.servers",
     "group.id",
     "group.instance.id",
@@ -560,6 +574,10 @@ impl Consumer {
                         heartbeat_interval: Duration::from_millis(config.heartbeat_interval_ms),
                         request_timeout: timeout,
                         assignors,
+                        retry_backoff: Duration::from_millis(config.retry_backoff_ms),
+                        retry_backoff_max: Duration::from_millis(
+                            config.retry_backoff_max_ms.max(config.retry_backoff_ms),
+                        ),
                     },
                     Duration::from_millis(config.max_poll_interval_ms.max(0) as u64),
                 ))
@@ -688,7 +706,7 @@ impl Consumer {
         let max = self.config.max_poll_records;
         let reset_none = self.config.auto_offset_reset == OffsetReset::None;
         loop {
-            if let Err(e) = self.coordinate().and_then(|()| self.update_positions()) {
+            if let Err(e) = self.coordinate(deadline).and_then(|()| self.update_positions()) {
                 // A broken coordinator or broker connection: rediscover and retry until the
                 // deadline (Kafka's consumer retries these too); other errors go to the caller.
                 let ConsumerError::Client(e) = e else { return Err(e) };
@@ -751,7 +769,7 @@ impl Consumer {
     }
 
     /// Group duties of poll: poll timestamp, async commit answers, auto-commit, rejoin.
-    fn coordinate(&mut self) -> Result<(), ConsumerError> {
+    fn coordinate(&mut self, deadline: Instant) -> Result<(), ConsumerError> {
         let stale = self.fetcher.metadata_stale;
         if stale {
             self.fetcher.metadata_stale = false;
@@ -785,7 +803,7 @@ impl Consumer {
                 self.check_pattern()?;
             }
             if self.group.as_ref().expect("group").needs_rejoin() {
-                self.rebalance()?;
+                self.rebalance(deadline)?;
             }
         }
         Ok(())
@@ -914,118 +932,187 @@ impl Consumer {
 
     /// Revokes (eager: everything; cooperative: what moved), joins, syncs and applies the new
     /// assignment, until the group is stable.
-    fn rebalance(&mut self) -> Result<(), ConsumerError> {
-        for _attempt in 0..100 {
+    ///
+    /// After a retriable error (SyncGroup COORDINATOR_NOT_AVAILABLE, e.g. a coordinator that
+    /// cannot write `__consumer_offsets`) it waits `retry.backoff.ms`, doubling up to
+    /// `retry.backoff.max.ms`, before rejoining (Kafka's `AbstractCoordinator.joinGroupIfNeeded`);
+    /// a wait that would pass `poll_deadline` returns instead (the next poll goes on). When the
+    /// attempts have failed for `max.poll.interval.ms` (the rebalance timeout) it gives up: sends
+    /// LeaveGroup (a member id held) and returns [`ConsumerError::IllegalState`]. Other errors
+    /// of an attempt (JoinGroup giving up, a fatal code) also send LeaveGroup first.
+    fn rebalance(&mut self, poll_deadline: Instant) -> Result<(), ConsumerError> {
+        loop {
             let group = self.group.as_mut().expect("group");
-            if group.take_lost() && !group.owned.is_empty() {
-                let lost = std::mem::take(&mut group.owned);
-                tracing::info!("partitions lost: {}", fmt_partitions(&lost));
-                for tp in &lost {
-                    self.fetcher.remove(tp);
+            if let Some(at) = group.retry_at {
+                let now = Instant::now();
+                if at > poll_deadline {
+                    std::thread::sleep(poll_deadline.saturating_duration_since(now));
+                    return Ok(());
                 }
-                if let Some(l) = self.listener.as_mut() {
-                    l.on_partitions_lost(&lost);
-                }
+                std::thread::sleep(at.saturating_duration_since(now));
+                group.retry_at = None;
+            }
+            if let Err(e) = self.rebalance_once() {
+                return Err(self.leave_on_give_up(e));
             }
             let group = self.group.as_mut().expect("group");
-            if group.protocol == RebalanceProtocol::Eager && !group.owned.is_empty() {
-                let owned = group.owned.clone();
-                self.revoke(&owned)?;
-                self.group.as_mut().expect("group").owned.clear();
-            }
-            if let Subscription::Pattern(_) = self.subscription {
-                self.refresh_metadata(None)?;
-            }
-            let topics = self.subscribed_topics();
-            let rack = self.config.client_rack.clone();
-            let group = self.group.as_mut().expect("group");
-            group.ensure_coordinator(&mut self.bootstrap)?;
-            let joined = group.join(&mut self.bootstrap, &topics, rack.as_deref())?;
-            let assignments = match &joined.leader_members {
-                None => BTreeMap::new(),
-                Some(members) => {
-                    let assignor = assignor_by_name(&joined.protocol).ok_or_else(|| {
-                        ConsumerError::Protocol(format!("the group chose assignor {:?}, unknown here", joined.protocol))
-                    })?;
-                    let mut all_topics: BTreeSet<String> = BTreeSet::new();
-                    let mut version = 3i16;
-                    for (_, _, metadata) in members {
-                        if metadata.len() >= 2 {
-                            version = version.min(i16::from_be_bytes([metadata[0], metadata[1]]).max(0));
-                        }
-                        if let Ok(sub) = crate::log::consumer_offsets::ConsumerSubscription::decode(metadata) {
-                            all_topics.extend(sub.topics);
-                        }
-                    }
-                    let all_topics: Vec<String> = all_topics.into_iter().collect();
-                    self.refresh_metadata(Some(&all_topics))?;
-                    let counts: BTreeMap<String, i32> = self
-                        .cluster
-                        .partition_counts
-                        .iter()
-                        .filter(|(t, _)| all_topics.contains(t))
-                        .map(|(t, n)| (t.clone(), *n))
-                        .collect();
-                    let gm: Vec<GroupMember<'_>> = members
-                        .iter()
-                        .map(|(m, i, md)| GroupMember { member_id: m, group_instance_id: i.as_deref(), metadata: md })
-                        .collect();
-                    perform_assignment(assignor, &counts, &gm, version)?
-                }
-            };
-            let group = self.group.as_mut().expect("group");
-            let bytes = match group.sync(&joined, assignments)? {
-                Ok(b) => b,
-                Err(code) => {
-                    tracing::info!("SyncGroup of {}: error {code}, rejoining", group.settings.group_id);
-                    group.request_rejoin();
-                    continue;
-                }
-            };
-            let new: Vec<TopicPartition> = if bytes.is_empty() {
-                Vec::new()
-            } else {
-                decode_assignment(&bytes)
-                    .map_err(|e| ConsumerError::Protocol(format!("decoding the assignment: {e}")))?
-            };
-            let new_set: BTreeSet<TopicPartition> = new.iter().cloned().collect();
-            let owned = group.owned.clone();
-            let revoked: Vec<TopicPartition> = owned.iter().filter(|tp| !new_set.contains(*tp)).cloned().collect();
-            let added: Vec<TopicPartition> =
-                new.iter().filter(|tp| !owned.contains(tp)).cloned().collect::<BTreeSet<_>>().into_iter().collect();
-            if !revoked.is_empty() {
-                self.revoke(&revoked)?;
-                // KIP-429: partitions revoked in a cooperative rebalance go to their new owner in
-                // a follow-up rebalance.
-                self.group.as_ref().expect("group").request_rejoin();
-            }
-            let group = self.group.as_mut().expect("group");
-            group.owned = new_set.iter().cloned().collect();
-            group.ever_assigned = true;
-            group.set_stable();
-            tracing::info!(
-                "joined group {} generation {} as {}: assigned {}",
-                group.settings.group_id,
-                joined.generation,
-                joined.member_id,
-                fmt_partitions(&group.owned)
-            );
-            for tp in &added {
-                self.fetcher.add(tp.clone());
-            }
-            let topics: Vec<String> =
-                new_set.iter().map(|(t, _)| t.clone()).collect::<BTreeSet<_>>().into_iter().collect();
-            if !topics.is_empty() {
-                self.refresh_metadata(Some(&topics))?;
-            }
-            if let Some(l) = self.listener.as_mut() {
-                l.on_partitions_assigned(&added);
-            }
-            if !self.group.as_ref().expect("group").needs_rejoin() {
+            if !group.needs_rejoin() {
+                group.reset_backoff();
                 return Ok(());
             }
+            let give_up = Duration::from_millis(self.config.max_poll_interval_ms.max(0) as u64);
+            if group.failing_since.is_some_and(|t| t.elapsed() >= give_up) {
+                let e = ConsumerError::IllegalState(format!(
+                    "the group {} did not stabilize: rebalances failed for {} ms (max.poll.interval.ms)",
+                    group.settings.group_id, self.config.max_poll_interval_ms
+                ));
+                return Err(self.leave_on_give_up(e));
+            }
         }
-        Err(ConsumerError::IllegalState("the group did not stabilize after 100 rebalances".into()))
+    }
+
+    /// Sends LeaveGroup when the member has a member id (dynamic members; Kafka's consumer
+    /// leaves on close), so the coordinator does not wait `session.timeout.ms` for it, then
+    /// returns `e`. Connection errors are returned as they are (poll retries those).
+    fn leave_on_give_up(&mut self, e: ConsumerError) -> ConsumerError {
+        if matches!(e, ConsumerError::Client(_)) {
+            return e;
+        }
+        let group = self.group.as_mut().expect("group");
+        if !group.identity().0.is_empty() {
+            if let Err(le) = group.leave(&mut self.bootstrap) {
+                tracing::warn!("LeaveGroup after giving up on group {} failed: {le}", group.settings.group_id);
+            }
+            group.lock_reset_stop();
+        }
+        e
+    }
+
+    /// One rebalance attempt: revoke, join, sync, apply. A retriable SyncGroup error asks for
+    /// a rejoin (with a backoff for coordinator errors) and returns `Ok`.
+    fn rebalance_once(&mut self) -> Result<(), ConsumerError> {
+        let group = self.group.as_mut().expect("group");
+        if group.take_lost() && !group.owned.is_empty() {
+            let lost = std::mem::take(&mut group.owned);
+            tracing::info!("partitions lost: {}", fmt_partitions(&lost));
+            for tp in &lost {
+                self.fetcher.remove(tp);
+            }
+            if let Some(l) = self.listener.as_mut() {
+                l.on_partitions_lost(&lost);
+            }
+        }
+        let group = self.group.as_mut().expect("group");
+        if group.protocol == RebalanceProtocol::Eager && !group.owned.is_empty() {
+            let owned = group.owned.clone();
+            self.revoke(&owned)?;
+            self.group.as_mut().expect("group").owned.clear();
+        }
+        if let Subscription::Pattern(_) = self.subscription {
+            self.refresh_metadata(None)?;
+        }
+        let topics = self.subscribed_topics();
+        let rack = self.config.client_rack.clone();
+        let group = self.group.as_mut().expect("group");
+        group.ensure_coordinator(&mut self.bootstrap)?;
+        let joined = group.join(&mut self.bootstrap, &topics, rack.as_deref())?;
+        let assignments = match &joined.leader_members {
+            None => BTreeMap::new(),
+            Some(members) => {
+                let assignor = assignor_by_name(&joined.protocol).ok_or_else(|| {
+                    ConsumerError::Protocol(format!("the group chose assignor {:?}, unknown here", joined.protocol))
+                })?;
+                let mut all_topics: BTreeSet<String> = BTreeSet::new();
+                let mut version = 3i16;
+                for (_, _, metadata) in members {
+                    if metadata.len() >= 2 {
+                        version = version.min(i16::from_be_bytes([metadata[0], metadata[1]]).max(0));
+                    }
+                    if let Ok(sub) = crate::log::consumer_offsets::ConsumerSubscription::decode(metadata) {
+                        all_topics.extend(sub.topics);
+                    }
+                }
+                let all_topics: Vec<String> = all_topics.into_iter().collect();
+                self.refresh_metadata(Some(&all_topics))?;
+                let counts: BTreeMap<String, i32> = self
+                    .cluster
+                    .partition_counts
+                    .iter()
+                    .filter(|(t, _)| all_topics.contains(t))
+                    .map(|(t, n)| (t.clone(), *n))
+                    .collect();
+                let gm: Vec<GroupMember<'_>> = members
+                    .iter()
+                    .map(|(m, i, md)| GroupMember { member_id: m, group_instance_id: i.as_deref(), metadata: md })
+                    .collect();
+                perform_assignment(assignor, &counts, &gm, version)?
+            }
+        };
+        let group = self.group.as_mut().expect("group");
+        let bytes = match group.sync(&joined, assignments)? {
+            Ok(b) => b,
+            Err(code) => {
+                group.request_rejoin();
+                // Kafka rejoins at once after these; other retriable errors back off.
+                if matches!(
+                    code,
+                    group::codes::REBALANCE_IN_PROGRESS
+                        | group::codes::UNKNOWN_MEMBER_ID
+                        | group::codes::ILLEGAL_GENERATION
+                ) {
+                    tracing::info!("SyncGroup of {}: error {code}, rejoining", group.settings.group_id);
+                    group.failing_since.get_or_insert_with(Instant::now);
+                } else {
+                    let wait = group.next_backoff();
+                    group.retry_at = Some(Instant::now() + wait);
+                    tracing::info!(
+                        "SyncGroup of {}: error {code}, rejoining in {} ms",
+                        group.settings.group_id,
+                        wait.as_millis()
+                    );
+                }
+                return Ok(());
+            }
+        };
+        let new: Vec<TopicPartition> = if bytes.is_empty() {
+            Vec::new()
+        } else {
+            decode_assignment(&bytes).map_err(|e| ConsumerError::Protocol(format!("decoding the assignment: {e}")))?
+        };
+        let new_set: BTreeSet<TopicPartition> = new.iter().cloned().collect();
+        let owned = group.owned.clone();
+        let revoked: Vec<TopicPartition> = owned.iter().filter(|tp| !new_set.contains(*tp)).cloned().collect();
+        let added: Vec<TopicPartition> =
+            new.iter().filter(|tp| !owned.contains(tp)).cloned().collect::<BTreeSet<_>>().into_iter().collect();
+        if !revoked.is_empty() {
+            self.revoke(&revoked)?;
+            // KIP-429: partitions revoked in a cooperative rebalance go to their new owner in
+            // a follow-up rebalance.
+            self.group.as_ref().expect("group").request_rejoin();
+        }
+        let group = self.group.as_mut().expect("group");
+        group.owned = new_set.iter().cloned().collect();
+        group.ever_assigned = true;
+        group.set_stable();
+        group.reset_backoff();
+        tracing::info!(
+            "joined group {} generation {} as {}: assigned {}",
+            group.settings.group_id,
+            joined.generation,
+            joined.member_id,
+            fmt_partitions(&group.owned)
+        );
+        for tp in &added {
+            self.fetcher.add(tp.clone());
+        }
+        let topics: Vec<String> = new_set.iter().map(|(t, _)| t.clone()).collect::<BTreeSet<_>>().into_iter().collect();
+        if !topics.is_empty() {
+            self.refresh_metadata(Some(&topics))?;
+        }
+        if let Some(l) = self.listener.as_mut() {
+            l.on_partitions_assigned(&added);
+        }
+        Ok(())
     }
 
     /// Commits (auto-commit) and revokes `partitions`.
