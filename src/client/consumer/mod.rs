@@ -694,7 +694,9 @@ impl Consumer {
 
     /// Waits up to `timeout` for records and returns at most `max.poll.records` of them. In a
     /// group it first completes any rebalance (which may take longer than `timeout`, as
-    /// Kafka's), calling the rebalance listener. An empty result means none arrived in time.
+    /// Kafka's), calling the rebalance listener; while it backs off after a retriable
+    /// JoinGroup/SyncGroup error (`retry.backoff.ms`) it returns empty at the timeout and the
+    /// next poll goes on. An empty result means none arrived in time.
     ///
     /// Errors: [`ConsumerError::NoOffset`] / [`ConsumerError::OffsetOutOfRange`] under
     /// `auto.offset.reset=none`, [`ConsumerError::Corrupt`], connection and Kafka errors.
