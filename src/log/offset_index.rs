@@ -58,14 +58,18 @@ pub struct IndexEntry {
 /// ## Size, preallocation and crashes
 ///
 /// A writable index is preallocated to `segment.index.bytes` (rounded down to a multiple of 8) and
-/// memory-mapped; appends write into the mapping. Kafka preallocates with
-/// `RandomAccessFile.setLength`, a sparse file: on a full filesystem the first write to a page of
-/// the mapping cannot be backed and the process dies of `SIGBUS`. Here every byte of a writable
-/// mapping is allocated on disk before it is mapped (`fallocate(2)` mode 0, which tmpfs honours by
-/// reserving pages; where a filesystem does not support it, `EOPNOTSUPP`, each block is read
-/// and written back with `pread`/`pwrite`, which allocates the holes and keeps the content), so a
-/// full disk is an error ([`LogError::OutOfSpace`]) when the index is opened or resized, i.e. at
-/// segment creation or roll, never a signal when an entry is written. On a clean close ([`OffsetIndex::close`], or
+/// memory-mapped; appends write into the mapping. As in Kafka (`RandomAccessFile.setLength`) the
+/// file is sparse: a fresh 10 MiB index uses no disk blocks. Kafka then writes entries straight
+/// into the mapping, so on a full filesystem the first write to an unbacked page cannot be backed
+/// and the process dies of `SIGBUS`. Here the index tracks how many leading bytes of the file are
+/// known to be backed on disk, and before an entry is written past that mark the next
+/// [`ALLOCATION_CHUNK`] (64 KiB, page aligned, capped at the file length) is allocated with
+/// `fallocate(2)` mode 0 inside the file size (tmpfs reserves the pages, ext4 and xfs allocate
+/// unwritten extents; where a filesystem does not support it, `EOPNOTSUPP`, each block of the
+/// chunk is read and written back with `pread`/`pwrite`, which allocates the holes and keeps the
+/// content). A full disk is therefore an error ([`LogError::OutOfSpace`]) from the append that
+/// needs the space, never a signal, and an index costs about its entries' bytes rounded up to a
+/// chunk. On a clean close ([`OffsetIndex::close`], or
 /// [`OffsetIndex::trim_to_valid_size`] when the segment rolls) the file is truncated to
 /// `entries * 8` bytes. After a crash the file keeps its preallocated length: on reopen the entry
 /// count is `file length / 8` as in Kafka, so the unused tail reads as entries of zeros (offset
@@ -110,11 +114,12 @@ impl OffsetIndex {
     /// `LogLoader` then calls `resize(maxIndexSize)` on the active segment's indexes only; the
     /// segment layer does the same with [`Self::resize`].
     ///
-    /// Every byte of the file is allocated on disk before it is mapped (see the type docs).
+    /// The file stays sparse; space is allocated chunk by chunk as entries are appended (see the
+    /// type docs).
     ///
     /// Errors: [`LogError::InvalidConfig`] (`segment.index.bytes`) when a new file would be
     /// preallocated with `max_index_size < 8`; [`LogError::OutOfSpace`] when the disk cannot hold
-    /// the file; [`LogError::Io`] when the file cannot be created, sized or mapped.
+    /// the new (empty) file; [`LogError::Io`] when the file cannot be created, sized or mapped.
     pub fn open(path: &Path, base_offset: i64, max_index_size: usize) -> Result<Self, LogError> {
         Ok(OffsetIndex { inner: MappedIndex::open_writable(path, base_offset, max_index_size, ENTRY_SIZE)? })
     }
@@ -191,6 +196,9 @@ impl OffsetIndex {
     /// - the index has entries and `offset <= last_offset()` (Kafka: `InvalidOffsetException`;
     ///   an equal offset is refused too), or `position` is below the last entry's position;
     /// - `offset - base_offset` is outside `0..=i32::MAX` (Kafka: `IndexOffsetOverflowException`).
+    ///
+    /// [`LogError::OutOfSpace`] when the entry needs the next chunk of the file allocated and the
+    /// disk is full (the index is unchanged; see the type docs).
     pub fn append(&mut self, offset: i64, position: u32) -> Result<(), LogError> {
         self.inner.ensure_writable()?;
         if self.is_full() {
@@ -262,13 +270,12 @@ impl OffsetIndex {
     /// the entries (Kafka's `AbstractIndex.resize`). Returns `Ok(false)` when the length is
     /// already that. The old mapping is dropped before the file length changes.
     ///
-    /// The new length is allocated on disk (see the type docs) while the old mapping is still in
-    /// place, so [`LogError::OutOfSpace`] leaves the index exactly as it was.
+    /// The file is only sized (sparse, as Kafka's `setLength`); space is allocated as entries are
+    /// appended (see the type docs).
     ///
     /// Errors: [`LogError::Io`] with kind `PermissionDenied` on a read-only index,
     /// [`LogError::InvalidAppend`] when the new size cannot hold the current entries (Kafka would
-    /// throw), [`LogError::OutOfSpace`] when the disk cannot hold the new length,
-    /// [`LogError::Io`] when the file cannot be reopened, sized or mapped. After an I/O error
+    /// throw), [`LogError::Io`] when the file cannot be reopened, sized or mapped. After an I/O error
     /// past the unmap, the file is mapped again at its current length with the entries that still
     /// fit, or, when even that fails, the index is left empty and unmapped (never dangling).
     pub fn resize(&mut self, new_size: usize) -> Result<bool, LogError> {
@@ -410,6 +417,10 @@ impl OffsetIndex {
 /// Bytes of the index a lookup tries first: Kafka's warm section (`AbstractIndex.warmEntries`).
 const WARM_SECTION_BYTES: usize = 8192;
 
+/// Bytes of an index file allocated on disk at a time (`fallocate`) as entries are appended:
+/// 64 KiB, a multiple of the page size, so 8192 offset-index or 5461 time-index entries.
+pub const ALLOCATION_CHUNK: u64 = 64 * 1024;
+
 /// The mapping of an index file.
 #[derive(Debug)]
 enum Mapping {
@@ -449,6 +460,12 @@ pub(super) struct MappedIndex {
     file_id: Option<(u64, u64)>,
     /// File length in bytes when last mapped (may not be a multiple of `entry_size`).
     pub(super) length: u64,
+    /// Bytes at the start of the file known to be backed on disk, `<= length`: an entry slot
+    /// ending past this mark is allocated (`allocate_range`) before it is written, so a write
+    /// through the mapping never touches an unbacked page (`SIGBUS` on a full disk). On open it
+    /// is the bytes the entries occupy; truncation lowers it to the kept entries (the bytes past
+    /// them may be holes of a file left by a crash).
+    allocated: u64,
     pub(super) entries: usize,
     pub(super) max_entries: usize,
 }
@@ -487,11 +504,14 @@ impl MappedIndex {
             }
             length = round_down(max_index_size, entry_size) as u64;
         }
-        // A new file is allocated at its full length; an existing one (maybe left sparse by a
-        // crash, or by an older version) gets its holes filled before anything is written to it.
-        allocate(&file, length, path)?;
+        // The file stays sparse (Kafka's `setLength`); entries are backed chunk by chunk in
+        // `push_entry`.
+        if preallocated {
+            file.set_len(length).map_err(|e| LogError::io("set length", path, e))?;
+        }
         let map = map_writable(&file, length, path)?;
         let max_entries = map.bytes().len() / entry_size;
+        let entries = if preallocated { 0 } else { max_entries };
         Ok(MappedIndex {
             path: path.to_path_buf(),
             base_offset,
@@ -501,7 +521,8 @@ impl MappedIndex {
             map,
             file_id: Some((meta.dev(), meta.ino())),
             length,
-            entries: if preallocated { 0 } else { max_entries },
+            allocated: (entries * entry_size) as u64,
+            entries,
             max_entries,
         })
     }
@@ -534,6 +555,7 @@ impl MappedIndex {
             map,
             file_id: Some((meta.dev(), meta.ino())),
             length,
+            allocated: length,
             entries,
             max_entries: entries,
         })
@@ -549,6 +571,7 @@ impl MappedIndex {
             map: Mapping::None,
             file_id: None,
             length: 0,
+            allocated: 0,
             entries: 0,
             max_entries: 0,
         }
@@ -640,7 +663,12 @@ impl MappedIndex {
         }
     }
 
-    /// Writes `entry` into the next slot.
+    /// Writes `entry` into the next slot, first allocating the next chunk of the file on disk
+    /// when the slot ends past the allocated mark (see [`OffsetIndex`]'s type docs).
+    ///
+    /// Errors: [`LogError::InvalidAppend`] when the index is read-only or full;
+    /// [`LogError::OutOfSpace`] when the chunk cannot be allocated (nothing is written);
+    /// [`LogError::Io`] when the file cannot be reopened or allocated otherwise.
     pub(super) fn push_entry(&mut self, entry: &[u8]) -> Result<(), LogError> {
         debug_assert_eq!(entry.len(), self.entry_size);
         self.ensure_writable()?;
@@ -651,6 +679,10 @@ impl MappedIndex {
             )));
         }
         let start = self.entries * self.entry_size;
+        let end = (start + self.entry_size) as u64;
+        if end > self.allocated {
+            self.allocate_through(end)?;
+        }
         match &mut self.map {
             Mapping::Writable(m) => m[start..start + self.entry_size].copy_from_slice(entry),
             // Unreachable for a writable index: max_entries > entries >= 0 means a mapping exists.
@@ -663,6 +695,25 @@ impl MappedIndex {
     pub(super) fn truncate_to_entries(&mut self, n: usize) -> Result<(), LogError> {
         self.ensure_writable()?;
         self.entries = self.entries.min(n);
+        self.allocated = self.allocated.min((self.entries * self.entry_size) as u64);
+        Ok(())
+    }
+
+    /// Allocates the file on disk from the allocated mark through at least byte `needed`: up to
+    /// the next multiple of [`ALLOCATION_CHUNK`], capped at the file length (never grows the
+    /// file). Only the bytes past the mark are allocated, so already backed pages cost nothing.
+    fn allocate_through(&mut self, needed: u64) -> Result<(), LogError> {
+        let from = self.allocated;
+        let to = needed.div_ceil(ALLOCATION_CHUNK).saturating_mul(ALLOCATION_CHUNK).min(self.length).max(needed);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&self.path)
+            .map_err(|e| LogError::io("open", &self.path, e))?;
+        let meta = file.metadata().map_err(|e| LogError::io("stat", &self.path, e))?;
+        self.check_same_file("allocate", &meta)?;
+        allocate_range(&file, from, to, &self.path)?;
+        self.allocated = to;
         Ok(())
     }
 
@@ -702,9 +753,6 @@ impl MappedIndex {
             .map_err(|e| LogError::io("open", &self.path, e))?;
         let meta = file.metadata().map_err(|e| LogError::io("stat", &self.path, e))?;
         self.check_same_file("resize", &meta)?;
-        // Back every page of the new length first, while the old mapping is intact: a full disk
-        // fails here and changes nothing (fallocate only ever grows a file).
-        allocate(&file, rounded as u64, &self.path)?;
         // Drop our mapping before changing the file length: no mapping of ours ever spans past
         // the end of the file.
         self.map = Mapping::None;
@@ -717,6 +765,8 @@ impl MappedIndex {
                 self.max_entries = map.bytes().len() / self.entry_size;
                 self.map = map;
                 self.length = rounded as u64;
+                // Shrinking frees the blocks past the new end; growing adds holes (sparse).
+                self.allocated = self.allocated.min(self.length);
                 Ok(true)
             }
             Err(e) => {
@@ -731,10 +781,12 @@ impl MappedIndex {
                         self.entries = self.entries.min(self.max_entries);
                         self.map = map;
                         self.length = length;
+                        self.allocated = self.allocated.min(length).min((self.entries * self.entry_size) as u64);
                     }
                     Err(_) => {
                         self.entries = 0;
                         self.max_entries = 0;
+                        self.allocated = 0;
                     }
                 }
                 Err(e)
@@ -855,33 +907,35 @@ fn check_mappable(length: u64, path: &Path) -> Result<(), LogError> {
     Ok(())
 }
 
-/// Allocates disk space for bytes `0..length` of `file`, growing it to `length` if shorter, so
-/// that writes through a mapping of those bytes never fault for lack of space (`SIGBUS`).
+/// Allocates disk space for bytes `from..to` of `file` (inside its size: the caller caps `to` at
+/// the file length), so that writes through a mapping of those bytes never fault for lack of
+/// space (`SIGBUS`).
 ///
 /// `fallocate(2)` with mode 0 (tmpfs reserves the pages, ext4 and xfs allocate unwritten
 /// extents); bytes already allocated keep their content. On a filesystem without fallocate
-/// (`EOPNOTSUPP`) every block is read and written back (`pread`/`pwrite`, zeros past the end), which
-/// allocates holes without changing what they read as.
+/// (`EOPNOTSUPP`) every block of the range is read and written back (`pread`/`pwrite`, zeros past
+/// the end), which allocates holes without changing what they read as.
 ///
 /// Errors: [`LogError::OutOfSpace`] (`ENOSPC`, `EDQUOT`; on tmpfs and ext4 a failed fallocate
 /// allocates nothing), [`LogError::Io`] otherwise.
-pub(super) fn allocate(file: &File, length: u64, path: &Path) -> Result<(), LogError> {
+pub(super) fn allocate_range(file: &File, from: u64, to: u64, path: &Path) -> Result<(), LogError> {
     use std::os::unix::fs::FileExt;
-    if length == 0 {
+    if to <= from {
         return Ok(());
     }
-    let len = libc::off_t::try_from(length)
-        .map_err(|_| LogError::io("allocate", path, io::Error::other(format!("{length} bytes is too large"))))?;
-    match nix::fcntl::fallocate(file, nix::fcntl::FallocateFlags::empty(), 0, len) {
+    let too_large = |n: u64| LogError::io("allocate", path, io::Error::other(format!("{n} bytes is too large")));
+    let offset = libc::off_t::try_from(from).map_err(|_| too_large(from))?;
+    let len = libc::off_t::try_from(to - from).map_err(|_| too_large(to))?;
+    match nix::fcntl::fallocate(file, nix::fcntl::FallocateFlags::empty(), offset, len) {
         Ok(()) => return Ok(()),
         Err(nix::errno::Errno::EOPNOTSUPP) => {}
         Err(errno) => return Err(LogError::io("allocate", path, io::Error::from(errno))),
     }
     const CHUNK: u64 = 64 * 1024;
     let mut buf = vec![0u8; CHUNK as usize];
-    let mut position = 0;
-    while position < length {
-        let n = CHUNK.min(length - position) as usize;
+    let mut position = from;
+    while position < to {
+        let n = CHUNK.min(to - position) as usize;
         let chunk = &mut buf[..n];
         chunk.fill(0);
         // A short read (the end of the file) leaves zeros, which extend the file.
@@ -901,7 +955,7 @@ pub(super) fn allocate(file: &File, length: u64, path: &Path) -> Result<(), LogE
 }
 
 /// Maps `length` bytes of `file` read-write (nothing for a zero length, which mmap refuses).
-/// The caller has allocated them ([`allocate`]).
+/// The bytes may be holes: the caller allocates each before writing it ([`allocate_range`]).
 fn map_writable(file: &File, length: u64, path: &Path) -> Result<Mapping, LogError> {
     if length == 0 {
         return Ok(Mapping::None);
@@ -911,7 +965,8 @@ fn map_writable(file: &File, length: u64, path: &Path) -> Result<Mapping, LogErr
     // opened writable once per file (the segment layer's contract, documented on the index types),
     // its length only changes in `MappedIndex::resize`, which drops this mapping before calling
     // `set_len`, and its bytes are only accessed through this mapping as plain integers. Every
-    // byte was allocated on disk first (`allocate`), so a write cannot fault for lack of space.
+    // byte is allocated on disk before it is written (`MappedIndex::push_entry`), so a write
+    // cannot fault for lack of space.
     let m = unsafe { MmapMut::map_mut(file) }.map_err(|e| LogError::io("mmap", path, e))?;
     Ok(Mapping::Writable(m))
 }
@@ -952,25 +1007,88 @@ mod tests {
         assert!(idx.is_writable());
     }
 
-    /// A writable index is allocated on disk, never sparse: on a full disk a write through the
-    /// mapping of a sparse page raises SIGBUS (issue 12).
+    /// A writable index stays sparse as in Kafka and is allocated on disk one chunk at a time
+    /// just before entries are written there (a write through the mapping of an unbacked page
+    /// raises SIGBUS on a full disk, issue 12), so a fresh index costs about no blocks.
     #[test]
-    fn writable_index_is_allocated_not_sparse() {
+    fn writable_index_is_sparse_and_allocated_by_chunk() {
         let dir = tmp();
         let path = dir.path().join("a.index");
-        let mut idx = OffsetIndex::open(&path, 0, 64 * 1024).unwrap();
-        let allocated = |p: &Path| fs::metadata(p).unwrap().blocks() * 512;
-        assert!(allocated(&path) >= 64 * 1024, "{} bytes allocated", allocated(&path));
-        idx.append(5, 0).unwrap();
-        assert!(idx.resize(128 * 1024).unwrap());
-        assert!(allocated(&path) >= 128 * 1024, "after resize: {} bytes allocated", allocated(&path));
-        assert_eq!(idx.entry(0), entry(5, 0), "entries survive the resize");
-        // An existing sparse file (a crash of an older version) is allocated when opened.
+        let chunk = ALLOCATION_CHUNK;
+        let mut idx = OffsetIndex::open(&path, 0, 1024 * 1024).unwrap();
+        let blocks = |p: &Path| fs::metadata(p).unwrap().blocks() * 512;
+        assert_eq!(fs::metadata(&path).unwrap().len(), 1024 * 1024);
+        assert!(blocks(&path) < 8192, "a fresh index uses {} bytes", blocks(&path));
+        let n = 9000u64; // past one chunk (8192 entries)
+        for i in 0..n {
+            idx.append(i as i64, i as u32).unwrap();
+        }
+        let expected = (n * ENTRY_SIZE as u64).div_ceil(chunk) * chunk;
+        let used = blocks(&path);
+        assert!(used >= expected && used < expected + chunk, "{used} bytes for {n} entries, expected ~{expected}");
+        // Truncation lowers the mark; appending again re-allocates (a no-op where backed).
+        idx.truncate_to_entries(10).unwrap();
+        idx.append(100_000, 100_000).unwrap();
+        assert!(idx.resize(2 * 1024 * 1024).unwrap());
+        assert!(blocks(&path) < expected + chunk, "a resize stays sparse: {} bytes", blocks(&path));
+        assert_eq!(idx.entry(10), entry(100_000, 100_000), "entries survive the resize");
+        // An existing sparse file (left by a crash) is not allocated when opened, and after the
+        // rebuild's reset the entries are allocated again before they are written.
         let sparse = dir.path().join("b.index");
-        File::create(&sparse).unwrap().set_len(32 * 1024).unwrap();
-        let idx = OffsetIndex::open(&sparse, 0, 1024).unwrap();
-        assert_eq!(idx.entries(), 4096, "an existing file keeps its length");
-        assert!(allocated(&sparse) >= 32 * 1024, "{} bytes allocated", allocated(&sparse));
+        File::create(&sparse).unwrap().set_len(256 * 1024).unwrap();
+        let mut idx = OffsetIndex::open(&sparse, 0, 256 * 1024).unwrap();
+        assert_eq!(idx.entries(), 32768, "an existing file keeps its length");
+        assert!(blocks(&sparse) < 8192, "{} bytes allocated", blocks(&sparse));
+        idx.reset().unwrap();
+        idx.append(1, 0).unwrap();
+        assert!(blocks(&sparse) >= chunk, "{} bytes allocated after the first append", blocks(&sparse));
+    }
+
+    /// A full disk is a typed error from the append that needs the next chunk, never SIGBUS.
+    /// Needs a small filesystem: run as root on a Linux tmpfs (skipped with a notice otherwise).
+    #[test]
+    fn append_on_a_full_tmpfs_is_out_of_space() {
+        // A private 256 KiB tmpfs, filled up after the index's first chunk is allocated.
+        let dir = tmp();
+        let mnt = dir.path().join("fd");
+        fs::create_dir(&mnt).unwrap();
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=256k", "tmpfs"])
+            .arg(&mnt)
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        if !mounted {
+            eprintln!("NOTICE: append_on_a_full_tmpfs_is_out_of_space skipped (cannot mount a tmpfs; needs root)");
+            return;
+        }
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let path = mnt.join("a.index");
+            let mut idx = OffsetIndex::open(&path, 0, 1024 * 1024).unwrap();
+            idx.append(0, 0).unwrap();
+            // Fill the rest of the disk.
+            let mut filler = File::create(mnt.join("filler")).unwrap();
+            let block = vec![1u8; 4096];
+            while std::io::Write::write_all(&mut filler, &block).is_ok() {}
+            drop(filler);
+            let mut i = 1i64;
+            let err = loop {
+                match idx.append(i, i as u32) {
+                    Ok(()) => i += 1,
+                    Err(e) => break e,
+                }
+                assert!(i < 200_000, "never ran out of space");
+            };
+            assert!(matches!(err, LogError::OutOfSpace { .. }), "{err:?}");
+            assert_eq!(idx.entries(), i as usize, "the failed append changed nothing");
+            assert_eq!(i as u64 * ENTRY_SIZE as u64 % ALLOCATION_CHUNK, 0, "fails at a chunk boundary");
+            fs::remove_file(mnt.join("filler")).unwrap();
+            idx.append(i, i as u32).unwrap();
+        }));
+        let _ = std::process::Command::new("umount").arg(&mnt).status();
+        if let Err(p) = result {
+            std::panic::resume_unwind(p);
+        }
     }
 
     /// Kafka preallocates only a newly created file: an existing empty one (a trimmed index

@@ -49,8 +49,10 @@ pub struct TimestampOffset {
 ///
 /// ## Size, preallocation, crashes, modes and the mapping
 ///
-/// Exactly as [`super::offset_index::OffsetIndex`]: preallocated to `segment.index.bytes` rounded
-/// down to a multiple of 12 and memory-mapped when writable, trimmed to `entries * 12` bytes on
+/// Exactly as [`super::offset_index::OffsetIndex`]: preallocated (sparse) to `segment.index.bytes`
+/// rounded down to a multiple of 12 and memory-mapped when writable, allocated on disk one
+/// [`super::offset_index::ALLOCATION_CHUNK`] at a time as entries are appended (a full disk is
+/// [`LogError::OutOfSpace`] from the append, never `SIGBUS`), trimmed to `entries * 12` bytes on
 /// roll or close; after a crash the zero tail reads as entries (timestamp 0), which
 /// [`TimeIndex::sanity_check`] reports and the segment layer answers by rebuilding. Read-only mode
 /// maps an existing file and never writes or resizes it; the same `SIGBUS` caveat applies if
@@ -70,7 +72,8 @@ impl TimeIndex {
     /// resized (the segment layer resizes the active segment's index, as Kafka's `LogLoader`).
     ///
     /// Errors: [`LogError::InvalidConfig`] (`segment.index.bytes`) when a new file would be
-    /// preallocated with `max_index_size < 12`; [`LogError::Io`].
+    /// preallocated with `max_index_size < 12`; [`LogError::OutOfSpace`] when the disk cannot hold
+    /// the new (empty) file; [`LogError::Io`].
     pub fn open(path: &Path, base_offset: i64, max_index_size: usize) -> Result<Self, LogError> {
         Ok(TimeIndex { inner: MappedIndex::open_writable(path, base_offset, max_index_size, ENTRY_SIZE)? })
     }
