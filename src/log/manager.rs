@@ -307,6 +307,13 @@ impl LogManager {
 
     /// Clean shutdown: every log flushed and closed, checkpoints written, then the
     /// `.kafka_cleanshutdown` marker, so the next start skips recovery.
+    ///
+    /// Checkpoints that cannot be written (a full disk) are a warn, not an error: the files in
+    /// place keep older values, which are safe (a lower recovery point only means more recovery,
+    /// after an unclean start; a lower log start offset is raised again by the next
+    /// `DeleteRecords` or retention), and the logs are flushed, so the marker is still written.
+    ///
+    /// Errors: a log that cannot be flushed or closed, or the marker that cannot be written.
     pub fn shutdown(mut self) -> Result<(), LogError> {
         if self.read_only {
             return Ok(());
@@ -315,7 +322,9 @@ impl LogManager {
         for log in self.logs.values_mut() {
             log.flush(now)?;
         }
-        self.checkpoint()?;
+        if let Err(e) = self.checkpoint() {
+            tracing::warn!(dir = %self.dir.display(), "shutdown: the offset checkpoints keep their older values: {e}");
+        }
         for (_, log) in std::mem::take(&mut self.logs) {
             log.close()?;
         }

@@ -644,6 +644,12 @@ impl Segment {
     ///
     /// Errors: [`LogError::Io`]; [`LogError::InvalidAppend`] when read-only.
     ///
+    /// A full disk ([`LogError::OutOfSpace`]) while rebuilding the indexes is not an error: the
+    /// entries written so far are kept, the rest of the segment is left unindexed (lookups find an
+    /// earlier entry, or the segment start, and scan forward, as for an index found untrustworthy),
+    /// and a warn names the file. Start-up after a crash on a full disk thus goes on; the indexes
+    /// are complete again after the next recovery.
+    ///
     /// `next_segment_base`, when given, bounds the offsets: a batch reaching it (a flipped bit in
     /// a base offset, which no CRC covers) is invalid, as is a batch whose offsets go backwards.
     pub fn recover(&mut self, next_segment_base: Option<i64>) -> Result<RecoveryOutcome, LogError> {
@@ -659,6 +665,8 @@ impl Segment {
         let mut next_offset = self.base_offset;
         let mut epochs = Vec::new();
         let mut producer_batches = Vec::new();
+        // Set when the disk is full: the rest of the segment is left unindexed.
+        let mut indexing = true;
         // Index building reads headers only: the batches were validated above.
         let file = self.log.clone();
         for info in (BatchInfoIter { file: &file, position: 0, end: prefix.valid_bytes, done: false }) {
@@ -667,9 +675,24 @@ impl Segment {
             if info.max_timestamp > max_ts.timestamp {
                 max_ts = TimestampOffset { timestamp: info.max_timestamp, offset: info.last_offset };
             }
-            if valid - last_index_entry > self.config.index_interval_bytes {
-                self.offset_index.append(info.last_offset, valid)?;
-                self.time_index.maybe_append(max_ts.timestamp, max_ts.offset, false)?;
+            if indexing && valid - last_index_entry > self.config.index_interval_bytes {
+                let appended = self
+                    .offset_index
+                    .append(info.last_offset, valid)
+                    .and_then(|()| self.time_index.maybe_append(max_ts.timestamp, max_ts.offset, false));
+                match appended {
+                    Ok(()) => {}
+                    Err(e @ LogError::OutOfSpace { .. }) => {
+                        tracing::warn!(
+                            file = %self.log.path.display(),
+                            offset = info.last_offset,
+                            "recovery: the indexes of this segment are left incomplete from this offset on \
+                             (reads scan the segment instead): {e}"
+                        );
+                        indexing = false;
+                    }
+                    Err(e) => return Err(e),
+                }
                 last_index_entry = valid;
             }
             if let Some(h) = info.header {
@@ -700,7 +723,9 @@ impl Segment {
         }
         self.offset_index.trim_to_valid_size()?;
         self.max_timestamp_so_far = max_ts;
-        self.time_index.maybe_append(max_ts.timestamp, max_ts.offset, true)?;
+        if indexing {
+            self.append_last_time_entry()?;
+        }
         self.time_index.trim_to_valid_size()?;
         // As Kafka's recover: the counter is not rebuilt, so appends after recovery index as after
         // any open.
@@ -895,6 +920,30 @@ impl Segment {
         Ok(())
     }
 
+    /// Writes the time-index entry of the segment's largest timestamp (Kafka's
+    /// `timeIndex.maybeAppend(maxTimestampSoFar, .., skipFullCheck = true)`), tolerating a full
+    /// disk: then the time index is emptied, with a warn naming the file, so that a later open
+    /// never takes a smaller last entry for the largest timestamp (an empty time index makes
+    /// lookups by time scan the segment, and retention use the file's modification time, as
+    /// Kafka's `largestTimestamp` does without timestamps).
+    ///
+    /// Errors: those of [`TimeIndex::maybe_append`] and [`TimeIndex::truncate_to_entries`] other
+    /// than [`LogError::OutOfSpace`].
+    fn append_last_time_entry(&mut self) -> Result<(), LogError> {
+        match self.time_index.maybe_append(self.max_timestamp_so_far.timestamp, self.max_timestamp_so_far.offset, true)
+        {
+            Err(e @ LogError::OutOfSpace { .. }) => {
+                tracing::warn!(
+                    file = %self.time_index.path().display(),
+                    "no space for the time index's last entry: the time index is emptied \
+                     (lookups by time scan this segment): {e}"
+                );
+                self.time_index.truncate_to_entries(0)
+            }
+            other => other,
+        }
+    }
+
     /// Makes an inactive segment's indexes writable at full size again (when it becomes active
     /// after truncation).
     pub fn resize_indexes(&mut self, max_index_size: usize) -> Result<(), LogError> {
@@ -914,9 +963,17 @@ impl Segment {
         Ok(())
     }
 
-    /// Closes the segment as Kafka does: a final time-index entry, indexes trimmed.
+    /// Closes the segment as Kafka does: a final time-index entry (on a full disk the time index
+    /// is emptied instead, with a warn: `append_last_time_entry`), indexes trimmed.
     pub fn close(mut self) -> Result<(), LogError> {
-        self.on_become_inactive()
+        if self.read_only {
+            return Ok(());
+        }
+        // On a full disk a clean shutdown still closes the segment (see append_last_time_entry).
+        self.append_last_time_entry()?;
+        self.offset_index.trim_to_valid_size()?;
+        self.time_index.trim_to_valid_size()?;
+        Ok(())
     }
 
     /// Renames all the segment's files by appending `suffix` (e.g. `.deleted`), Kafka's

@@ -282,3 +282,65 @@ fn full_disk_is_a_storage_error_never_a_signal() {
     second.signal(Signal::SIGTERM);
     assert_eq!(second.wait().code(), Some(0), "{}", second.stderr());
 }
+
+/// Produces to every partition until each answers `KAFKA_STORAGE_ERROR`, then fills the last
+/// pages of the disk with a filler file: returns the acknowledged records.
+fn fill(client: &mut Client, broker: &mut ServeProcess, dir: &Path) -> Vec<Vec<(i64, String)>> {
+    let mut acked: Vec<Vec<(i64, String)>> = vec![Vec::new(); PARTITIONS as usize];
+    let mut full = [false; PARTITIONS as usize];
+    let mut request = 0;
+    while !full.iter().all(|f| *f) {
+        request += 1;
+        assert!(request < 100_000, "the disk never filled");
+        let partition = (request % PARTITIONS as usize) as i32;
+        let n = 1 + request % 7;
+        match try_produce(client, partition, records(0, request, n)) {
+            Some((0, base)) => {
+                acked[partition as usize].extend((0..n).map(|i| (base + i as i64, value(0, request, i))))
+            }
+            Some((KAFKA_STORAGE_ERROR, _)) => full[partition as usize] = true,
+            other => panic!("request {request}: {other:?}\n{}", broker.stderr()),
+        }
+    }
+    let mut filler = std::fs::File::create(dir.join("last-pages")).unwrap();
+    while std::io::Write::write_all(&mut filler, &[0x5Au8; 512]).is_ok() {}
+    acked
+}
+
+/// Restarts on a disk that is still completely full (review of issue 12, HIGH 1): after a clean
+/// SIGTERM the broker exits 0 (checkpoints it cannot rewrite keep older values, the clean-shutdown
+/// marker is written) and the next start serves every acknowledged record; after a SIGKILL the
+/// start recovers the logs anyway (an index rebuild that runs out of space leaves the rest of the
+/// segment unindexed, with a warn) and serves every acknowledged record; SIGTERM then exits 0.
+#[test]
+fn restart_on_a_full_disk_serves_reads() {
+    let Some(tmpfs) = Tmpfs::mount("1m") else { return };
+    let work = tempfile::tempdir().unwrap();
+    let log_dir = tmpfs.path().join("logs");
+    let mut broker = serve(work.path(), "first", &log_dir);
+    let mut c = Client::connect(broker.addr);
+    assert_eq!(metadata(&mut c, TOPIC, 12).topics[0].error_code, 0);
+    let acked = fill(&mut c, &mut broker, tmpfs.path());
+    assert!(acked.iter().all(|a| !a.is_empty()), "{acked:?}");
+    check_reads(&mut c, &acked, "disk full");
+
+    broker.signal(Signal::SIGTERM);
+    let status = broker.wait();
+    assert_eq!(status.code(), Some(0), "SIGTERM on a full disk: {status}\n{}", broker.stderr());
+
+    let mut second = serve(work.path(), "second", &log_dir);
+    assert!(second.stderr().contains("clean shutdown"), "{}", second.stderr());
+    let mut c = Client::connect(second.addr);
+    check_reads(&mut c, &acked, "restart after SIGTERM, disk still full");
+    assert_alive(&mut second, "restart after SIGTERM");
+
+    second.signal(Signal::SIGKILL);
+    second.wait();
+    let mut third = serve(work.path(), "third", &log_dir);
+    let mut c = Client::connect(third.addr);
+    check_reads(&mut c, &acked, "restart after SIGKILL, disk still full");
+    assert_alive(&mut third, "restart after SIGKILL");
+    third.signal(Signal::SIGTERM);
+    let status = third.wait();
+    assert_eq!(status.code(), Some(0), "SIGTERM after the recovery: {status}\n{}", third.stderr());
+}
