@@ -339,6 +339,12 @@ fn restart_on_a_full_disk_serves_reads() {
     let mut third = serve(work.path(), "third", &log_dir);
     let mut c = Client::connect(third.addr);
     check_reads(&mut c, &acked, "restart after SIGKILL, disk still full");
+    // Recovery ran out of space rebuilding an index and said so, naming the file.
+    let stderr = third.stderr();
+    assert!(
+        stderr.contains("WARN") && stderr.contains("index") && stderr.contains("No space left on device"),
+        "{stderr}"
+    );
     assert_alive(&mut third, "restart after SIGKILL");
     third.signal(Signal::SIGTERM);
     let status = third.wait();
