@@ -12,12 +12,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use bytes::Bytes;
-use fetchbench::log::batch::mixed::MixedBatches;
 use fetchbench::log::batch::{BatchBuilder, Compression};
-use fetchbench::log::RecordBatch;
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::{ApiKey, FetchRequest, ProduceRequest, RequestKind, ResponseKind};
+use kafka_protocol::messages::{ApiKey, ProduceRequest, RequestKind, ResponseKind};
 use nix::sys::signal::Signal;
 
 use crate::broker::{metadata, name, Client};
@@ -126,39 +123,7 @@ fn try_produce(client: &mut Client, partition: i32, records: Vec<u8>) -> Option<
 /// Every record of `TOPIC`-`partition` from offset 0 to the high watermark as (offset, value),
 /// checking each batch's CRC.
 fn fetch_all(client: &mut Client, partition: i32) -> Vec<(i64, String)> {
-    let mut out = Vec::new();
-    let mut offset = 0;
-    loop {
-        let req =
-            FetchRequest::default().with_max_wait_ms(0).with_min_bytes(1).with_max_bytes(65536).with_topics(vec![
-                FetchTopic::default().with_topic(name(TOPIC)).with_partitions(vec![FetchPartition::default()
-                    .with_partition(partition)
-                    .with_fetch_offset(offset)
-                    .with_partition_max_bytes(65536)]),
-            ]);
-        let ResponseKind::Fetch(r) = client.call(ApiKey::Fetch, 12, RequestKind::Fetch(req)) else { panic!() };
-        let p = &r.responses[0].partitions[0];
-        assert_eq!(p.error_code, 0, "fetch of partition {partition} at {offset}");
-        let mut bytes: &[u8] = p.records.as_deref().unwrap_or(&[]);
-        if bytes.is_empty() {
-            assert_eq!(offset, p.high_watermark, "no data below the high watermark at {offset}");
-            return out;
-        }
-        let mut progressed = false;
-        while let Ok(batch) = RecordBatch::parse(bytes) {
-            batch.verify_crc().unwrap_or_else(|e| panic!("batch at {}: {e}", batch.base_offset()));
-            for rec in batch.records().unwrap().to_vec().unwrap() {
-                if rec.offset >= offset {
-                    out.push((rec.offset, String::from_utf8(rec.value.unwrap().to_vec()).unwrap()));
-                }
-            }
-            offset = batch.next_offset();
-            progressed = true;
-            bytes = &bytes[batch.as_bytes().len()..];
-        }
-        assert!(progressed, "a fetch held no whole batch at {offset}");
-        assert!(MixedBatches::new(bytes).next().is_none(), "only a cut batch may follow the whole ones");
-    }
+    crate::serve_process::fetch_partition(client, TOPIC, partition, 65536)
 }
 
 /// Every acknowledged record is served, at its offset, and offsets are dense from 0.

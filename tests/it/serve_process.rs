@@ -161,18 +161,26 @@ fn try_produce(client: &mut Client, topic: &str, records: Vec<u8>) -> Option<(i1
 /// small responses (so batches are cut at the end of some), checking every complete batch's
 /// CRC-32C.
 fn fetch_all(client: &mut Client, topic: &str) -> Vec<(i64, String)> {
+    fetch_partition(client, topic, 0, 4096)
+}
+
+/// Every record of `topic`-`partition` from offset 0 to the high watermark as (offset, value),
+/// fetched in responses of at most `max_bytes` (so batches are cut at the end of some), checking
+/// every complete batch's CRC-32C.
+pub(crate) fn fetch_partition(client: &mut Client, topic: &str, partition: i32, max_bytes: i32) -> Vec<(i64, String)> {
     let mut out = Vec::new();
     let mut offset = 0;
     loop {
-        let req = FetchRequest::default().with_max_wait_ms(0).with_min_bytes(1).with_max_bytes(4096).with_topics(vec![
-            FetchTopic::default().with_topic(name(topic)).with_partitions(vec![FetchPartition::default()
-                .with_partition(0)
-                .with_fetch_offset(offset)
-                .with_partition_max_bytes(4096)]),
-        ]);
+        let req =
+            FetchRequest::default().with_max_wait_ms(0).with_min_bytes(1).with_max_bytes(max_bytes).with_topics(vec![
+                FetchTopic::default().with_topic(name(topic)).with_partitions(vec![FetchPartition::default()
+                    .with_partition(partition)
+                    .with_fetch_offset(offset)
+                    .with_partition_max_bytes(max_bytes)]),
+            ]);
         let ResponseKind::Fetch(r) = client.call(ApiKey::Fetch, 12, RequestKind::Fetch(req)) else { panic!() };
         let p = &r.responses[0].partitions[0];
-        assert_eq!(p.error_code, 0, "fetch at {offset}");
+        assert_eq!(p.error_code, 0, "fetch of {topic}-{partition} at {offset}");
         let mut bytes: &[u8] = p.records.as_deref().unwrap_or(&[]);
         if bytes.is_empty() {
             assert_eq!(offset, p.high_watermark, "no data below the high watermark at {offset}");
@@ -191,7 +199,7 @@ fn fetch_all(client: &mut Client, topic: &str) -> Vec<(i64, String)> {
             bytes = &bytes[batch.as_bytes().len()..];
         }
         // Whatever is left is a batch cut by the size limit (KIP-74), never garbage.
-        assert!(progressed, "a 4096-byte response held no whole batch at {offset}");
+        assert!(progressed, "a {max_bytes}-byte response held no whole batch at {offset}");
         let mut rest = MixedBatches::new(bytes);
         assert!(rest.next().is_none(), "only a cut batch may follow the whole ones");
         assert_eq!(rest.partial_tail(), !bytes.is_empty());
