@@ -25,7 +25,7 @@ use super::batch::{legacy, BatchError, BatchHeader, RecordBatch, HEADER_SIZE, LO
 use super::consumer_offsets;
 use super::offset_index::OffsetIndex;
 use super::producer_state::increment_sequence;
-use super::segment::{parse_base_offset, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX};
+use super::segment::{fits_relative_offset, parse_base_offset, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX};
 use super::time_index::TimeIndex;
 use super::LogError;
 
@@ -367,6 +367,22 @@ fn dump_log(path: &Path, opts: &DumpOptions, out: &mut dyn Write, summary: &mut 
             });
         }
         expected_min = expected_min.max(e.last_offset.saturating_add(1));
+        // Recovery's rule (Kafka's `LogSegment` relative offsets): the last offset must be within
+        // i32::MAX of the base offset in the file name, or recovery cuts the segment here.
+        if let Some(b) = base {
+            if first >= b && !fits_relative_offset(b, e.last_offset) {
+                summary.problems.push(Problem {
+                    path: path.to_path_buf(),
+                    position: e.position,
+                    message: format!(
+                        "batch offsets {}..={} do not fit this segment (base offset {b}: a segment holds offsets up to base + {}); recovery cuts the segment here",
+                        e.base_offset,
+                        e.last_offset,
+                        i32::MAX
+                    ),
+                });
+            }
+        }
     }
     let mut fs = LogFileSummary { first_offset: -1, last_offset: -1, base_offset: base, ..Default::default() };
     // Compaction evidence and the offset after the last entry (legacy entries are skipped: a

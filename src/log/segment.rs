@@ -55,6 +55,14 @@ pub fn parse_base_offset(name: &str) -> Option<i64> {
     digits.parse().ok()
 }
 
+/// Whether `offset` fits the 32-bit relative offsets of a segment whose base offset is
+/// `base_offset`: `0 <= offset - base_offset <= i32::MAX`, computed without overflow (Kafka's
+/// `LogSegment.canConvertToRelativeOffset`). Recovery cuts a segment at the first batch whose last
+/// offset breaks this rule, and `log dump --verify` reports such a batch.
+pub fn fits_relative_offset(base_offset: i64, offset: i64) -> bool {
+    offset.checked_sub(base_offset).is_some_and(|rel| (0..=i64::from(i32::MAX)).contains(&rel))
+}
+
 /// An open `.log` file shared by the segment and by every [`FileSlice`] that names part of it.
 /// Retention unlinks the file; readers holding an `Arc` keep reading it until the last one drops
 /// (the file is never truncated under them).
@@ -490,9 +498,9 @@ impl Segment {
         Ok(next)
     }
 
-    /// Whether `offset` fits this segment's 32-bit relative offsets.
+    /// Whether `offset` fits this segment's 32-bit relative offsets (see [`fits_relative_offset`]).
     pub fn can_convert_to_relative_offset(&self, offset: i64) -> bool {
-        offset.checked_sub(self.base_offset).is_some_and(|rel| (0..=i32::MAX as i64).contains(&rel))
+        fits_relative_offset(self.base_offset, offset)
     }
 
     /// Appends already validated, offset-assigned batches (Kafka's `LogSegment.append`):

@@ -193,3 +193,32 @@ fn dump_verify_finds_a_lost_middle_segment() {
     let st = bin().args(["log", "dump"]).arg(&internal).output().unwrap();
     assert!(String::from_utf8_lossy(&st.stdout).contains("Note: offsets 4..=7"), "printed as a note");
 }
+
+/// The last batch of a base-0 segment re-based near `i64::MAX` (its CRC still holds: the base
+/// offset is outside it) has offsets that do not fit the segment's 32-bit relative offsets:
+/// recovery cuts it (Kafka's `LogSegment.canConvertToRelativeOffset`), so `--verify` names it
+/// with file and position.
+#[test]
+fn dump_verify_reports_a_batch_whose_offsets_do_not_fit_its_segment() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("rebased-0");
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = crate::broker::batch(3);
+    let mut bad = crate::broker::batch(2);
+    fetchbench::log::batch::builder::set_base_offset(&mut bad, 9_223_372_036_854_775_804);
+    let mut bytes = good.clone();
+    bytes.extend_from_slice(&bad);
+    let log = dir.join("00000000000000000000.log");
+    std::fs::write(&log, &bytes).unwrap();
+    let st = bin().args(["log", "dump", "--verify"]).arg(&log).output().unwrap();
+    let err = String::from_utf8_lossy(&st.stderr);
+    assert_eq!(st.status.code(), Some(1), "{err}");
+    assert!(err.contains("00000000000000000000.log"), "{err}");
+    assert!(err.contains(&format!("at position {}", good.len())), "{err}");
+    assert!(err.contains("do not fit this segment"), "{err}");
+    // A segment whose name puts the same batch in range is fine.
+    let ok = dir.join("09223372036854775000.log");
+    std::fs::write(&ok, &bad).unwrap();
+    let st = bin().args(["log", "dump", "--verify"]).arg(&ok).output().unwrap();
+    assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
+}
