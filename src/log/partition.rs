@@ -118,6 +118,10 @@ pub struct LoadReport {
     pub damaged: Vec<DamagedFile>,
     /// Offsets missing between two segments of a log that is not compacted (a lost segment).
     pub holes: Vec<OffsetHole>,
+    /// Checkpointed offsets that did not match the loaded log (each also logged at warn): a
+    /// log-start offset above the log end offset (ignored, the data stays visible) and a recovery
+    /// point above it (flushed records were lost).
+    pub offset_warnings: Vec<String>,
 }
 
 /// A damaged file found while loading a log directory, and what was done instead: Kafka's
@@ -400,7 +404,30 @@ impl PartitionLog {
         };
         let active = &*active;
         let end = LogOffsetMetadata { offset: leo, segment_base_offset: active_base, position: active.size() };
-        let log_start_offset = opts.log_start_offset.unwrap_or(first_base).max(first_base).min(leo);
+        let name = format!("{topic}-{partition}");
+        let log_start_offset = match opts.log_start_offset {
+            // Kafka's `LogLoader.recoverLog` warns "Deleting all segments because logEndOffset is
+            // smaller than logStartOffset" and deletes them. Here the data stays visible: the
+            // checkpoint (damaged, or written before the segments were lost) is ignored and
+            // rewritten at the next checkpoint.
+            Some(ls) if ls > leo => {
+                let w = format!(
+                    "{name}: the log-start-offset checkpoint says {ls}, above the log end offset {leo} (a damaged checkpoint or lost segments?); it is ignored and the records from offset {first_base} stay readable (Kafka would delete every segment)"
+                );
+                tracing::warn!("{w}");
+                report.offset_warnings.push(w);
+                first_base
+            }
+            ls => ls.unwrap_or(first_base).max(first_base).min(leo),
+        };
+        if let Some(rp) = opts.recovery_point.filter(|&rp| rp > leo) {
+            let w = format!(
+                "{name}: the recovery point {rp} is above the log end offset {leo}: records {leo}..{} that were flushed are lost (a deleted or truncated last segment?); new records take those offsets again",
+                rp - 1
+            );
+            tracing::warn!("{w}");
+            report.offset_warnings.push(w);
+        }
         if !opts.read_only {
             // Inactive segments keep trimmed indexes; the active one gets room to grow.
             let n = segments.len();

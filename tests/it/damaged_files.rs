@@ -269,3 +269,41 @@ fn a_hole_is_reported_at_load_unless_the_topic_is_compacted() {
     let bytes = slice.read_to_vec().unwrap();
     assert_eq!(fetchbench::log::RecordBatch::parse(&bytes).unwrap().base_offset(), 8);
 }
+
+/// A log-start checkpoint above the log end offset (review LOW 8): Kafka's `LogLoader` warns and
+/// deletes every segment; here the warning names the partition and both offsets, the checkpoint
+/// is ignored and every record stays readable.
+#[test]
+fn a_log_start_checkpoint_above_the_log_end_is_ignored_with_a_warning() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("logs");
+    populate(&dir, 77);
+    std::fs::write(dir.join(LOG_START_OFFSET_CHECKPOINT), "0\n2\nt 0 99999\nt 1 0\n").unwrap();
+    let (logs, report) = LogManager::open(&dir, LogConfig::default(), |_| None, false).unwrap();
+    let log = logs.log("t", 0).unwrap();
+    assert_eq!((log.log_start_offset(), log.log_end_offset()), (0, 15), "the records stay visible");
+    let (_, load) = report.partitions.iter().find(|(k, _)| k == &("t".to_string(), 0)).unwrap();
+    assert_eq!(load.offset_warnings.len(), 1, "{:?}", load.offset_warnings);
+    let w = &load.offset_warnings[0];
+    assert!(w.starts_with("t-0:") && w.contains("99999") && w.contains("log end offset 15"), "{w}");
+    logs.shutdown().unwrap();
+    let ls = read_offset_checkpoint(&dir.join(LOG_START_OFFSET_CHECKPOINT)).unwrap();
+    assert!(!ls.values().any(|&o| o == 99999), "the bad value is not kept: {ls:?}");
+}
+
+/// A recovery point above the log end offset at load (review LOW 10: the last segment was
+/// deleted): a warning names the partition, both offsets and that records were lost.
+#[test]
+fn a_recovery_point_above_the_log_end_warns_that_records_were_lost() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("logs");
+    populate(&dir, 77);
+    std::fs::write(dir.join(RECOVERY_POINT_OFFSET_CHECKPOINT), "0\n2\nt 0 300\nt 1 0\n").unwrap();
+    let (logs, report) = LogManager::open(&dir, LogConfig::default(), |_| None, false).unwrap();
+    let (_, load) = report.partitions.iter().find(|(k, _)| k == &("t".to_string(), 0)).unwrap();
+    assert_eq!(load.offset_warnings.len(), 1, "{:?}", load.offset_warnings);
+    let w = &load.offset_warnings[0];
+    assert!(w.starts_with("t-0:") && w.contains("300") && w.contains("log end offset 15") && w.contains("lost"), "{w}");
+    assert_eq!(logs.log("t", 0).unwrap().log_end_offset(), 15);
+    logs.shutdown().unwrap();
+}
