@@ -161,7 +161,12 @@ impl ProducerIdManager {
             _ => return Err(malformed("expected version 0 on the first line")),
         }
         match lines.next().map(str::parse::<i64>) {
-            Some(Ok(n)) if n >= 0 => Ok(n),
+            // Kafka's `ProducerIdManager` refuses a block past `Long.MaxValue - blockSize`
+            // ("Have exhausted all producerIds"): such a value is damage, rebuilt from the logs.
+            Some(Ok(n)) if n >= 0 && n.checked_add(PRODUCER_ID_BLOCK_SIZE).is_some() => Ok(n),
+            Some(Ok(n)) if n >= 0 => Err(malformed(&format!(
+                "the next producer id block start {n} leaves no room for a block of {PRODUCER_ID_BLOCK_SIZE} ids below i64::MAX"
+            ))),
             _ => Err(malformed("expected the next producer id block start (>= 0) on the second line")),
         }
     }
@@ -206,6 +211,8 @@ mod tests {
             (&b"0\n-5\n"[..], Some(8000), 9000 + margin),
             (&b"\x00\x00\x00"[..], None, margin),
             (&b""[..], Some(0), 1000 + margin),
+            // Well-formed, but the next block would overflow i64 (review LOW 9).
+            (&b"0\n9223372036854775000\n"[..], Some(7777), 8000 + margin),
         ] {
             fs::write(&path, damage).unwrap();
             let (mut m, damaged) = ProducerIdManager::open(tmp.path(), max_in_logs).unwrap();

@@ -48,8 +48,32 @@ pub fn handle(shared: &Shared, request: &InitProducerIdRequest, _version: i16) -
                 .with_producer_epoch(0)
         }
         Err(e) => {
-            tracing::error!("InitProducerId: no producer id: {e}");
+            log_failure(&e);
             error(errors::UNKNOWN_SERVER_ERROR)
         }
     }
+}
+
+/// At most one failure logged per this interval: clients retry InitProducerId every few hundred
+/// milliseconds, and the cause (a full disk, an exhausted id space) lasts.
+const FAILURE_LOG_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// When the last failure was logged, and how many were not logged since.
+static LAST_FAILURE_LOG: std::sync::Mutex<(Option<std::time::Instant>, u64)> = std::sync::Mutex::new((None, 0));
+
+/// Logs a failed InitProducerId at error, rate-limited to one line per [`FAILURE_LOG_INTERVAL`]
+/// with the count of the failures not logged in between.
+fn log_failure(e: &crate::log::LogError) {
+    let mut last = LAST_FAILURE_LOG.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let now = std::time::Instant::now();
+    if last.0.is_some_and(|t| now.duration_since(t) < FAILURE_LOG_INTERVAL) {
+        last.1 += 1;
+        return;
+    }
+    let suppressed = std::mem::take(&mut last.1);
+    last.0 = Some(now);
+    tracing::error!(
+        "InitProducerId: no producer id: {e} ({suppressed} more failure(s) not logged in the last {} s)",
+        FAILURE_LOG_INTERVAL.as_secs()
+    );
 }
