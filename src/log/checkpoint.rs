@@ -539,9 +539,17 @@ pub fn tmp_path(path: &Path) -> PathBuf {
 /// it over `path`, fsync the parent directory (Kafka's `CheckpointFile.write` with `sync = true`).
 ///
 /// Errors: [`LogError::OutOfSpace`] on a full disk, [`LogError::Io`], naming the step and file;
-/// on error `path` still holds its old contents (a failed write or fsync removes the `.tmp`; one
+/// [`LogError::Layout`] when `path` is a directory (the message says to remove it); on error `path` still holds its old contents (a failed write or fsync removes the `.tmp`; one
 /// left by a crash is overwritten by the next write).
 pub fn write_atomically(path: &Path, contents: &[u8]) -> Result<(), LogError> {
+    // A directory in the file's place cannot be replaced by a rename, and removing it could
+    // destroy what someone put there: the operator decides.
+    if fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
+        return Err(LogError::Layout {
+            path: path.to_path_buf(),
+            reason: format!("a directory is in the place of this file: remove {} and start again", path.display()),
+        });
+    }
     let tmp = tmp_path(path);
     let mut f = File::create(&tmp).map_err(|e| LogError::io("create", &tmp, e))?;
     let written = f

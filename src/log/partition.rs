@@ -486,7 +486,6 @@ impl PartitionLog {
             assign_epoch(&mut leader_epochs, epoch, start_offset);
         }
         truncate_epochs(&mut leader_epochs, log_start_offset, leo);
-        let epochs_rebuilt = epochs_damaged.is_some();
         if let Some(e) = epochs_damaged {
             let action = format!(
                 "rebuilt from the batch headers: {} leader epoch entr{}{}",
@@ -494,10 +493,13 @@ impl PartitionLog {
                 if leader_epochs.len() == 1 { "y" } else { "ies" },
                 if opts.read_only { " (in memory: read-only)" } else { ", written back" }
             );
+            // Written back first: the warn never claims a rebuild that then fails.
+            if !opts.read_only {
+                write_leader_epoch_checkpoint(&epoch_path, &leader_epochs)?;
+            }
             tracing::warn!("{e}: damaged leader epoch checkpoint {action}");
             report.damaged.push(DamagedFile { path: epoch_path.clone(), error: e.to_string(), action });
-        }
-        if (leader_epochs != stored_epochs || epochs_rebuilt) && !opts.read_only {
+        } else if leader_epochs != stored_epochs && !opts.read_only {
             write_leader_epoch_checkpoint(&epoch_path, &leader_epochs)?;
         }
         if !known_compacted && !scan.compaction_seen {

@@ -307,3 +307,29 @@ fn a_recovery_point_above_the_log_end_warns_that_records_were_lost() {
     assert_eq!(logs.log("t", 0).unwrap().log_end_offset(), 15);
     logs.shutdown().unwrap();
 }
+
+/// A directory in place of a small file cannot be rebuilt (review LOW 6): start-up stops with an
+/// error naming the file and the way out, and no warning claims a rebuild first.
+#[test]
+fn a_directory_in_place_of_a_small_file_names_the_way_out() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("logs");
+    populate(&dir, 77);
+    for rel in ["t-0/leader-epoch-checkpoint", "producer-id-block"] {
+        let path = dir.join(rel);
+        let saved = std::fs::read(&path).ok();
+        let _ = std::fs::remove_file(&path);
+        std::fs::create_dir(&path).unwrap();
+        std::fs::write(path.join("keep"), "x").unwrap();
+        let err = match LogManager::open(&dir, LogConfig::default(), |_| None, false) {
+            Ok(_) => panic!("{rel}: a directory in place of the file must stop the load"),
+            Err(e) => e.to_string(),
+        };
+        assert!(err.contains(&format!("remove {} and start again", path.display())), "{rel}: {err}");
+        assert!(path.join("keep").exists(), "{rel}: the directory is left alone");
+        std::fs::remove_dir_all(&path).unwrap();
+        if let Some(b) = saved {
+            std::fs::write(&path, b).unwrap();
+        }
+    }
+}
