@@ -197,6 +197,7 @@ impl LogManager {
             report.partitions.push((key.clone(), load));
             logs.insert(key, log);
         }
+        warn_inconsistent_topic_ids(&logs, &mut report);
         if !read_only {
             adopt_sibling_topic_ids(&mut logs, &mut report)?;
         }
@@ -343,6 +344,40 @@ impl LogManager {
 /// files are derived data, rewritten from the loaded logs right after the load.
 fn read_checkpoint_or_empty(path: &Path) -> Result<Option<OffsetCheckpoint>, LogError> {
     read_offset_checkpoint(path).map(Some)
+}
+
+/// Partitions of one topic whose valid `partition.metadata` holds another topic id than the
+/// others (KIP-516: one id per topic). Kafka's `Partition.checkOrSetTopicId` refuses such a
+/// partition with `InconsistentTopicIdException` (it goes offline). Here the records stay
+/// served under the topic's name: the id held by most partitions (ties: the lowest partition's)
+/// is the topic's, each differing file is warned about naming both ids and reported in
+/// [`ManagerReport::damaged`], and it is left as it is until the broker next writes the topic's
+/// id (when a client first asks for the topic's metadata).
+fn warn_inconsistent_topic_ids(logs: &BTreeMap<(String, i32), PartitionLog>, report: &mut ManagerReport) {
+    let mut by_topic: BTreeMap<&str, Vec<(i32, super::checkpoint::TopicId)>> = BTreeMap::new();
+    for ((t, p), log) in logs {
+        if let Some(id) = log.topic_id() {
+            by_topic.entry(t.as_str()).or_default().push((*p, id));
+        }
+    }
+    for (topic, ids) in by_topic {
+        let count = |id: super::checkpoint::TopicId| ids.iter().filter(|(_, i)| *i == id).count();
+        // `ids` is in partition order: max_by_key keeps the last maximum, so scan in reverse.
+        let Some(&(_, topic_id)) = ids.iter().rev().max_by_key(|(_, id)| count(*id)) else { continue };
+        for &(p, id) in ids.iter().filter(|(_, id)| *id != topic_id) {
+            let path = logs[&(topic.to_string(), p)].dir().join(checkpoint::PARTITION_METADATA);
+            let action = format!(
+                "records still served as {topic}-{p}; the file is rewritten with topic id {topic_id} when the topic's id is next written (Kafka would refuse the partition: InconsistentTopicIdException)"
+            );
+            let error = format!(
+                "topic id {id} differs from topic id {topic_id} of the other partitions of {topic} ({} of {})",
+                count(topic_id),
+                ids.len()
+            );
+            tracing::warn!("{}: {error}; {action}", path.display());
+            report.damaged.push(DamagedFile { path, error, action });
+        }
+    }
 }
 
 /// A partition whose `partition.metadata` was damaged (its topic id unknown) takes the topic id of

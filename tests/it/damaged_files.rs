@@ -333,3 +333,23 @@ fn a_directory_in_place_of_a_small_file_names_the_way_out() {
         }
     }
 }
+
+/// A valid `partition.metadata` holding another topic's id (review LOW 7): a warning names the
+/// file and both ids; the records stay served.
+#[test]
+fn a_partition_metadata_with_another_topic_id_is_warned_about() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("logs");
+    populate(&dir, 77);
+    let other = TopicId::parse("AAAAAAAAAAAAAAAAAAAAAQ").unwrap();
+    let path = dir.join("t-0").join(PARTITION_METADATA);
+    write_partition_metadata(&path, other).unwrap();
+    let (logs, report) = LogManager::open(&dir, LogConfig::default(), |_| None, false).unwrap();
+    assert_eq!(report.damaged.len(), 1, "{:?}", report.damaged);
+    let d = &report.damaged[0];
+    // Two partitions, one id each: a tie, the lowest partition's id is the topic's (t-1 is named).
+    assert_eq!(d.path, dir.join("t-1").join(PARTITION_METADATA));
+    assert!(d.error.contains("AAAAAAAAAAAAAAAAAAAAAQ") && d.error.contains("B3_HiNPgSQ6oxG9ZZ6ED5A"), "{d:?}");
+    assert_eq!(logs.log("t", 0).unwrap().log_end_offset(), 15, "the records stay");
+    drop(logs);
+}
