@@ -711,19 +711,26 @@ impl MappedIndex {
         Ok(())
     }
 
-    /// Allocates the file on disk from the allocated mark through at least byte `needed`: up to
-    /// the next multiple of [`ALLOCATION_CHUNK`], capped at the file length (never grows the
-    /// file). Only the bytes past the mark are allocated, so already backed pages cost nothing.
-    fn allocate_through(&mut self, needed: u64) -> Result<(), LogError> {
-        let from = self.allocated;
-        let to = needed.div_ceil(ALLOCATION_CHUNK).saturating_mul(ALLOCATION_CHUNK).min(self.length).max(needed);
+    /// Opens the index file for reading and writing and checks it is still the file this index
+    /// mapped (`check_same_file`); `op` names the operation in errors.
+    fn open_same_file(&self, op: &'static str) -> Result<File, LogError> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .open(&self.path)
             .map_err(|e| LogError::io("open", &self.path, e))?;
         let meta = file.metadata().map_err(|e| LogError::io("stat", &self.path, e))?;
-        self.check_same_file("allocate", &meta)?;
+        self.check_same_file(op, &meta)?;
+        Ok(file)
+    }
+
+    /// Allocates the file on disk from the allocated mark through at least byte `needed`: up to
+    /// the next multiple of [`ALLOCATION_CHUNK`], capped at the file length (never grows the
+    /// file). Only the bytes past the mark are allocated, so already backed pages cost nothing.
+    fn allocate_through(&mut self, needed: u64) -> Result<(), LogError> {
+        let from = self.allocated;
+        let to = needed.div_ceil(ALLOCATION_CHUNK).saturating_mul(ALLOCATION_CHUNK).min(self.length).max(needed);
+        let file = self.open_same_file("allocate")?;
         allocate_range(&file, from, to, &self.path)?;
         self.allocated = to;
         Ok(())
@@ -758,13 +765,7 @@ impl MappedIndex {
                 self.entries
             )));
         }
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&self.path)
-            .map_err(|e| LogError::io("open", &self.path, e))?;
-        let meta = file.metadata().map_err(|e| LogError::io("stat", &self.path, e))?;
-        self.check_same_file("resize", &meta)?;
+        let file = self.open_same_file("resize")?;
         // Drop our mapping before changing the file length: no mapping of ours ever spans past
         // the end of the file.
         self.map = Mapping::None;
