@@ -1,6 +1,7 @@
 //! The catch-up phase: consumer groups drain the backlog from the log start as fast as they can.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -31,8 +32,14 @@ struct MemberReport {
 
 /// State shared by the consumer threads of one path.
 struct Shared {
+    /// Records delivered for the first time (all groups); redeliveries are not counted.
     consumed: AtomicU64,
     target: u64,
+    /// Per group: the exactly-once / at-least-once check of its deliveries.
+    deliveries: Vec<Mutex<GroupDeliveries>>,
+    /// Per group: (the generation the measured drain started in, the highest one a member
+    /// saw during it).
+    generations: Vec<(AtomicI32, AtomicI32)>,
     /// Per member: (generation, partitions assigned), for the stability check.
     members: Mutex<Vec<(usize, i32, usize)>>,
     stable: AtomicUsize,
@@ -44,6 +51,9 @@ struct Shared {
     ready: Gate,
     /// Threads past the "start snapshot taken" point.
     go: Gate,
+    /// Members done reading (the drain finished, failed or was stopped): none leaves its
+    /// group (LeaveGroup, which would rebalance the others) before all are here.
+    finished: Gate,
     done_at: Mutex<Option<Instant>>,
 }
 
@@ -83,7 +93,7 @@ pub(crate) fn catch_up(t: &Target<'_>) -> anyhow::Result<(PathResult, Vec<String
     let mut notes = Vec::new();
     let residency_before = residency(&backlog.segment_files);
     if let Some(b) = t.broker {
-        let _ = b.take_fetch_latency(); // only this phase's fetches
+        let _ = b.take_fetch_latencies(); // only this phase's fetches
     }
     let addr = t.bootstrap.clone();
     let groups = w.consumer_groups as usize;
@@ -93,6 +103,8 @@ pub(crate) fn catch_up(t: &Target<'_>) -> anyhow::Result<(PathResult, Vec<String
     let shared = Arc::new(Shared {
         consumed: AtomicU64::new(0),
         target: backlog.records * groups as u64,
+        deliveries: (0..groups).map(|_| Mutex::new(GroupDeliveries::new(backlog.dense_offsets))).collect(),
+        generations: (0..groups).map(|_| (AtomicI32::new(-1), AtomicI32::new(-1))).collect(),
         members: Mutex::new(vec![(usize::MAX, -1, 0); members]),
         stable: AtomicUsize::new(0),
         groups,
@@ -100,6 +112,7 @@ pub(crate) fn catch_up(t: &Target<'_>) -> anyhow::Result<(PathResult, Vec<String
         stop: AtomicBool::new(false),
         ready: Gate::new(members + 1),
         go: Gate::new(members + 1),
+        finished: Gate::new(members),
         done_at: Mutex::new(None),
     });
     let mut threads = Vec::new();
@@ -108,7 +121,11 @@ pub(crate) fn catch_up(t: &Target<'_>) -> anyhow::Result<(PathResult, Vec<String
         let mut cc = ConsumerConfig::new(addr.clone());
         // Harness settings first; the workload's consumer_config wins over them.
         cc.heartbeat_interval_ms = 100;
-        cc.enable_auto_commit = false;
+        // Positions are committed when a rebalance revokes partitions (and at close), never on
+        // a timer: a partition that moves resumes at its old owner's position (Kafka's
+        // ConsumerCoordinator.onJoinPrepare commits before revoking when auto-commit is on).
+        cc.enable_auto_commit = true;
+        cc.auto_commit_interval_ms = u64::MAX;
         cc.auto_offset_reset = crate::client::consumer::OffsetReset::Earliest;
         for (k, v) in &w.consumer_config {
             cc.set(k, v).map_err(|e| anyhow!("consumer_config.{k}: {e}"))?;
@@ -116,13 +133,12 @@ pub(crate) fn catch_up(t: &Target<'_>) -> anyhow::Result<(PathResult, Vec<String
         cc.group_id = Some(format!("{}-catch-up-{group}", t.group_prefix));
         cc.client_id = format!("fetchbench-run-{m}");
         let topics: Vec<String> = backlog.topics.iter().map(|(t, _)| t.clone()).collect();
-        let dense = backlog.dense_offsets;
         let pin = t.pin_clients.clone();
         // Warmup drains fill the page cache: none for a cold run.
         let warmup = if w.page_cache == PageCache::Cold { Duration::ZERO } else { w.warmup };
         let sh = shared.clone();
         let t = std::thread::Builder::new().name(format!("bench-consumer-{m}")).spawn(move || {
-            let r = member(m, group, per_group, partitions_total, cc, &topics, dense, warmup, pin.as_deref(), &sh);
+            let r = member(m, group, per_group, partitions_total, cc, &topics, warmup, pin.as_deref(), &sh);
             if r.is_err() {
                 sh.failed.store(true, Ordering::SeqCst);
             }
@@ -154,21 +170,31 @@ pub(crate) fn catch_up(t: &Target<'_>) -> anyhow::Result<(PathResult, Vec<String
     if let Err(e) = shared.ready.wait(&shared.failed) {
         return Err(join_error(threads, e));
     }
+    // Every member got the answers of its Fetches before arriving at `ready`; the broker
+    // counts a Fetch until its response's last write returns, which may be a few microseconds
+    // after the client read it: a short grace, then the count is what the drain starts with.
+    let fetches_in_flight_at_start = t.broker.map(|b| {
+        let grace = Instant::now() + Duration::from_millis(20);
+        while b.fetches_in_flight() > 0 && Instant::now() < grace {
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        b.fetches_in_flight()
+    });
     let proc_start = Usage::now(UsageWho::RUSAGE_SELF);
     if let Some(b) = t.broker {
-        let _ = b.take_fetch_latency(); // the warmup's fetches are not measured
+        let _ = b.take_fetch_latencies(); // the warmup's fetches are not measured
     }
     let heartbeats_start = threads_usage(&["heartbeat-"]);
     let start = Instant::now();
     if let Err(e) = shared.go.wait(&shared.failed) {
         return Err(join_error(threads, e));
     }
-    let mut fetch_latency = Latency::new();
+    let mut fetch_latency = None;
     loop {
         if shared.consumed.load(Ordering::SeqCst) >= shared.target || shared.failed.load(Ordering::SeqCst) {
             // The drain's fetches, before the consumers close (their parked fetches at the log
             // end would add their long-poll waits after the drain).
-            fetch_latency = t.broker.map(|b| b.take_fetch_latency()).unwrap_or_default();
+            fetch_latency = t.broker.map(|b| b.take_fetch_latencies());
             break;
         }
         if t.interrupted.load(Ordering::SeqCst) {
@@ -196,9 +222,7 @@ pub(crate) fn catch_up(t: &Target<'_>) -> anyhow::Result<(PathResult, Vec<String
     }
     let proc_end = Usage::now(UsageWho::RUSAGE_SELF);
     let end = shared.done_at.lock().expect("not poisoned").unwrap_or_else(Instant::now);
-    if fetch_latency.count() == 0 {
-        fetch_latency = t.broker.map(|b| b.take_fetch_latency()).unwrap_or_default();
-    }
+    let fetch_latency = fetch_latency.or_else(|| t.broker.map(|b| b.take_fetch_latencies())).unwrap_or_default();
     if let Some(e) = error {
         return Err(e);
     }
@@ -225,6 +249,18 @@ pub(crate) fn catch_up(t: &Target<'_>) -> anyhow::Result<(PathResult, Vec<String
             passes.join(", ")
         ));
     }
+    for (g, d) in shared.deliveries.iter().enumerate() {
+        let redelivered = d.lock().expect("not poisoned").redelivered;
+        let (from, to) = (&shared.generations[g].0, &shared.generations[g].1);
+        let (from, to) = (from.load(Ordering::SeqCst), to.load(Ordering::SeqCst));
+        if redelivered > 0 || to != from {
+            notes.push(format!(
+                "group {g} rebalanced during the drain (generation {from} -> {to}): {redelivered} records \
+                 delivered again (at-least-once: a moved partition resumes at the committed position) \
+                 were not counted"
+            ));
+        }
+    }
     let seconds = end.duration_since(t0).as_secs_f64().max(1e-9);
     let records = shared.consumed.load(Ordering::SeqCst).min(shared.target);
     let bytes = (backlog.disk_bytes as f64 * groups as f64 * records as f64 / shared.target.max(1) as f64) as u64;
@@ -242,7 +278,9 @@ pub(crate) fn catch_up(t: &Target<'_>) -> anyhow::Result<(PathResult, Vec<String
         broker: brk,
         clients: consumer,
         residency_before,
-        fetch: fetch_latency,
+        fetch: fetch_latency.with_records,
+        fetch_long_poll: fetch_latency.without_records,
+        fetches_in_flight_at_start,
         polls,
         end_to_end: LatencyRecorder::new(),
         rebalance_ms: Some(rebalance_ms),
@@ -277,7 +315,6 @@ fn member(
     partitions_total: usize,
     config: ConsumerConfig,
     topics: &[String],
-    dense: bool,
     warmup: Duration,
     pin: Option<&[usize]>,
     sh: &Shared,
@@ -294,16 +331,40 @@ fn member(
     let assignment = c.assignment();
     let generation = c.generation();
     let warm_passes = if warmup.is_zero() { 0 } else { warm_up(&mut c, &assignment, warmup, sh)? };
+    // No Fetch of the warmup (or of the join) may still be out when the drain starts: a
+    // pipelined Fetch parked at the log end would hold the first measured one for up to
+    // fetch.max.wait.ms.
+    settle(&mut c, sh)?;
     if !assignment.is_empty() {
         c.seek_to_beginning(&assignment)?;
+        // A partition that moves in a rebalance resumes at the committed offset: from here,
+        // the drain's start.
+        c.commit_sync()?;
         c.resume(&assignment)?;
     }
     sh.ready.wait(&sh.failed)?;
     let start = Usage::now(UsageWho::RUSAGE_THREAD);
     sh.go.wait(&sh.failed)?;
     let mut polls = Latency::new();
-    // Next expected offset per partition: every record must come exactly once, in order.
-    let mut next: std::collections::HashMap<(Arc<str>, i32), i64> = std::collections::HashMap::new();
+    let result = drain(&mut c, group, generation, &mut polls, sh);
+    let end = Usage::now(UsageWho::RUSAGE_THREAD);
+    if result.is_err() {
+        sh.failed.store(true, Ordering::SeqCst);
+    }
+    // Done: stay in the group until every member is done, so no LeaveGroup rebalances a
+    // group still reading (a failed run stops waiting at once).
+    let _ = sh.finished.wait(&sh.failed);
+    let _ = c.close();
+    result?;
+    Ok(MemberReport { start, end, polls, warm_passes })
+}
+
+/// The measured drain of one member of `group` (which started it in `generation`): polls until
+/// every group has read the whole backlog, the run failed or was stopped. Each record goes
+/// through the group's [`GroupDeliveries`] check; only first deliveries count.
+fn drain(c: &mut Consumer, group: usize, generation: i32, polls: &mut Latency, sh: &Shared) -> anyhow::Result<()> {
+    sh.generations[group].0.store(generation, Ordering::SeqCst);
+    sh.generations[group].1.fetch_max(generation, Ordering::SeqCst);
     while sh.consumed.load(Ordering::SeqCst) < sh.target
         && !sh.failed.load(Ordering::SeqCst)
         && !sh.stop.load(Ordering::SeqCst)
@@ -311,32 +372,52 @@ fn member(
         let t = Instant::now();
         let recs = c.poll(Duration::from_millis(100))?;
         let ns = t.elapsed().as_nanos() as u64;
-        // A rebalance moves partitions and resets positions: the drain is no longer one
-        // measurement (members closing at the end rebalance too, after the target).
-        if c.generation() != generation && sh.consumed.load(Ordering::SeqCst) < sh.target {
-            return Err(Rebalanced { from: generation, to: c.generation() }.into());
+        // The generation the records were delivered in: a rebalance inside this poll has
+        // completed before its records were fetched.
+        let gen = c.generation();
+        sh.generations[group].1.fetch_max(gen, Ordering::SeqCst);
+        if recs.is_empty() {
+            continue;
         }
-        if !recs.is_empty() {
-            polls.record_ns(ns);
+        polls.record_ns(ns);
+        let mut new = 0u64;
+        {
+            let mut d = sh.deliveries[group].lock().expect("not poisoned");
             for r in &recs {
-                // Generated: dense from 0, each offset once. A real log: offsets only grow
-                // (compaction gaps, control batches), each at most once.
-                let expected = next.entry((r.topic.clone(), r.partition)).or_insert(0);
-                if (dense && r.offset != *expected) || r.offset < *expected {
-                    bail!("{}-{}: offset {} delivered where {} was expected", r.topic, r.partition, r.offset, expected);
+                if d.deliver(&r.topic, r.partition, r.offset, gen)? == Delivery::New {
+                    new += 1;
                 }
-                *expected = r.offset + 1;
             }
-            let n = recs.len() as u64;
-            let before = sh.consumed.fetch_add(n, Ordering::SeqCst);
-            if before < sh.target && before + n >= sh.target {
-                *sh.done_at.lock().expect("not poisoned") = Some(Instant::now());
-            }
+        }
+        let before = sh.consumed.fetch_add(new, Ordering::SeqCst);
+        if before < sh.target && before + new >= sh.target {
+            *sh.done_at.lock().expect("not poisoned") = Some(Instant::now());
         }
     }
-    let end = Usage::now(UsageWho::RUSAGE_THREAD);
-    let _ = c.close();
-    Ok(MemberReport { start, end, polls, warm_passes })
+    Ok(())
+}
+
+/// Waits until `c` has no Fetch in flight, its partitions paused (the answer of a Fetch parked
+/// at the log end comes after up to `fetch.max.wait.ms`; it is read and dropped).
+///
+/// Errors: the consumer's; no answer within `fetch.max.wait.ms` + `request.timeout.ms` + 1 s;
+/// "stopped" when the run failed elsewhere.
+fn settle(c: &mut Consumer, sh: &Shared) -> anyhow::Result<()> {
+    let assignment = c.assignment();
+    c.pause(&assignment)?;
+    let config = c.config();
+    let limit = Duration::from_millis(config.fetch_max_wait_ms.max(0) as u64 + config.request_timeout_ms + 1000);
+    let deadline = Instant::now() + limit;
+    while c.fetch_in_flight() {
+        if sh.failed.load(Ordering::SeqCst) {
+            bail!("stopped: another part of the run failed");
+        }
+        if Instant::now() > deadline {
+            bail!("a Fetch sent before the drain was not answered within {} ms", limit.as_millis());
+        }
+        let _ = c.poll(Duration::from_millis(100))?;
+    }
+    Ok(())
 }
 
 /// Warmup of one member: drains its partitions from the log start again and again (the same
@@ -391,8 +472,15 @@ pub(crate) struct Measured {
     pub clients: Usage,
     /// Page-cache residency of the read segments when the phase started (0..=1).
     pub residency_before: f64,
-    /// Broker-side Fetch latency (empty for an external cluster).
+    /// Broker-side latency of the Fetches whose response carried record bytes (empty for an
+    /// external cluster).
     pub fetch: Latency,
+    /// Broker-side latency of the Fetches whose response carried none (long polls at the
+    /// log end; empty for an external cluster).
+    pub fetch_long_poll: Latency,
+    /// Fetch requests the embedded broker held when the measured interval started (`None`
+    /// for an external cluster).
+    pub fetches_in_flight_at_start: Option<u64>,
     /// Client-side poll latency.
     pub polls: Latency,
     /// End-to-end latency (empty in catch-up).
@@ -425,6 +513,8 @@ impl Measured {
             residency_before: self.residency_before,
             broker_rss_bytes: if t.broker.is_some() { rss_bytes() } else { 0 },
             fetch_latency: LatencyResult::of(&self.fetch),
+            fetch_long_poll_latency: LatencyResult::of(&self.fetch_long_poll),
+            fetches_in_flight_at_start: self.fetches_in_flight_at_start,
             poll_latency: LatencyResult::of(&self.polls),
             end_to_end_latency: EndToEnd {
                 raw: LatencyResult::of(&self.end_to_end.raw),
@@ -489,15 +579,124 @@ pub(crate) fn join_until_stable(
     }
 }
 
-/// The group rebalanced during the measured drain (a member saw another generation): the
-/// measurement is void; the caller may run the phase again.
+/// Whether a delivered record is new to its group or a redelivery ([`GroupDeliveries::deliver`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Delivery {
+    /// The first delivery of the offset to the group: counted.
+    New,
+    /// Delivered again after a rebalance (at-least-once): not counted.
+    Redelivered,
+}
+
+/// A delivery that breaks the group's rules ([`GroupDeliveries::deliver`]).
 #[derive(Debug, thiserror::Error)]
-#[error("the consumer group rebalanced during the measured drain (generation {from} -> {to})")]
-pub(crate) struct Rebalanced {
-    /// The generation the drain started in.
-    pub from: i32,
-    /// The one a member found itself in.
-    pub to: i32,
+pub(crate) enum DeliveryError {
+    /// Records skipped: an offset above the one expected on a dense backlog.
+    #[error("{topic}-{partition}: offset {offset} delivered where {expected} was expected (records lost)")]
+    Gap {
+        /// Topic.
+        topic: String,
+        /// Partition.
+        partition: i32,
+        /// The offset delivered.
+        offset: i64,
+        /// The next offset the group had to receive.
+        expected: i64,
+    },
+    /// An offset delivered again, or out of order, within one generation (no rebalance).
+    #[error(
+        "{topic}-{partition}: offset {offset} delivered where {expected} was expected \
+         (delivered twice or out of order without a rebalance)"
+    )]
+    Duplicate {
+        /// Topic.
+        topic: String,
+        /// Partition.
+        partition: i32,
+        /// The offset delivered.
+        offset: i64,
+        /// The next offset the current owner had to deliver.
+        expected: i64,
+    },
+}
+
+/// Where one partition's deliveries to a group stand.
+#[derive(Clone, Copy, Debug)]
+struct Cursor {
+    /// One past the highest offset delivered to the group.
+    next: i64,
+    /// The next offset its current owner must deliver.
+    at: i64,
+    /// The generation of its last delivery.
+    generation: i32,
+}
+
+/// The delivery rules of one consumer group over a measured drain, per partition, whichever
+/// member delivers (Kafka's consumer semantics with committed positions):
+///
+/// * within one generation, the partition's records come in order, each once: on a dense
+///   backlog (generated: offsets 0, 1, 2, ...) exactly the next offset; on a real log any higher
+///   offset (compaction gaps, control batches);
+/// * in a new generation (a rebalance), the owner starts again at its position: the committed
+///   offset, or `auto.offset.reset` without one (Kafka's `ConsumerCoordinator`: positions are
+///   committed before revocation with auto-commit, and a newly assigned partition starts at its
+///   committed offset). Records below the highest offset the group already had are
+///   [`Delivery::Redelivered`] (at-least-once); on a dense backlog a start above it is a gap;
+/// * a redelivery without a rebalance, or a gap, is an error.
+///
+/// The drain starts at the log start: a partition's first delivery must be offset 0 on a dense
+/// backlog (any offset on a real log), whatever its generation.
+#[derive(Debug)]
+pub(crate) struct GroupDeliveries {
+    dense: bool,
+    partitions: HashMap<(Arc<str>, i32), Cursor>,
+    /// Records delivered again after a rebalance.
+    pub redelivered: u64,
+}
+
+impl GroupDeliveries {
+    /// No delivery yet; `dense`: the backlog's offsets are 0, 1, 2, ... in every partition.
+    pub(crate) fn new(dense: bool) -> Self {
+        GroupDeliveries { dense, partitions: HashMap::new(), redelivered: 0 }
+    }
+
+    /// Checks one record of `topic`-`partition` at `offset` delivered by a member in
+    /// `generation` (its `Consumer::generation` after the poll that returned it).
+    ///
+    /// Errors: [`DeliveryError::Gap`] (records lost), [`DeliveryError::Duplicate`] (a
+    /// redelivery or reordering within a generation).
+    pub(crate) fn deliver(
+        &mut self,
+        topic: &Arc<str>,
+        partition: i32,
+        offset: i64,
+        generation: i32,
+    ) -> Result<Delivery, DeliveryError> {
+        let dense = self.dense;
+        let c = self.partitions.entry((topic.clone(), partition)).or_insert(Cursor { next: 0, at: 0, generation });
+        let gap = |expected| DeliveryError::Gap { topic: topic.to_string(), partition, offset, expected };
+        if generation != c.generation {
+            // A rebalance: the owner starts again at its position.
+            if dense && offset > c.next {
+                return Err(gap(c.next));
+            }
+            c.at = offset;
+            c.generation = generation;
+        }
+        if offset < c.at {
+            return Err(DeliveryError::Duplicate { topic: topic.to_string(), partition, offset, expected: c.at });
+        }
+        if dense && offset > c.at {
+            return Err(gap(c.at));
+        }
+        c.at = offset + 1;
+        if offset < c.next {
+            self.redelivered += 1;
+            return Ok(Delivery::Redelivered);
+        }
+        c.next = offset + 1;
+        Ok(Delivery::New)
+    }
 }
 
 /// A barrier that gives up when the run failed (a member that errors never arrives).
@@ -520,5 +719,71 @@ impl Gate {
             std::thread::sleep(Duration::from_micros(100));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t() -> Arc<str> {
+        Arc::from("t")
+    }
+
+    /// Delivers `(partition, offset, generation)` in order; the outcome of each.
+    fn run(dense: bool, seq: &[(i32, i64, i32)]) -> (Vec<Result<Delivery, String>>, u64) {
+        let mut d = GroupDeliveries::new(dense);
+        let out = seq.iter().map(|&(p, o, g)| d.deliver(&t(), p, o, g).map_err(|e| e.to_string())).collect();
+        (out, d.redelivered)
+    }
+
+    #[test]
+    fn each_offset_once_in_order_within_a_generation() {
+        let (out, redelivered) = run(true, &[(0, 0, 5), (1, 0, 5), (0, 1, 5), (1, 1, 5), (0, 2, 5)]);
+        assert!(out.iter().all(|r| *r == Ok(Delivery::New)), "{out:?}");
+        assert_eq!(redelivered, 0);
+    }
+
+    #[test]
+    fn a_redelivery_without_a_rebalance_is_an_error() {
+        let (out, _) = run(true, &[(0, 0, 5), (0, 1, 5), (0, 0, 5)]);
+        let e = out[2].as_ref().unwrap_err();
+        assert!(e.contains("t-0: offset 0 delivered where 2 was expected") && e.contains("without a rebalance"), "{e}");
+        // Also on a real log (offsets only grow).
+        let (out, _) = run(false, &[(0, 10, 5), (0, 12, 5), (0, 11, 5)]);
+        assert!(out[2].as_ref().unwrap_err().contains("without a rebalance"), "{out:?}");
+    }
+
+    #[test]
+    fn after_a_rebalance_the_group_may_get_records_again_and_they_are_not_counted() {
+        // Generation 5: offsets 0..=2 of partition 0; generation 6 (another member, no
+        // committed position): from 0 again, then on past where the group was.
+        let seq = [(0, 0, 5), (0, 1, 5), (0, 2, 5), (0, 0, 6), (0, 1, 6), (0, 2, 6), (0, 3, 6), (0, 4, 6)];
+        let (out, redelivered) = run(true, &seq);
+        let kinds: Vec<Delivery> = out.into_iter().map(Result::unwrap).collect();
+        use Delivery::{New, Redelivered};
+        assert_eq!(kinds, [New, New, New, Redelivered, Redelivered, Redelivered, New, New]);
+        assert_eq!(redelivered, 3);
+        // From the committed position (no redelivery at all).
+        let (out, redelivered) = run(true, &[(0, 0, 5), (0, 1, 5), (0, 2, 6), (0, 3, 6)]);
+        assert!(out.iter().all(|r| *r == Ok(New)), "{out:?}");
+        assert_eq!(redelivered, 0);
+        // Within the new generation the owner must still go on in order.
+        let (out, _) = run(true, &[(0, 0, 5), (0, 1, 5), (0, 0, 6), (0, 0, 6)]);
+        assert!(out[3].as_ref().unwrap_err().contains("without a rebalance"), "{out:?}");
+    }
+
+    #[test]
+    fn a_gap_is_an_error_on_a_dense_backlog_even_after_a_rebalance() {
+        let (out, _) = run(true, &[(0, 0, 5), (0, 2, 5)]);
+        assert!(out[1].as_ref().unwrap_err().contains("offset 2 delivered where 1 was expected (records lost)"));
+        let (out, _) = run(true, &[(0, 0, 5), (0, 1, 5), (0, 5, 6)]);
+        assert!(out[2].as_ref().unwrap_err().contains("offset 5 delivered where 2 was expected (records lost)"));
+        // The first delivery of a partition is its log start, 0.
+        let (out, _) = run(true, &[(3, 7, 5)]);
+        assert!(out[0].as_ref().unwrap_err().contains("t-3: offset 7 delivered where 0 was expected"));
+        // A real log: higher offsets are compaction gaps, not losses.
+        let (out, _) = run(false, &[(0, 3, 5), (0, 9, 5), (0, 20, 6)]);
+        assert!(out.iter().all(|r| *r == Ok(Delivery::New)), "{out:?}");
     }
 }

@@ -532,8 +532,10 @@ pub(crate) fn catch_up(t: &Target<'_>) -> anyhow::Result<(PathResult, Vec<String
         commit_start_offsets(t, &group_name(g), false)?;
     }
     if let Some(b) = t.broker {
-        let _ = b.take_fetch_latency(); // only this phase's fetches
+        let _ = b.take_fetch_latencies(); // only this phase's fetches
     }
+    // Before any kcat runs; replaced at the warmup boundary when there is one.
+    let mut in_flight_at_start = t.broker.map(|b| b.fetches_in_flight());
     let ms = Arc::new(Membership::new(groups, per_group, partitions_total));
     let d = Arc::new(Drain {
         consumed: (0..groups).map(|_| AtomicU64::new(0)).collect(),
@@ -644,7 +646,9 @@ pub(crate) fn catch_up(t: &Target<'_>) -> anyhow::Result<(PathResult, Vec<String
                     boundary = Some((Instant::now(), Usage::now(UsageWho::RUSAGE_SELF), consumed(), children));
                     d.boundary.store(true, Ordering::SeqCst);
                     if let Some(b) = t.broker {
-                        let _ = b.take_fetch_latency(); // warmup fetches are not measured
+                        // The drain goes on through the boundary: its own fetches are out.
+                        in_flight_at_start = Some(b.fetches_in_flight());
+                        let _ = b.take_fetch_latencies(); // warmup fetches are not measured
                     }
                 }
                 None => boundary = Some((Instant::now(), Usage::default(), u64::MAX, Usage::default())),
@@ -669,7 +673,7 @@ pub(crate) fn catch_up(t: &Target<'_>) -> anyhow::Result<(PathResult, Vec<String
         stderr_threads = stderr_threads.plus(r.join().unwrap_or_default());
     }
     let proc_end = Usage::now(UsageWho::RUSAGE_SELF);
-    let fetch_latency = t.broker.map(|b| b.take_fetch_latency()).unwrap_or_default();
+    let fetch_latency = t.broker.map(|b| b.take_fetch_latencies()).unwrap_or_default();
     if let Some(e) = error {
         return Err(e);
     }
@@ -734,7 +738,9 @@ pub(crate) fn catch_up(t: &Target<'_>) -> anyhow::Result<(PathResult, Vec<String
         broker: brk,
         clients: consumer,
         residency_before,
-        fetch: fetch_latency,
+        fetch: fetch_latency.with_records,
+        fetch_long_poll: fetch_latency.without_records,
+        fetches_in_flight_at_start: in_flight_at_start,
         polls: Latency::new(),
         end_to_end: LatencyRecorder::new(),
         rebalance_ms,

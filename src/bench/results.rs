@@ -15,6 +15,7 @@
 //!             minor_faults_per_gb, major_faults_per_gb, context_switches_per_gb,
 //!             residency_before, broker_rss_bytes,
 //!             fetch_latency {summary {count, p50_us, p99_us, p999_us, max_us}, histogram},
+//!             fetch_long_poll_latency {..}, fetches_in_flight_at_start,
 //!             poll_latency {..},
 //!             end_to_end_latency {raw {..}, corrected {..}},
 //!             rebalance_ms, ratio_to_limits [ {key, ratio} ] } ] }
@@ -218,6 +219,11 @@ impl LatencyResult {
     pub fn of(latency: &Latency) -> LatencyResult {
         LatencyResult { summary: latency.summary(), histogram: latency.encode() }
     }
+
+    /// No samples.
+    pub fn empty() -> LatencyResult {
+        LatencyResult::of(&Latency::new())
+    }
 }
 
 /// Produce-to-consume latency, both views (see [`super::histogram::LatencyRecorder`]).
@@ -263,9 +269,22 @@ pub struct PathResult {
     /// Resident set size of the broker process at the end of the path, bytes (embedded: the
     /// fetchbench process, consumers included; 0 for an external target).
     pub broker_rss_bytes: u64,
-    /// Broker-side Fetch latency: request read to response written (Kafka's Fetch
-    /// `TotalTimeMs`, long-poll waits included); empty for an external target.
+    /// Broker-side Fetch latency of the Fetches whose response carried record bytes: request
+    /// read to response written (Kafka's Fetch `TotalTimeMs`, any long-poll wait included);
+    /// empty for an external target.
     pub fetch_latency: LatencyResult,
+    /// Broker-side latency of the Fetches whose response carried no record bytes (long polls
+    /// that waited at the log end, fetches woken with nothing for them); `fetch_latency` holds
+    /// the Fetches that returned data. Empty for an external target; absent in files written
+    /// before it (read as empty).
+    #[serde(default = "LatencyResult::empty")]
+    pub fetch_long_poll_latency: LatencyResult,
+    /// Fetch requests the embedded broker held (received, not yet answered) when the measured
+    /// interval started: 0 in a catch-up (no Fetch of the warmup left); in the tail, consumers
+    /// already waiting at the log end. `null` for an external cluster, and in files written
+    /// before it.
+    #[serde(default)]
+    pub fetches_in_flight_at_start: Option<u64>,
     /// Client-side: the duration of each consumer `poll` that returned records.
     pub poll_latency: LatencyResult,
     /// Produce-to-consume latency.
@@ -335,6 +354,8 @@ pub fn schema_shape() -> Value {
             "residency_before": "number",
             "broker_rss_bytes": "uint",
             "fetch_latency": latency,
+            "fetch_long_poll_latency": latency,
+            "fetches_in_flight_at_start": "uint|null",
             "poll_latency": latency,
             "end_to_end_latency": {"raw": latency, "corrected": latency},
             "rebalance_ms": "number|null",
@@ -342,6 +363,10 @@ pub fn schema_shape() -> Value {
         }],
     })
 }
+
+/// Path fields added to version 2 after its first files: a document without them is valid
+/// (read as an empty histogram and `null`).
+const LATER_FIELDS: [&str; 2] = ["fetch_long_poll_latency", "fetches_in_flight_at_start"];
 
 fn describe(v: &Value) -> String {
     let s = v.to_string();
@@ -363,6 +388,8 @@ fn walk(shape: &Value, v: &Value, at: &str, problems: &mut Vec<String>) {
             for (k, s) in fields {
                 match obj.get(k) {
                     Some(x) => walk(s, x, &format!("{at}/{k}"), problems),
+                    // Added to version 2 later: files written before them are still valid.
+                    None if LATER_FIELDS.contains(&k.as_str()) => {}
                     None => problems.push(format!("{at}/{k}: missing")),
                 }
             }
@@ -386,8 +413,10 @@ fn walk(shape: &Value, v: &Value, at: &str, problems: &mut Vec<String>) {
             "string|null" => bad("a string or null"),
             "bool" if v.is_boolean() => {}
             "bool" => bad("true or false"),
-            "uint" if v.is_u64() => {}
+            "uint" | "uint|null" if v.is_u64() => {}
+            "uint|null" if v.is_null() => {}
             "uint" => bad("a non-negative integer"),
+            "uint|null" => bad("a non-negative integer or null"),
             "number|null" if v.is_null() => {}
             "number" | "number|null" => match v.as_f64() {
                 Some(x) if x.is_finite() && x >= 0.0 => {}
@@ -556,6 +585,10 @@ pub fn example(speed: f64) -> Results {
             ["catch_up", "tail"].into_iter().map(move |phase| {
                 let s = speed * factor;
                 let mut fetch = Latency::new();
+                let mut long_poll = Latency::new();
+                for i in 0..20u64 {
+                    long_poll.record_ns(500_000_000 + i * 1_000_000);
+                }
                 let mut e2e = LatencyRecorder::new();
                 for i in 0..1_000u64 {
                     let ns = ((200_000 + (i * 7_919) % 800_000) as f64 / s) as u64;
@@ -579,6 +612,8 @@ pub fn example(speed: f64) -> Results {
                     residency_before: 1.0,
                     broker_rss_bytes: (64.0 * 1048576.0 / s) as u64,
                     fetch_latency: LatencyResult::of(&fetch),
+                    fetch_long_poll_latency: LatencyResult::of(&long_poll),
+                    fetches_in_flight_at_start: Some(0),
                     poll_latency: LatencyResult::of(&fetch),
                     end_to_end_latency: EndToEnd {
                         raw: LatencyResult::of(&e2e.raw),
@@ -687,6 +722,26 @@ mod tests {
             .contains("/schema: expected \"fetchbench-results\", found nothing"));
         let e = Results::from_json("{\"schema\": ").unwrap_err().to_string();
         assert!(e.contains("not JSON: EOF while parsing"), "{e}");
+    }
+
+    #[test]
+    fn files_written_before_the_fetch_split_still_validate() {
+        let mut doc: Value = serde_json::to_value(example(1.0)).unwrap();
+        for p in doc["paths"].as_array_mut().unwrap() {
+            let p = p.as_object_mut().unwrap();
+            p.remove("fetch_long_poll_latency").unwrap();
+            p.remove("fetches_in_flight_at_start").unwrap();
+        }
+        let r = validate(&doc).unwrap();
+        assert_eq!(r.paths[0].fetch_long_poll_latency.summary.count, 0);
+        assert_eq!(r.paths[0].fetches_in_flight_at_start, None);
+        // Present, they are checked.
+        let mut doc: Value = serde_json::to_value(example(1.0)).unwrap();
+        doc["paths"][0]["fetches_in_flight_at_start"] = json!(-1);
+        let e = validate(&doc).unwrap_err().to_string();
+        assert!(e.contains("/paths/0/fetches_in_flight_at_start: expected a non-negative integer or null"), "{e}");
+        doc["paths"][0]["fetches_in_flight_at_start"] = Value::Null;
+        assert_eq!(validate(&doc).unwrap().paths[0].fetches_in_flight_at_start, None);
     }
 
     #[test]

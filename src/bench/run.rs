@@ -418,15 +418,9 @@ fn run_phases(
             Phase::CatchUp => super::catch_up::catch_up(t),
             Phase::Tail => super::tail::tail(t, dir, args.producer_stall),
         };
-        // A rebalance inside a measured drain voids it (not a fault of the path): once more.
-        let outcome = match run() {
-            Err(e) if e.downcast_ref::<super::catch_up::Rebalanced>().is_some() => {
-                notes.push(format!("{} ({}): {e}; measured again", t.read_path, phase.name()));
-                run()
-            }
-            other => other,
-        };
-        let (result, phase_notes) = outcome.with_context(|| format!("read path {} ({})", t.read_path, phase.name()))?;
+        // A rebalance inside a drain is handled in the drain (committed positions, redeliveries
+        // not counted), not by measuring again.
+        let (result, phase_notes) = run().with_context(|| format!("read path {} ({})", t.read_path, phase.name()))?;
         notes.extend(phase_notes.into_iter().map(|n| format!("{} ({}): {n}", t.read_path, phase.name())));
         if INTERRUPTED.load(Ordering::SeqCst) && (result.records == 0 || result.seconds < 1e-3) {
             // Stopped before its window: figures over nothing (0 bytes) would be nonsense.

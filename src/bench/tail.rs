@@ -242,11 +242,14 @@ pub(crate) fn tail(
     let mut interrupted = false;
     let mut window_cut = None;
     let (mut proc0, mut clients0) = (Usage::default(), Usage::default());
+    let mut in_flight_at_start = None;
     if wait_until(window_start) {
         proc0 = Usage::now(UsageWho::RUSAGE_SELF);
         clients0 = threads_usage(&CLIENT_THREADS);
         if let Some(b) = t.broker {
-            let _ = b.take_fetch_latency(); // warmup fetches are not measured
+            // Consumers waiting at the log end hold parked fetches: the tail's steady state.
+            in_flight_at_start = Some(b.fetches_in_flight());
+            let _ = b.take_fetch_latencies(); // warmup fetches are not measured
         }
         if !wait_until(window_end) {
             window_cut = Some(mono_ns());
@@ -256,7 +259,7 @@ pub(crate) fn tail(
     }
     let proc1 = Usage::now(UsageWho::RUSAGE_SELF);
     let clients1 = threads_usage(&CLIENT_THREADS);
-    let fetch_latency = t.broker.map(|b| b.take_fetch_latency()).unwrap_or_default();
+    let fetch_latency = t.broker.map(|b| b.take_fetch_latencies()).unwrap_or_default();
     if t.interrupted.load(Ordering::SeqCst) {
         interrupted = true;
         notes.push("interrupted (Ctrl-C): the tail phase was cut short; figures cover the time measured".into());
@@ -384,7 +387,9 @@ pub(crate) fn tail(
         broker: brk,
         clients,
         residency_before,
-        fetch: fetch_latency,
+        fetch: fetch_latency.with_records,
+        fetch_long_poll: fetch_latency.without_records,
+        fetches_in_flight_at_start: in_flight_at_start,
         polls,
         end_to_end: latency,
         rebalance_ms: Some(rebalance_ms),

@@ -20,8 +20,11 @@
 //!
 //! Each consumer Fetch (`replica_id` < 0, see `is_consumer_fetch`) is timed from the return of the frame read
 //! to the return of the response's last write and recorded in the broker's shared histogram
-//! ([`super::BrokerHandle::take_fetch_latency`]); a Fetch closed instead of answered, or whose
-//! write fails, is not recorded.
+//! ([`super::BrokerHandle::take_fetch_latency`]), in the half of the responses that carried
+//! record bytes or in the half that carried none ([`super::BrokerHandle::take_fetch_latencies`]);
+//! a Fetch closed instead of answered, or whose write fails, is not recorded. Every Fetch is
+//! counted in [`super::BrokerHandle::fetches_in_flight`] from its decode to the end of its
+//! response's write (or the connection giving it up).
 
 use std::io::Write;
 use std::net::TcpStream;
@@ -83,9 +86,14 @@ pub fn serve(mut stream: TcpStream, shared: &Shared) {
         // Kafka's TotalTimeMs starts when the request's receive completes.
         let received = Instant::now();
         let mut consumer_fetch = false;
+        // Counted in `fetches_in_flight` until its response is written (or given up).
+        let mut in_flight = None;
         let response = match frame::decode_request(payload) {
             Ok(request) => {
                 consumer_fetch = is_consumer_fetch(&request);
+                if matches!(request.body, RequestKind::Fetch(_)) {
+                    in_flight = Some(shared.fetch_in_flight());
+                }
                 handler::dispatch(shared, request)
             }
             Err(ProtocolError::UnsupportedVersion { api_key, api_version, correlation_id, .. })
@@ -100,10 +108,12 @@ pub fn serve(mut stream: TcpStream, shared: &Shared) {
             }
         };
         let answers = !matches!(response, Response::None | Response::Close);
+        let with_records = matches!(&response, Response::Fetch(f) if f.record_bytes() > 0);
         let written = write_response(&mut stream, &mut path, shared, response);
         if consumer_fetch && answers && written.is_ok() {
-            shared.record_fetch_latency(received.elapsed());
+            shared.record_fetch_latency(received.elapsed(), with_records);
         }
+        drop(in_flight);
         if let Err(e) = written {
             match e {
                 WriteEnd::Close => tracing::info!("{peer}: closing after a request that cannot be answered"),

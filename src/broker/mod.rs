@@ -395,9 +395,50 @@ pub struct Shared {
     fetch_wakeup: delayed_fetch::FetchWakeup,
     connections: Mutex<ConnectionCounts>,
     coordinator: coordinator::GroupCoordinator,
-    /// Total times of consumer Fetches answered since the last take (see
-    /// [`Shared::take_fetch_latency`]); locked once per Fetch response.
-    fetch_latency: Mutex<Latency>,
+    /// Total times of consumer Fetches answered since the last take, split by whether the
+    /// response carried record bytes (see [`Shared::take_fetch_latencies`]); locked once per
+    /// Fetch response.
+    fetch_latency: Mutex<FetchLatencies>,
+    /// Fetch requests read and not yet answered (see [`Shared::fetches_in_flight`]).
+    fetches_in_flight: AtomicU64,
+}
+
+/// The broker-side consumer Fetch latencies since the last take, in nanoseconds (see
+/// [`BrokerHandle::take_fetch_latency`] for what each value measures), split by the response.
+#[derive(Debug, Default)]
+pub struct FetchLatencies {
+    /// Fetches whose response carried record bytes.
+    pub with_records: Latency,
+    /// Fetches whose response carried none: long polls that expired at the log end (waiting
+    /// `fetch.max.wait.ms`), fetches that woke with nothing for them, and error answers.
+    pub without_records: Latency,
+}
+
+impl FetchLatencies {
+    /// Both histograms merged: every consumer Fetch answered.
+    pub fn all(&self) -> Latency {
+        let mut all = self.with_records.clone();
+        all.merge(&self.without_records);
+        all
+    }
+}
+
+/// One Fetch request counted in [`Shared::fetches_in_flight`] from the moment it was read to
+/// the drop of this guard: after its response was written, when the connection closes it
+/// unanswered, or when the connection thread unwinds.
+pub(crate) struct FetchInFlight<'a>(&'a AtomicU64);
+
+impl<'a> FetchInFlight<'a> {
+    pub(crate) fn new(counter: &'a AtomicU64) -> Self {
+        counter.fetch_add(1, Ordering::SeqCst);
+        FetchInFlight(counter)
+    }
+}
+
+impl Drop for FetchInFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// Open connections, counted against `max.connections` and `max.connections.per.ip`.
@@ -475,25 +516,48 @@ impl Shared {
     }
 
     /// The total times of the consumer Fetch requests (`replica_id` < 0; every fetch but a
-    /// follower's) answered since the last call, or since start, in nanoseconds; the histogram is
-    /// reset. See [`BrokerHandle::take_fetch_latency`], which calls this.
+    /// follower's) answered since the last call, or since start, in nanoseconds, both kinds of
+    /// response merged; the histograms are reset. See [`BrokerHandle::take_fetch_latency`],
+    /// which calls this.
     pub fn take_fetch_latency(&self) -> Latency {
-        // Allocate the empty histogram before locking: connection threads record meanwhile.
-        let mut taken = Latency::new();
+        self.take_fetch_latencies().all()
+    }
+
+    /// As [`Self::take_fetch_latency`], split by whether the response carried record bytes.
+    pub fn take_fetch_latencies(&self) -> FetchLatencies {
+        // Allocate the empty histograms before locking: connection threads record meanwhile.
+        let mut taken = FetchLatencies::default();
         std::mem::swap(&mut *self.fetch_latency_guard(), &mut taken);
         taken
     }
 
-    /// Records one consumer Fetch's total time (frame read -> response written), called by the
-    /// connection thread once the response's last byte was written. Clamped to 1 us ..= 60 s by
-    /// [`Latency::record_ns`].
-    fn record_fetch_latency(&self, total: Duration) {
-        let ns = u64::try_from(total.as_nanos()).unwrap_or(u64::MAX);
-        self.fetch_latency_guard().record_ns(ns);
+    /// Fetch requests (any replica id) whose frame was read and decoded and whose response is
+    /// not yet completely written: parked long polls included. A Fetch closed unanswered, or
+    /// whose connection failed, leaves the count when its connection thread gives it up.
+    pub fn fetches_in_flight(&self) -> u64 {
+        self.fetches_in_flight.load(Ordering::SeqCst)
     }
 
-    fn fetch_latency_guard(&self) -> MutexGuard<'_, Latency> {
-        // Recording never panics; a poisoned lock still holds a valid histogram.
+    /// Counts one Fetch request in [`Self::fetches_in_flight`] until the guard is dropped.
+    pub(crate) fn fetch_in_flight(&self) -> FetchInFlight<'_> {
+        FetchInFlight::new(&self.fetches_in_flight)
+    }
+
+    /// Records one consumer Fetch's total time (frame read -> response written), called by the
+    /// connection thread once the response's last byte was written; `with_records` says whether
+    /// the response carried record bytes. Clamped to 1 us ..= 60 s by [`Latency::record_ns`].
+    fn record_fetch_latency(&self, total: Duration, with_records: bool) {
+        let ns = u64::try_from(total.as_nanos()).unwrap_or(u64::MAX);
+        let mut l = self.fetch_latency_guard();
+        if with_records {
+            l.with_records.record_ns(ns);
+        } else {
+            l.without_records.record_ns(ns);
+        }
+    }
+
+    fn fetch_latency_guard(&self) -> MutexGuard<'_, FetchLatencies> {
+        // Recording never panics; a poisoned lock still holds valid histograms.
         self.fetch_latency.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
@@ -591,7 +655,8 @@ impl Broker {
             fetch_wakeup: delayed_fetch::FetchWakeup::default(),
             connections: Mutex::new(ConnectionCounts::default()),
             coordinator: coordinator::GroupCoordinator::new(coordinator_config),
-            fetch_latency: Mutex::new(Latency::new()),
+            fetch_latency: Mutex::new(FetchLatencies::default()),
+            fetches_in_flight: AtomicU64::new(0),
         });
         let accept_shared = Arc::clone(&shared);
         let accept = std::thread::Builder::new()
@@ -719,6 +784,22 @@ impl BrokerHandle {
     /// see it missing here; any later response on the same connection guarantees it is in.
     pub fn take_fetch_latency(&self) -> Latency {
         self.shared.take_fetch_latency()
+    }
+
+    /// As [`Self::take_fetch_latency`], split: fetches whose response carried record bytes,
+    /// and those whose response carried none (long polls that waited out `fetch.max.wait.ms`
+    /// at the log end, fetches woken with nothing for them, error answers). Both are reset.
+    pub fn take_fetch_latencies(&self) -> FetchLatencies {
+        self.shared.take_fetch_latencies()
+    }
+
+    /// Fetch requests received and not yet answered now (read and decoded; the response not
+    /// yet completely written), parked long polls included: what a client's pipelined Fetch
+    /// still holds on the broker. A Fetch leaves the count when its response's last write
+    /// returns (a client may have read the whole response a few microseconds before), or when
+    /// its connection gives it up unanswered.
+    pub fn fetches_in_flight(&self) -> u64 {
+        self.shared.fetches_in_flight()
     }
 
     /// Blocks until the accept thread ends (it ends only after [`Self::shutdown`] from another

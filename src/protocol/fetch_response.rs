@@ -205,6 +205,12 @@ impl FetchResponseFrame {
         self.size
     }
 
+    /// Bytes of record sets in the frame (the `File` chunks; 0 when no partition returned
+    /// records, e.g. a long poll that expired at the log end).
+    pub fn record_bytes(&self) -> u64 {
+        self.chunks.iter().filter(|c| matches!(c, Chunk::File(_))).map(Chunk::len).sum()
+    }
+
     /// Writes the frame to `socket`: `Bytes` chunks with a blocking write-all (short writes
     /// continued, `EINTR` retried, `EAGAIN` waited out, `MSG_NOSIGNAL`), `File` chunks through
     /// `path.transfer`. Returns the bytes written (= [`Self::size`]).

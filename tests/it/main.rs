@@ -5,6 +5,7 @@
 
 mod batch_corpus;
 mod bench_compare;
+mod bench_drain;
 mod bench_kcat;
 mod bench_run;
 mod broker;
