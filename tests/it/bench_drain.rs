@@ -46,7 +46,8 @@ read_paths = ["copy"]
 /// The issue's end-of-drain case: with `fetch.max.wait.ms = 20`, members finish at different
 /// moments; one leaving the group early made another one, still polling, get its partitions
 /// again from offset 0 and abort a complete drain ("offset 0 delivered where N was expected").
-/// Ten drains (five runs of two read paths), none fails and each reads the backlog once.
+/// Ten drains (five runs of two read paths), none fails and each reads the backlog once. (Before
+/// the fix, runs of this workload failed with "offset 0 delivered where 2048 was expected".)
 #[test]
 fn ten_drains_with_a_short_max_wait_all_finish() {
     let dir = tempfile::tempdir().unwrap();
@@ -54,10 +55,10 @@ fn ten_drains_with_a_short_max_wait_all_finish() {
         dir.path(),
         r#"
 name = "end-of-drain"
-partitions = 4
+partitions = 8
 record_size = "1KiB"
-backlog = "3MiB"
-consumers_per_group = 3
+backlog = "16MiB"
+consumers_per_group = 4
 phases = ["catch_up"]
 warmup = "0s"
 read_paths = ["copy", "sendfile"]
@@ -79,7 +80,7 @@ read_paths = ["copy", "sendfile"]
         let results = only_results(&results_dir);
         assert_eq!(results.paths.len(), 2);
         for p in &results.paths {
-            assert_eq!(p.records, 3072, "run {run}: every record once: {p:?}");
+            assert_eq!(p.records, 16384, "run {run}: every record once: {p:?}");
             assert_eq!(p.fetches_in_flight_at_start, Some(0), "run {run}: {p:?}");
         }
     }
