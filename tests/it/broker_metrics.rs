@@ -187,3 +187,71 @@ fn reset_on_close(stream: &TcpStream) {
     };
     assert_eq!(rc, 0, "setsockopt(SO_LINGER): {}", std::io::Error::last_os_error());
 }
+
+/// Waits (up to 10 s) until the broker holds `n` Fetches in flight.
+fn wait_for_fetches_in_flight(broker: &BrokerHandle, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while broker.fetches_in_flight() != n && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert_eq!(broker.fetches_in_flight(), n);
+}
+
+/// Issue 13: fetches that returned records and long polls that returned none are taken apart
+/// (`take_fetch_latencies`; `take_fetch_latency` still merges both), and a parked Fetch is
+/// counted in `fetches_in_flight` until answered, or until its connection gives it up.
+#[test]
+fn long_polls_are_split_from_data_fetches_and_parked_fetches_are_in_flight() {
+    let (_tmp, broker) = start(ReadPathKind::Sendfile);
+    let mut c = Client::connect(broker.local_addr());
+    metadata(&mut c, "split", 12);
+    assert_eq!(produce(&mut c, "split", batch(4), 1), Some((0, 0)));
+    assert_eq!(broker.fetches_in_flight(), 0);
+    // Two data fetches, one long poll at the log end (300 ms, nothing).
+    fetch(&mut c, "split", 0, 12);
+    fetch(&mut c, "split", 2, 12);
+    let (_, len) = long_poll(&mut c, "split", 4, 300, 1);
+    assert_eq!(len, 0);
+    sync(&mut c, "split");
+    let taken = broker.take_fetch_latencies();
+    assert_eq!((taken.with_records.count(), taken.without_records.count()), (2, 1), "{taken:?}");
+    assert!(taken.without_records.quantile_ns(1.0) >= 250_000_000, "the long poll's wait: {taken:?}");
+    assert!(taken.with_records.quantile_ns(1.0) < 250_000_000, "no wait in the data fetches: {taken:?}");
+    assert_eq!(taken.all().count(), 3);
+
+    // A Fetch parked at the log end is in flight until its answer is written.
+    let parked =
+        FetchRequest::default().with_max_wait_ms(2_000).with_min_bytes(1).with_max_bytes(1 << 20).with_topics(vec![
+            FetchTopic::default().with_topic(name("split")).with_partitions(vec![FetchPartition::default()
+                .with_partition(0)
+                .with_fetch_offset(4)
+                .with_partition_max_bytes(1 << 20)]),
+        ]);
+    let id = c.send(ApiKey::Fetch, 12, RequestKind::Fetch(parked.clone()));
+    wait_for_fetches_in_flight(&broker, 1);
+    // A produce on another connection wakes it with records: a data fetch.
+    let mut p = Client::connect(broker.local_addr());
+    assert_eq!(produce(&mut p, "split", batch(1), 1), Some((0, 4)));
+    let ResponseKind::Fetch(r) = c.receive(ApiKey::Fetch, 12, id) else { panic!() };
+    assert!(r.responses[0].partitions[0].records.as_ref().is_some_and(|b| !b.is_empty()));
+    sync(&mut c, "split");
+    assert_eq!(broker.fetches_in_flight(), 0);
+    assert_eq!(broker.take_fetch_latency().count(), 1, "take_fetch_latency merges both kinds");
+
+    // A parked Fetch whose client resets the connection leaves the count when its thread ends.
+    let mut r = Client::connect(broker.local_addr());
+    r.send(
+        ApiKey::Fetch,
+        12,
+        RequestKind::Fetch(parked.with_max_wait_ms(300).with_topics(vec![
+            FetchTopic::default().with_topic(name("split")).with_partitions(vec![
+                FetchPartition::default().with_partition(0).with_fetch_offset(5).with_partition_max_bytes(1 << 20),
+            ]),
+        ])),
+    );
+    wait_for_fetches_in_flight(&broker, 1);
+    reset_on_close(&r.stream);
+    drop(r);
+    wait_for_fetches_in_flight(&broker, 0);
+    broker.shutdown().unwrap();
+}
