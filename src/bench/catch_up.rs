@@ -88,6 +88,32 @@ pub(crate) struct Target<'a> {
 /// Errors: a consumer error, a group that does not become stable within 60 s, a record
 /// delivered twice or out of order, a drain longer than 600 s.
 pub(crate) fn catch_up(t: &Target<'_>) -> anyhow::Result<(PathResult, Vec<String>)> {
+    catch_up_with(t, &())
+}
+
+/// Calls from a drain into a phase that runs it inside itself (the mixed phase, see
+/// [`super::mixed`]), on the thread that runs [`catch_up_with`].
+pub(crate) trait DrainHooks {
+    /// Every member is positioned at the log start; the drain starts when this returns (its
+    /// clock, usage snapshots and fetch-latency reset come right after). An error stops the
+    /// drain and is returned.
+    fn at_start(&self) -> anyhow::Result<()> {
+        Ok(())
+    }
+    /// The groups have consumed the whole backlog (seen within ~5 ms of the last delivery;
+    /// before the members close).
+    fn at_end(&self) {}
+    /// Whether the caller's side failed: the drain stops with an error.
+    fn failed(&self) -> bool {
+        false
+    }
+}
+
+/// No hooks: the catch-up phase on its own.
+impl DrainHooks for () {}
+
+/// [`catch_up`] with `hooks` called at the drain's start and end.
+pub(crate) fn catch_up_with(t: &Target<'_>, hooks: &dyn DrainHooks) -> anyhow::Result<(PathResult, Vec<String>)> {
     let w = t.w;
     let backlog = t.backlog;
     let mut notes = Vec::new();
@@ -180,6 +206,10 @@ pub(crate) fn catch_up(t: &Target<'_>) -> anyhow::Result<(PathResult, Vec<String
         }
         b.fetches_in_flight()
     });
+    if let Err(e) = hooks.at_start() {
+        shared.failed.store(true, Ordering::SeqCst);
+        return Err(join_error(threads, e));
+    }
     let proc_start = Usage::now(UsageWho::RUSAGE_SELF);
     if let Some(b) = t.broker {
         let _ = b.take_fetch_latencies(); // the warmup's fetches are not measured
@@ -191,7 +221,14 @@ pub(crate) fn catch_up(t: &Target<'_>) -> anyhow::Result<(PathResult, Vec<String
     }
     let mut fetch_latency = None;
     loop {
+        if hooks.failed() {
+            shared.failed.store(true, Ordering::SeqCst);
+            return Err(join_error(threads, anyhow!("stopped: another part of the phase failed")));
+        }
         if shared.consumed.load(Ordering::SeqCst) >= shared.target || shared.failed.load(Ordering::SeqCst) {
+            if !shared.failed.load(Ordering::SeqCst) {
+                hooks.at_end();
+            }
             // The drain's fetches, before the consumers close (their parked fetches at the log
             // end would add their long-poll waits after the drain).
             fetch_latency = t.broker.map(|b| b.take_fetch_latencies());
@@ -505,6 +542,7 @@ impl Measured {
             records: self.records,
             mb_per_sec: self.bytes as f64 / 1e6 / seconds,
             records_per_sec: self.records as f64 / seconds,
+            produced_mb_per_sec: None,
             broker_cpu: cpu(&self.broker),
             consumer_cpu: cpu(&self.clients),
             minor_faults_per_gb: per_gb(self.broker.minflt),

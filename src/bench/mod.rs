@@ -2,7 +2,7 @@
 //! ([`workload`]) into results files ([`results`], versioned JSON with full HdrHistograms
 //! ([`histogram`]), CSV and an SVG chart ([`chart`])), measured per read path against an
 //! embedded broker or an external cluster: the backlog ([`backlog`]), the catch-up phase
-//! ([`catch_up`]), the tail phase with end-to-end latency ([`tail`]), resource accounting
+//! ([`catch_up`]), the tail phase with end-to-end latency ([`tail`]), both at once ([`mixed`]), resource accounting
 //! ([`usage`]), this machine's limits ([`limits`]), librdkafka consumers as kcat processes
 //! ([`kcat`]). `fetchbench compare` ([`compare`]) sets two results files side by side.
 
@@ -13,6 +13,7 @@ pub mod compare;
 pub mod histogram;
 pub(crate) mod kcat;
 pub mod limits;
+pub mod mixed;
 pub mod results;
 pub mod run;
 pub mod tail;

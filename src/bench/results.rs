@@ -11,6 +11,7 @@
 //!   workload {every workload key, as in the TOML file},
 //!   limits {source, figures [ {key, label, bytes_per_sec, cpu_seconds_per_gb} ]},
 //!   paths [ { read_path, phase, seconds, bytes, records, mb_per_sec, records_per_sec,
+//!             produced_mb_per_sec,
 //!             broker_cpu {user_s_per_gb, sys_s_per_gb}, consumer_cpu {..},
 //!             minor_faults_per_gb, major_faults_per_gb, context_switches_per_gb,
 //!             residency_before, broker_rss_bytes,
@@ -242,7 +243,9 @@ pub struct EndToEnd {
 pub struct PathResult {
     /// The read path that actually ran ([`crate::read_path::ReadPathKind::name`]).
     pub read_path: String,
-    /// The phase: `catch_up` or `tail`.
+    /// The phase: `catch_up`, `tail` or `mixed` (see [`super::mixed`]: there `seconds`,
+    /// `bytes`, `records` and the throughputs are the drain's, end-to-end latency the tail
+    /// consumers').
     pub phase: String,
     /// Measured wall-clock time, s.
     pub seconds: f64,
@@ -254,6 +257,11 @@ pub struct PathResult {
     pub mb_per_sec: f64,
     /// Throughput, records/s.
     pub records_per_sec: f64,
+    /// Record-batch MB/s (1e6 bytes, after compression) the producers wrote over the measured
+    /// interval (`tail` and `mixed`); `null` for `catch_up`. Added within version 2: a file
+    /// written before it may lack the field, which then reads as `null`.
+    #[serde(default)]
+    pub produced_mb_per_sec: Option<f64>,
     /// CPU of the broker process, s/GB.
     pub broker_cpu: CpuPerGb,
     /// CPU of the consumer processes together, s/GB.
@@ -346,6 +354,7 @@ pub fn schema_shape() -> Value {
             "records": "uint",
             "mb_per_sec": "number",
             "records_per_sec": "number",
+            "produced_mb_per_sec": "number|null",
             "broker_cpu": cpu,
             "consumer_cpu": cpu,
             "minor_faults_per_gb": "number",
@@ -364,10 +373,6 @@ pub fn schema_shape() -> Value {
     })
 }
 
-/// Path fields added to version 2 after its first files: a document without them is valid
-/// (read as an empty histogram and `null`).
-const LATER_FIELDS: [&str; 2] = ["fetch_long_poll_latency", "fetches_in_flight_at_start"];
-
 fn describe(v: &Value) -> String {
     let s = v.to_string();
     if s.len() > 40 {
@@ -380,6 +385,11 @@ fn describe(v: &Value) -> String {
     }
 }
 
+/// Path fields added within a schema version: a document written before may lack them (they
+/// read as an empty histogram or `null`); when present they are checked as any other.
+const ADDED_WITHIN_VERSION: [&str; 3] =
+    ["fetch_long_poll_latency", "fetches_in_flight_at_start", "produced_mb_per_sec"];
+
 fn walk(shape: &Value, v: &Value, at: &str, problems: &mut Vec<String>) {
     let mut bad = |expected: &str| problems.push(format!("{at}: expected {expected}, found {}", describe(v)));
     match shape {
@@ -388,8 +398,7 @@ fn walk(shape: &Value, v: &Value, at: &str, problems: &mut Vec<String>) {
             for (k, s) in fields {
                 match obj.get(k) {
                     Some(x) => walk(s, x, &format!("{at}/{k}"), problems),
-                    // Added to version 2 later: files written before them are still valid.
-                    None if LATER_FIELDS.contains(&k.as_str()) => {}
+                    None if ADDED_WITHIN_VERSION.contains(&k.as_str()) => {}
                     None => problems.push(format!("{at}/{k}: missing")),
                 }
             }
@@ -466,8 +475,10 @@ pub fn validate(doc: &Value) -> Result<Results, ValidationError> {
             if p.get("residency_before").and_then(Value::as_f64).is_some_and(|r| r > 1.0) {
                 problems.push(format!("/paths/{i}/residency_before: expected a fraction from 0 to 1"));
             }
-            if let Some(phase) = p.get("phase").and_then(Value::as_str).filter(|s| !["catch_up", "tail"].contains(s)) {
-                problems.push(format!("/paths/{i}/phase: expected one of catch_up, tail, found \"{phase}\""));
+            if let Some(phase) =
+                p.get("phase").and_then(Value::as_str).filter(|s| !["catch_up", "tail", "mixed"].contains(s))
+            {
+                problems.push(format!("/paths/{i}/phase: expected one of catch_up, tail, mixed, found \"{phase}\""));
             }
             let key = (p.get("read_path"), p.get("phase"));
             if paths[..i].iter().any(|q| (q.get("read_path"), q.get("phase")) == key) {
@@ -516,10 +527,11 @@ pub const CSV_HEADER: &str = "read_path,phase,seconds,mb_per_sec,records_per_sec
 broker_cpu_sys_s_per_gb,consumer_cpu_user_s_per_gb,consumer_cpu_sys_s_per_gb,minor_faults_per_gb,\
 major_faults_per_gb,context_switches_per_gb,residency_before,broker_rss_bytes,fetch_p50_us,fetch_p99_us,\
 fetch_p999_us,fetch_max_us,e2e_corrected_p50_us,e2e_corrected_p99_us,e2e_corrected_p999_us,\
-e2e_corrected_max_us,e2e_raw_p50_us,e2e_raw_p99_us,e2e_raw_p999_us,poll_p50_us,poll_p99_us,rebalance_ms";
+e2e_corrected_max_us,e2e_raw_p50_us,e2e_raw_p99_us,e2e_raw_p999_us,poll_p50_us,poll_p99_us,rebalance_ms,\
+produced_mb_per_sec";
 
 /// Writes a CSV summary of `results`: [`CSV_HEADER`], then one line per path entry (units as
-/// in [`PathResult`]; an absent `rebalance_ms` and the percentiles of a latency without
+/// in [`PathResult`]; an absent `rebalance_ms` or `produced_mb_per_sec` and the percentiles of a latency without
 /// samples, such as end-to-end in a catch-up phase, are empty cells).
 pub fn write_csv(results: &Results, mut out: impl Write) -> io::Result<()> {
     writeln!(out, "{CSV_HEADER}")?;
@@ -559,6 +571,7 @@ pub fn write_csv(results: &Results, mut out: impl Write) -> io::Result<()> {
             q(poll, poll.p50_us),
             q(poll, poll.p99_us),
             p.rebalance_ms.map(|r| r.to_string()).unwrap_or_default(),
+            p.produced_mb_per_sec.map(|r| r.to_string()).unwrap_or_default(),
         ];
         writeln!(out, "{}", cells.join(","))?;
     }
@@ -604,6 +617,7 @@ pub fn example(speed: f64) -> Results {
                     records: (mb_per_sec * 1e6 * seconds / 1024.0) as u64,
                     mb_per_sec,
                     records_per_sec: mb_per_sec * 1e6 / 1024.0,
+                    produced_mb_per_sec: (phase == "tail").then_some(10.5),
                     broker_cpu: CpuPerGb { user_s_per_gb: 0.30 / s, sys_s_per_gb: 0.50 / s },
                     consumer_cpu: CpuPerGb { user_s_per_gb: 0.90 / s, sys_s_per_gb: 0.40 / s },
                     minor_faults_per_gb: 1_000.0 / s,
@@ -704,7 +718,14 @@ mod tests {
             "/paths/0/fetch_latency/histogram: histogram is not valid base64",
         );
         check(&|d| d["paths"][0]["residency_before"] = json!(1.5), "/paths/0/residency_before: expected a fraction");
-        check(&|d| d["paths"][0]["phase"] = json!("warm"), "/paths/0/phase: expected one of catch_up, tail");
+        check(&|d| d["paths"][0]["phase"] = json!("warm"), "/paths/0/phase: expected one of catch_up, tail, mixed");
+        check(
+            &|d| d["paths"][1]["produced_mb_per_sec"] = json!(-1.0),
+            "/paths/1/produced_mb_per_sec: expected a finite non-negative number",
+        );
+        let mut mixed = good.clone();
+        mixed["paths"][1]["phase"] = json!("mixed");
+        assert!(validate(&mixed).is_ok(), "phase mixed is valid");
         check(
             &|d| {
                 let first = d["paths"][0].clone();
@@ -712,6 +733,10 @@ mod tests {
             },
             "/paths/6: a second entry for read path \"copy\" phase \"catch_up\"",
         );
+        let mut older = good.clone();
+        older["paths"][1].as_object_mut().unwrap().remove("produced_mb_per_sec");
+        let older = validate(&older).expect("a version 2 file from before produced_mb_per_sec is valid");
+        assert_eq!(older.paths[1].produced_mb_per_sec, None);
         check(&|d| d["workload"]["page_cache"] = json!("warm"), "/workload: page_cache: expected one of hot, cold");
         check(&|d| d["workload"]["partitions"] = json!([1, 2]), "/workload: a sweep");
         check(&|d| d["git"]["dirty"] = json!("no"), "/git/dirty: expected true or false");
@@ -754,7 +779,8 @@ mod tests {
         let columns = CSV_HEADER.split(',').count();
         assert!(lines.iter().all(|l| l.split(',').count() == columns), "{text}");
         assert!(lines[1].starts_with("copy,catch_up,"), "{text}");
-        assert!(lines[2].starts_with("copy,tail,") && lines[2].ends_with(','), "no rebalance in tail: {text}");
+        assert!(lines[2].starts_with("copy,tail,") && lines[2].ends_with(",,10.5"), "no rebalance in tail: {text}");
+        assert!(lines[1].ends_with(','), "no produced MB/s in catch_up: {text}");
         assert_eq!(csv_cell("a,\"b\""), "\"a,\"\"b\"\"\"");
     }
 }

@@ -14,7 +14,8 @@
 //!    `page_cache = "cold"` then evicts the segment files (`fdatasync` +
 //!    `posix_fadvise(DONTNEED)`, after the broker's start-up reads and before anything maps
 //!    them; `residency_before` reports what `mincore` still sees); then the workload's phases: [`super::catch_up`] (groups drain the
-//!    backlog) and [`super::tail`] (producers at a rate, consumers at the head). External: the
+//!    backlog), [`super::tail`] (producers at a rate, consumers at the head) and
+//!    [`super::mixed`] (both at once). External: the
 //!    phases run once, read path `external`.
 //! 3. **Results**: machine limits (`--limits FILE`, else `scripts/baseline-limits.sh` with a
 //!    short setting when fio and iperf3 are installed; see [`super::limits`]) and each path's
@@ -24,7 +25,7 @@
 //! Ctrl-C stops the current phase: what was measured is written, with `interrupted: true`,
 //! and the command exits 130; a second Ctrl-C kills the process.
 //!
-//! Measurement rules: see [`super::catch_up`] and [`super::tail`]. CPU: the process's
+//! Measurement rules: see [`super::catch_up`], [`super::tail`] and [`super::mixed`]. CPU: the process's
 //! `getrusage` minus the client threads (the consumers and producers share the process with
 //! the embedded broker); io_uring's `iou-wrk` kernel threads belong to the process, so they
 //! are counted as broker.
@@ -257,9 +258,9 @@ pub fn run_one(args: &RunArgs, w: &Workload, command: &[String]) -> anyhow::Resu
                 b
             }
             None => {
-                // Without a catch-up phase nothing reads the backlog: the topics only.
+                // Without a catch-up or mixed phase nothing reads the backlog: the topics only.
                 let mut gen = w.clone();
-                if !w.phases.contains(&Phase::CatchUp) {
+                if !w.phases.contains(&Phase::CatchUp) && !w.phases.contains(&Phase::Mixed) {
                     gen.backlog_bytes = 0;
                 }
                 progress.step(format!("writing the backlog ({} bytes)", gen.backlog_bytes));
@@ -417,6 +418,7 @@ fn run_phases(
             Phase::CatchUp if t.w.client == Client::Librdkafka => super::kcat::catch_up(t),
             Phase::CatchUp => super::catch_up::catch_up(t),
             Phase::Tail => super::tail::tail(t, dir, args.producer_stall),
+            Phase::Mixed => super::mixed::mixed(t, dir),
         };
         // A rebalance inside a drain is handled in the drain (committed positions, redeliveries
         // not counted), not by measuring again.
@@ -467,10 +469,16 @@ fn check_supported(w: &Workload, args: &RunArgs) -> anyhow::Result<()> {
     if args.bootstrap.is_some() && w.log_dir.is_some() {
         bail!("log_dir: cannot be served by an external cluster (--bootstrap); drop one of them");
     }
-    if w.phases.contains(&Phase::CatchUp) && w.log_dir.is_none() && w.backlog_bytes < w.record_size {
-        bail!("backlog: the catch_up phase needs a backlog of at least one record ({} bytes)", w.record_size);
+    for phase in [Phase::CatchUp, Phase::Mixed] {
+        if w.phases.contains(&phase) && w.log_dir.is_none() && w.backlog_bytes < w.record_size {
+            bail!(
+                "backlog: the {} phase needs a backlog of at least one record ({} bytes)",
+                phase.name(),
+                w.record_size
+            );
+        }
     }
-    if w.phases.contains(&Phase::Tail) {
+    if w.phases.contains(&Phase::Tail) || w.phases.contains(&Phase::Mixed) {
         super::tail::check(w)?;
     }
     if let CpuPinning::Cpus { broker, clients } = &w.cpu_pinning {
@@ -509,9 +517,10 @@ fn unix_secs() -> u64 {
 }
 
 /// The backlog on an external cluster: new topics, `backlog / record_size` records produced
-/// as fast as possible (values as the generated backlog's), acknowledged with `acks=all`.
+/// as fast as possible (values as the generated backlog's) by a producer with the workload's
+/// `compression` and `[producer_config]` over Kafka's defaults (`acks=all`).
 fn external_backlog(w: &Workload, bootstrap: &str) -> anyhow::Result<Backlog> {
-    use crate::client::producer::{Producer, ProducerConfig};
+    use crate::client::producer::Producer;
     let stamp = unix_secs();
     let topics: Vec<(String, i32)> = (0..w.topics)
         .map(|t| (format!("fetchbench-{}-{stamp}-{t}", file_safe(&w.name)), w.partitions as i32))
@@ -519,10 +528,10 @@ fn external_backlog(w: &Workload, bootstrap: &str) -> anyhow::Result<Backlog> {
     let mut conn = crate::client::KafkaConnection::connect(bootstrap, "fetchbench-run", Duration::from_secs(10))
         .with_context(|| format!("connecting to {bootstrap}"))?;
     crate::client::admin::create_topics(&mut conn, &topics, 30_000)?;
-    let records = if w.phases.contains(&Phase::CatchUp) { w.backlog_bytes / w.record_size } else { 0 };
-    let mut pc = ProducerConfig::new(bootstrap);
-    pc.client_id = "fetchbench-run-backlog".into();
-    pc.compression = w.compression.name().parse().map_err(|e| anyhow!("compression: {e}"))?;
+    let drained = w.phases.contains(&Phase::CatchUp) || w.phases.contains(&Phase::Mixed);
+    let records = if drained { w.backlog_bytes / w.record_size } else { 0 };
+    // The workload's [producer_config] too: the backlog's batches as its producers write them.
+    let pc = w.producer_config_for(bootstrap, "fetchbench-run-backlog").map_err(|e| anyhow!("producer_config: {e}"))?;
     let producer = Producer::new(pc)?;
     let mut value = vec![0u8; w.record_size as usize];
     for (i, b) in value.iter_mut().enumerate() {

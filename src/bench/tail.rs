@@ -8,7 +8,8 @@
 //!    (`rebalance_ms`), each member moves to the log end of its partitions (`seek_to_end`, the
 //!    offsets resolved before anything is produced);
 //! 2. `producers` producer threads (each a [`Producer`] with Kafka 4's defaults: `acks=all`,
-//!    `linger.ms=5`, `batch.size=16384`, idempotent; the workload's `compression`) send for
+//!    `linger.ms=5`, `batch.size=16384`, idempotent; then the workload's `compression` and
+//!    `[producer_config]` over them, see [`Workload::producer_config_for`]) send for
 //!    `warmup + duration`. With a rate, each producer follows an open-loop schedule
 //!    ([`OpenLoopSchedule`], `rate / producers` records/s, the producers' schedules
 //!    interleaved): record `i` is due at its intended time whatever happened before, and a
@@ -29,6 +30,9 @@
 //! records times the record-batch bytes per record the log grew by (embedded broker), or the
 //! records' value bytes (external cluster). CPU: the process over the window minus the client
 //! threads (consumers, producers and their sender threads, read from `/proc/self/task`).
+//! `produced_mb_per_sec`: the record-batch bytes the producers wrote to their connections
+//! (after compression, [`crate::client::producer::ProducerStats::batch_bytes_sent`]) over the
+//! window, per second.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -127,131 +131,41 @@ pub(crate) fn tail(
     stall: Option<Stall>,
 ) -> anyhow::Result<(PathResult, Vec<String>)> {
     let w = t.w;
-    if w.record_size < 16 {
-        bail!("record_size: the tail phase needs at least 16 bytes (two timestamps), found {}", w.record_size);
-    }
-    if w.producers == 0 {
-        bail!("producers: the tail phase needs at least one producer");
-    }
+    check(w)?;
     let mut notes = Vec::new();
-    // The tail writes to topics of its own (`fetchbench-tail-<topic>`, the backlog topics'
-    // partition counts), so the backlog every read path's catch-up reads stays as it was.
-    let tail_topics: Vec<(String, i32)> =
-        t.backlog.topics.iter().map(|(name, p)| (format!("fetchbench-tail-{name}"), *p)).collect();
-    create_if_missing(&t.bootstrap, &tail_topics)?;
-    let backlog =
-        Backlog { topics: tail_topics, records: 0, disk_bytes: 0, segment_files: Vec::new(), dense_offsets: true };
-    let tail_target = Target {
-        w: t.w,
-        backlog: &backlog,
-        read_path: t.read_path.clone(),
-        bootstrap: t.bootstrap.clone(),
-        broker: t.broker,
-        interrupted: t.interrupted,
-        group_prefix: t.group_prefix.clone(),
-        pin_clients: t.pin_clients.clone(),
-    };
-    let t = &tail_target;
+    let backlog = tail_backlog(t)?;
+    let t = &retarget(t, &backlog, t.group_prefix.clone());
     // Of the segments the tail reads: its own topics, at the head.
     let residency_before = residency(&segment_files(dir, &t.backlog.topics));
-    let groups = w.consumer_groups as usize;
-    let per_group = w.consumers_per_group as usize;
-    let members = groups * per_group;
-    let partitions_total: usize = t.backlog.topics.iter().map(|(_, p)| *p as usize).sum();
-    let topics: Vec<String> = t.backlog.topics.iter().map(|(t, _)| t.clone()).collect();
-    let sh = Arc::new(TailShared {
-        members: Mutex::new(vec![(usize::MAX, -1, 0); members]),
-        stable: AtomicUsize::new(0),
-        groups,
-        failed: AtomicBool::new(false),
-        ready: AtomicUsize::new(0),
-        start_ns: AtomicU64::new(0),
-        produced: AtomicU64::new(u64::MAX),
-        received: (0..groups).map(|_| AtomicU64::new(0)).collect(),
-        done: AtomicBool::new(false),
-        window: (AtomicU64::new(u64::MAX), AtomicU64::new(u64::MAX)),
-    });
-    let consumers = match w.client {
-        Client::Native => native_members(t, &sh, &topics, partitions_total)?,
-        Client::Librdkafka => super::kcat::tail_members(t, &sh)?,
-    };
-    let subscribed = Instant::now();
-    let deadline = subscribed + Duration::from_secs(60);
-    while sh.ready.load(Ordering::SeqCst) < members {
-        if sh.failed.load(Ordering::SeqCst) || Instant::now() > deadline || t.interrupted.load(Ordering::SeqCst) {
-            sh.failed.store(true, Ordering::SeqCst);
-            return Err(join_error(consumers, anyhow!("the consumer groups did not become stable")));
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    let rebalance_ms = subscribed.elapsed().as_secs_f64() * 1e3;
-    let log_bytes_before = dir.map(|d| topic_log_bytes(d, &topics));
+    let rig = TailRig::start(t, dir)?;
+    let sh = rig.sh.clone();
     // The schedule: record i of producer p (of P) due at start + (i * P + p) / rate.
     let start_ns = mono_ns() + 20_000_000; // 20 ms for the producer threads to start
     let window_start = start_ns + w.warmup.as_nanos() as u64;
     let window_end = window_start + w.duration.as_nanos() as u64;
     sh.window.0.store(window_start, Ordering::SeqCst);
     sh.window.1.store(window_end, Ordering::SeqCst);
-    sh.start_ns.store(start_ns, Ordering::SeqCst);
-    let rate = w.rate.records_per_sec(w.record_size);
-    let stop_producing = Arc::new(AtomicBool::new(false));
-    let mut producers = Vec::new();
-    for p in 0..w.producers as usize {
-        let mut pc = ProducerConfig::new(&t.bootstrap);
-        pc.client_id = format!("fetchbench-run-producer-{p}");
-        pc.compression = w.compression.name().parse().map_err(|e| anyhow!("compression: {e}"))?;
-        let job = ProducerJob {
-            index: p as u64,
-            count: u64::from(w.producers),
-            rate,
-            start_ns,
-            end_ns: window_end,
-            record_size: w.record_size as usize,
-            keys: w.key_distribution,
-            topics: topics.clone(),
-            stall,
-            pin: t.pin_clients.clone(),
-            stamp_headers: w.client == Client::Librdkafka,
-            payload: w.payload_file.as_deref().map(Payload::read).transpose()?,
-        };
-        let (stop, failed) = (stop_producing.clone(), sh.clone());
-        let handle = std::thread::Builder::new().name(format!("bench-producer-{p}")).spawn(move || {
-            let r = produce(pc, &job, &stop);
-            if r.is_err() {
-                failed.failed.store(true, Ordering::SeqCst);
-            }
-            r
-        })?;
-        producers.push(handle);
-    }
+    let producers = match Producers::start(t, &sh, start_ns, Arc::new(AtomicU64::new(window_end)), stall) {
+        Ok(p) => p,
+        Err(e) => return Err(rig.abort(e)),
+    };
     // Usage snapshots at the window's bounds (the process, and the client threads). This
     // thread's own CPU counts as broker: it sleeps in long steps (a 1 ms poll loop cost a
     // third of a CPU in context switches on a VM).
-    let wait_until = |ns: u64| -> bool {
-        loop {
-            let now = mono_ns();
-            if now >= ns {
-                return true;
-            }
-            if sh.failed.load(Ordering::SeqCst) || t.interrupted.load(Ordering::SeqCst) {
-                return false;
-            }
-            std::thread::sleep(Duration::from_nanos((ns - now).min(50_000_000)));
-        }
-    };
     let mut interrupted = false;
     let mut window_cut = None;
-    let (mut proc0, mut clients0) = (Usage::default(), Usage::default());
+    let (mut proc0, mut clients0, mut written0) = (Usage::default(), Usage::default(), 0);
     let mut in_flight_at_start = None;
-    if wait_until(window_start) {
+    if wait_until(&sh, t.interrupted, window_start) {
         proc0 = Usage::now(UsageWho::RUSAGE_SELF);
         clients0 = threads_usage(&CLIENT_THREADS);
+        written0 = producers.written();
         if let Some(b) = t.broker {
             // Consumers waiting at the log end hold parked fetches: the tail's steady state.
             in_flight_at_start = Some(b.fetches_in_flight());
             let _ = b.take_fetch_latencies(); // warmup fetches are not measured
         }
-        if !wait_until(window_end) {
+        if !wait_until(&sh, t.interrupted, window_end) {
             window_cut = Some(mono_ns());
         }
     } else {
@@ -259,6 +173,7 @@ pub(crate) fn tail(
     }
     let proc1 = Usage::now(UsageWho::RUSAGE_SELF);
     let clients1 = threads_usage(&CLIENT_THREADS);
+    let written1 = producers.written();
     let fetch_latency = t.broker.map(|b| b.take_fetch_latencies()).unwrap_or_default();
     if t.interrupted.load(Ordering::SeqCst) {
         interrupted = true;
@@ -268,91 +183,10 @@ pub(crate) fn tail(
         // Shrink the window to what was measured, so late records do not count.
         sh.window.1.store(cut.max(window_start), Ordering::SeqCst);
     }
-    stop_producing.store(true, Ordering::SeqCst);
-    let mut produced = 0;
-    let mut unsent = 0u64;
-    let mut error = None;
-    for p in producers {
-        match p.join() {
-            Ok(Ok((n, u))) => {
-                produced += n;
-                unsent += u;
-            }
-            Ok(Err(e)) => error = error.or(Some(e)),
-            Err(_) => error = error.or(Some(anyhow!("a producer thread panicked"))),
-        }
-    }
-    if let Some(e) = error {
-        sh.failed.store(true, Ordering::SeqCst);
-        return Err(join_error(consumers, e));
-    }
-    sh.produced.store(produced, Ordering::SeqCst);
-    // Every group receives every acknowledged record.
-    let settle = Instant::now();
-    loop {
-        if sh.failed.load(Ordering::SeqCst) {
-            break;
-        }
-        if sh.received.iter().all(|r| r.load(Ordering::SeqCst) >= produced) {
-            break;
-        }
-        if interrupted || t.interrupted.load(Ordering::SeqCst) {
-            interrupted = true;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-        if settle.elapsed() > SETTLE_TIMEOUT {
-            sh.failed.store(true, Ordering::SeqCst);
-            let got: Vec<u64> = sh.received.iter().map(|r| r.load(Ordering::SeqCst)).collect();
-            return Err(join_error(
-                consumers,
-                anyhow!(
-                    "records lost: {produced} acknowledged, the groups received {got:?} {} s after the producers finished",
-                    SETTLE_TIMEOUT.as_secs()
-                ),
-            ));
-        }
-    }
-    sh.done.store(true, Ordering::SeqCst);
-    let mut reports = Vec::new();
-    let mut error = None;
-    for c in consumers {
-        match c.join() {
-            Ok(Ok(r)) => reports.push(r),
-            Ok(Err(e)) => error = error.or(Some(e)),
-            Err(_) => error = error.or(Some(anyhow!("a consumer thread panicked"))),
-        }
-    }
-    if let Some(e) = error {
-        return Err(e);
-    }
-    if !interrupted {
-        for (g, r) in sh.received.iter().enumerate() {
-            let r = r.load(Ordering::SeqCst);
-            if r != produced {
-                bail!("group {g} received {r} records, {produced} were acknowledged: duplicates");
-            }
-        }
-    }
-    let mut latency = LatencyRecorder::new();
-    let mut polls = Latency::new();
-    let (mut records, mut value_bytes) = (0u64, 0u64);
-    for r in &reports {
-        latency.merge(&r.latency);
-        polls.merge(&r.polls);
-        records += r.window_records;
-        value_bytes += r.window_value_bytes;
-    }
+    let out = rig.finish(t, producers, interrupted)?;
     let seconds = (sh.window.1.load(Ordering::SeqCst) - window_start) as f64 / 1e9;
     let seconds = seconds.max(1e-9);
-    // Record-batch bytes per record, from the log's growth (embedded), else value bytes.
-    let bytes = match (dir, log_bytes_before) {
-        (Some(d), Some(before)) if produced > 0 => {
-            let grown = topic_log_bytes(d, &topics).saturating_sub(before);
-            (grown as f64 / produced as f64 * records as f64) as u64
-        }
-        _ => value_bytes,
-    };
+    let bytes = out.window_batch_bytes();
     if dir.is_none() {
         notes.push("tail bytes are record value bytes (the external cluster's log is not visible)".into());
     }
@@ -367,35 +201,340 @@ pub(crate) fn tail(
     let clients = clients1.minus(clients0);
     let brk = if t.broker.is_some() { process.minus_part(clients) } else { Usage::default() };
     let clients = if t.broker.is_some() { clients } else { process };
-    let expected = rate.map_or(0.0, |r| r * seconds) * groups as f64;
-    if unsent > 0 {
-        notes.push(format!(
-            "the producers could not keep to the schedule: {unsent} records due in the window were never sent; \
-             they are in no histogram, so the corrected latency understates (lower the rate)"
-        ));
-    }
-    if rate.is_some() && (records as f64) < expected * 0.9 {
-        notes.push(format!(
-            "the producers fell behind the schedule: {records} records measured, {expected:.0} due (see the corrected latency)"
-        ));
-    }
-    let result = Measured {
+    out.schedule_notes(w, seconds, &mut notes);
+    let mut result = Measured {
         phase: Phase::Tail,
         seconds,
         bytes,
-        records,
+        records: out.records,
         broker: brk,
         clients,
         residency_before,
         fetch: fetch_latency.with_records,
         fetch_long_poll: fetch_latency.without_records,
         fetches_in_flight_at_start: in_flight_at_start,
-        polls,
-        end_to_end: latency,
-        rebalance_ms: Some(rebalance_ms),
+        polls: out.polls,
+        end_to_end: out.latency,
+        rebalance_ms: Some(out.rebalance_ms),
     }
     .result(t);
+    result.produced_mb_per_sec = Some(written1.saturating_sub(written0) as f64 / 1e6 / seconds);
     Ok((result, notes))
+}
+
+/// Waits until the mono time `ns`; false when the phase failed or was interrupted first. Sleeps
+/// in steps of at most 50 ms (the caller's CPU counts as broker).
+pub(crate) fn wait_until(sh: &TailShared, interrupted: &AtomicBool, ns: u64) -> bool {
+    loop {
+        let now = mono_ns();
+        if now >= ns {
+            return true;
+        }
+        if sh.failed.load(Ordering::SeqCst) || interrupted.load(Ordering::SeqCst) {
+            return false;
+        }
+        std::thread::sleep(Duration::from_nanos((ns - now).min(50_000_000)));
+    }
+}
+
+/// The topics the producers of the tail (and mixed) phase write, created when missing:
+/// `fetchbench-tail-<topic>` with the backlog topics' partition counts, so the backlog every
+/// read path's catch-up reads stays as it was.
+///
+/// Errors: connecting, creating the topics.
+pub(crate) fn tail_backlog(t: &Target<'_>) -> anyhow::Result<Backlog> {
+    let tail_topics: Vec<(String, i32)> =
+        t.backlog.topics.iter().map(|(name, p)| (format!("fetchbench-tail-{name}"), *p)).collect();
+    create_if_missing(&t.bootstrap, &tail_topics)?;
+    Ok(Backlog { topics: tail_topics, records: 0, disk_bytes: 0, segment_files: Vec::new(), dense_offsets: true })
+}
+
+/// `t` with another backlog and group-id prefix.
+pub(crate) fn retarget<'a>(t: &Target<'a>, backlog: &'a Backlog, group_prefix: String) -> Target<'a> {
+    Target {
+        w: t.w,
+        backlog,
+        read_path: t.read_path.clone(),
+        bootstrap: t.bootstrap.clone(),
+        broker: t.broker,
+        interrupted: t.interrupted,
+        group_prefix,
+        pin_clients: t.pin_clients.clone(),
+    }
+}
+
+/// The consumer side of a tail phase, running: `consumer_groups` x `consumers_per_group`
+/// members at the head of the target's topics (the tail topics), and what is needed to end it.
+pub(crate) struct TailRig {
+    /// State shared with the members (and the producers).
+    pub sh: Arc<TailShared>,
+    consumers: TailMembers,
+    topics: Vec<String>,
+    rebalance_ms: f64,
+    /// Bytes of the topics' `.log` files before producing (embedded broker).
+    log_bytes_before: Option<u64>,
+    dir: Option<std::path::PathBuf>,
+}
+
+/// The producer threads of a tail phase (see [`Producers::start`]).
+pub(crate) struct Producers {
+    handles: Vec<std::thread::JoinHandle<anyhow::Result<(u64, u64)>>>,
+    stop: Arc<AtomicBool>,
+    written: Vec<Arc<AtomicU64>>,
+}
+
+/// What the consumers of a tail phase received, once it ended ([`TailRig::finish`]).
+pub(crate) struct TailOutcome {
+    /// End-to-end latencies of the window's records (all members).
+    pub latency: LatencyRecorder,
+    /// Client-side poll latencies.
+    pub polls: Latency,
+    /// Records of the window received (all groups).
+    pub records: u64,
+    /// Their value bytes.
+    pub value_bytes: u64,
+    /// Records due in the window the producers never sent.
+    pub unsent: u64,
+    /// Record-batch bytes the topics' logs grew by per produced record (embedded broker).
+    pub batch_bytes_per_record: Option<f64>,
+    /// Subscribe to every member at the log end, ms.
+    pub rebalance_ms: f64,
+}
+
+impl TailOutcome {
+    /// Record-batch bytes of the window's records (their share of the log's growth), or their
+    /// value bytes when the log is not visible (external cluster).
+    pub fn window_batch_bytes(&self) -> u64 {
+        match self.batch_bytes_per_record {
+            Some(per) => (per * self.records as f64) as u64,
+            None => self.value_bytes,
+        }
+    }
+
+    /// Notes on the producers not keeping to their schedule over `seconds` of window.
+    pub fn schedule_notes(&self, w: &Workload, seconds: f64, notes: &mut Vec<String>) {
+        let rate = w.rate.records_per_sec(w.record_size);
+        let expected = rate.map_or(0.0, |r| r * seconds) * w.consumer_groups as f64;
+        if self.unsent > 0 {
+            notes.push(format!(
+                "the producers could not keep to the schedule: {} records due in the window were never sent; \
+                 they are in no histogram, so the corrected latency understates (lower the rate)",
+                self.unsent
+            ));
+        }
+        if rate.is_some() && (self.records as f64) < expected * 0.9 {
+            notes.push(format!(
+                "the producers fell behind the schedule: {} records measured, {expected:.0} due (see the corrected latency)",
+                self.records
+            ));
+        }
+    }
+}
+
+impl TailRig {
+    /// Starts the consumer members on `t`'s topics and waits until every one is at the log
+    /// end of its partitions (groups stable).
+    ///
+    /// Errors: a consumer error, groups not stable within 60 s, Ctrl-C.
+    pub(crate) fn start(t: &Target<'_>, dir: Option<&Path>) -> anyhow::Result<TailRig> {
+        let w = t.w;
+        let groups = w.consumer_groups as usize;
+        let members = groups * w.consumers_per_group as usize;
+        let partitions_total: usize = t.backlog.topics.iter().map(|(_, p)| *p as usize).sum();
+        let topics: Vec<String> = t.backlog.topics.iter().map(|(t, _)| t.clone()).collect();
+        let sh = Arc::new(TailShared {
+            members: Mutex::new(vec![(usize::MAX, -1, 0); members]),
+            stable: AtomicUsize::new(0),
+            groups,
+            failed: AtomicBool::new(false),
+            ready: AtomicUsize::new(0),
+            start_ns: AtomicU64::new(0),
+            produced: AtomicU64::new(u64::MAX),
+            received: (0..groups).map(|_| AtomicU64::new(0)).collect(),
+            done: AtomicBool::new(false),
+            window: (AtomicU64::new(u64::MAX), AtomicU64::new(u64::MAX)),
+        });
+        let consumers = match w.client {
+            Client::Native => native_members(t, &sh, &topics, partitions_total)?,
+            Client::Librdkafka => super::kcat::tail_members(t, &sh)?,
+        };
+        let subscribed = Instant::now();
+        let deadline = subscribed + Duration::from_secs(60);
+        while sh.ready.load(Ordering::SeqCst) < members {
+            if sh.failed.load(Ordering::SeqCst) || Instant::now() > deadline || t.interrupted.load(Ordering::SeqCst) {
+                sh.failed.store(true, Ordering::SeqCst);
+                return Err(join_error(consumers, anyhow!("the consumer groups did not become stable")));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let rebalance_ms = subscribed.elapsed().as_secs_f64() * 1e3;
+        let log_bytes_before = dir.map(|d| topic_log_bytes(d, &topics));
+        Ok(TailRig { sh, consumers, topics, rebalance_ms, log_bytes_before, dir: dir.map(Path::to_path_buf) })
+    }
+
+    /// Stops everything after an error `e` elsewhere; returns the members' own error if one
+    /// failed, else `e`.
+    pub(crate) fn abort(self, e: anyhow::Error) -> anyhow::Error {
+        self.sh.failed.store(true, Ordering::SeqCst);
+        join_error(self.consumers, e)
+    }
+
+    /// Ends the phase: stops the producers (they send what is due before their end), waits
+    /// until every group received every acknowledged record, closes the members and merges
+    /// their reports. `interrupted`: Ctrl-C was seen (no loss or duplicate check then).
+    ///
+    /// Errors: a producer or consumer error, records lost (not received 60 s after the
+    /// producers finished) or delivered twice.
+    pub(crate) fn finish(self, t: &Target<'_>, producers: Producers, interrupted: bool) -> anyhow::Result<TailOutcome> {
+        let TailRig { sh, consumers, topics, rebalance_ms, log_bytes_before, dir } = self;
+        let mut interrupted = interrupted;
+        producers.stop.store(true, Ordering::SeqCst);
+        let mut produced = 0;
+        let mut unsent = 0u64;
+        let mut error = None;
+        for p in producers.handles {
+            match p.join() {
+                Ok(Ok((n, u))) => {
+                    produced += n;
+                    unsent += u;
+                }
+                Ok(Err(e)) => error = error.or(Some(e)),
+                Err(_) => error = error.or(Some(anyhow!("a producer thread panicked"))),
+            }
+        }
+        if let Some(e) = error {
+            sh.failed.store(true, Ordering::SeqCst);
+            return Err(join_error(consumers, e));
+        }
+        sh.produced.store(produced, Ordering::SeqCst);
+        // Every group receives every acknowledged record.
+        let settle = Instant::now();
+        loop {
+            if sh.failed.load(Ordering::SeqCst) {
+                break;
+            }
+            if sh.received.iter().all(|r| r.load(Ordering::SeqCst) >= produced) {
+                break;
+            }
+            if interrupted || t.interrupted.load(Ordering::SeqCst) {
+                interrupted = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+            if settle.elapsed() > SETTLE_TIMEOUT {
+                sh.failed.store(true, Ordering::SeqCst);
+                let got: Vec<u64> = sh.received.iter().map(|r| r.load(Ordering::SeqCst)).collect();
+                return Err(join_error(
+                    consumers,
+                    anyhow!(
+                        "records lost: {produced} acknowledged, the groups received {got:?} {} s after the producers finished",
+                        SETTLE_TIMEOUT.as_secs()
+                    ),
+                ));
+            }
+        }
+        sh.done.store(true, Ordering::SeqCst);
+        let mut reports = Vec::new();
+        let mut error = None;
+        for c in consumers {
+            match c.join() {
+                Ok(Ok(r)) => reports.push(r),
+                Ok(Err(e)) => error = error.or(Some(e)),
+                Err(_) => error = error.or(Some(anyhow!("a consumer thread panicked"))),
+            }
+        }
+        if let Some(e) = error {
+            return Err(e);
+        }
+        if !interrupted {
+            for (g, r) in sh.received.iter().enumerate() {
+                let r = r.load(Ordering::SeqCst);
+                if r != produced {
+                    bail!("group {g} received {r} records, {produced} were acknowledged: duplicates");
+                }
+            }
+        }
+        let mut latency = LatencyRecorder::new();
+        let mut polls = Latency::new();
+        let (mut records, mut value_bytes) = (0u64, 0u64);
+        for r in &reports {
+            latency.merge(&r.latency);
+            polls.merge(&r.polls);
+            records += r.window_records;
+            value_bytes += r.window_value_bytes;
+        }
+        // Record-batch bytes per record, from the log's growth (embedded).
+        let batch_bytes_per_record = match (dir, log_bytes_before) {
+            (Some(d), Some(before)) if produced > 0 => {
+                Some(topic_log_bytes(&d, &topics).saturating_sub(before) as f64 / produced as f64)
+            }
+            _ => None,
+        };
+        Ok(TailOutcome { latency, polls, records, value_bytes, unsent, batch_bytes_per_record, rebalance_ms })
+    }
+}
+
+impl Producers {
+    /// Starts `producers` producer threads on `t`'s topics: each a [`Producer`] with the
+    /// workload's producer config ([`Workload::producer_config_for`]), sending on the
+    /// open-loop schedule from `start_ns` (mono ns) while the intended time is below `end_ns`
+    /// (which may be moved while they run), then flushing. A failing producer sets
+    /// `sh.failed`.
+    ///
+    /// Errors: a bad producer config, a payload file that cannot be read, spawning a thread.
+    pub(crate) fn start(
+        t: &Target<'_>,
+        sh: &Arc<TailShared>,
+        start_ns: u64,
+        end_ns: Arc<AtomicU64>,
+        stall: Option<Stall>,
+    ) -> anyhow::Result<Producers> {
+        let w = t.w;
+        sh.start_ns.store(start_ns, Ordering::SeqCst);
+        let topics: Vec<String> = t.backlog.topics.iter().map(|(t, _)| t.clone()).collect();
+        let rate = w.rate.records_per_sec(w.record_size);
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut out = Producers { handles: Vec::new(), stop: stop.clone(), written: Vec::new() };
+        for p in 0..w.producers as usize {
+            let pc = w
+                .producer_config_for(&t.bootstrap, &format!("fetchbench-run-producer-{p}"))
+                .map_err(|e| anyhow!("producer_config: {e}"))?;
+            let written = Arc::new(AtomicU64::new(0));
+            let job = ProducerJob {
+                index: p as u64,
+                count: u64::from(w.producers),
+                rate,
+                start_ns,
+                end_ns: end_ns.clone(),
+                record_size: w.record_size as usize,
+                keys: w.key_distribution,
+                topics: topics.clone(),
+                stall,
+                pin: t.pin_clients.clone(),
+                stamp_headers: w.client == Client::Librdkafka,
+                payload: w.payload_file.as_deref().map(Payload::read).transpose()?,
+                written: written.clone(),
+            };
+            let (stop, failed) = (stop.clone(), sh.clone());
+            let handle = std::thread::Builder::new().name(format!("bench-producer-{p}")).spawn(move || {
+                let r = produce(pc, &job, &stop);
+                if r.is_err() {
+                    failed.failed.store(true, Ordering::SeqCst);
+                }
+                r
+            })?;
+            out.handles.push(handle);
+            out.written.push(written);
+        }
+        Ok(out)
+    }
+
+    /// Record-batch bytes the producers have written to their connections so far (after
+    /// compression, retries included: [`crate::client::producer::ProducerStats::batch_bytes_sent`]),
+    /// as last published by each producer thread (after each send).
+    pub(crate) fn written(&self) -> u64 {
+        self.written.iter().map(|w| w.load(Ordering::SeqCst)).sum()
+    }
 }
 
 /// The native (fetchbench) consumer members of a tail phase: `consumer_groups` x
@@ -489,7 +628,10 @@ struct ProducerJob {
     count: u64,
     rate: Option<f64>,
     start_ns: u64,
-    end_ns: u64,
+    /// Records intended at or after this (mono ns) are not sent; may move while running.
+    end_ns: Arc<AtomicU64>,
+    /// Where the producer publishes its `batch_bytes_sent` after each send.
+    written: Arc<AtomicU64>,
     record_size: usize,
     keys: KeyDistribution,
     topics: Vec<String>,
@@ -548,14 +690,15 @@ fn produce(config: ProducerConfig, job: &ProducerJob, stop: &AtomicBool) -> anyh
             Some(s) => s.intended_ns(i * job.count + job.index),
             None => mono_ns(),
         };
-        if intended >= job.end_ns {
+        let end_ns = job.end_ns.load(Ordering::Relaxed);
+        if intended >= end_ns {
             break;
         }
         if stop.load(Ordering::Relaxed) {
             // Stopped while records of the window were still due: a producer that could not
             // keep to the schedule. Those records are in no histogram; count them.
-            if let Some(s) = schedule {
-                let window_slots = ((job.end_ns - job.start_ns) as f64 * s.records_per_sec / 1e9).ceil() as u64;
+            if let Some(s) = schedule.filter(|_| end_ns != u64::MAX) {
+                let window_slots = ((end_ns - job.start_ns) as f64 * s.records_per_sec / 1e9).ceil() as u64;
                 let mine = window_slots.saturating_sub(job.index).div_ceil(job.count);
                 unsent = mine.saturating_sub(i);
             }
@@ -587,6 +730,7 @@ fn produce(config: ProducerConfig, job: &ProducerJob, stop: &AtomicBool) -> anyh
         ];
         let headers: &[Header<'_>] = if job.stamp_headers { &stamps } else { &[] };
         handles.push(producer.send(topic, None, key.as_deref().map(str::as_bytes), Some(&value), headers, None)?);
+        job.written.store(producer.stats().batch_bytes_sent, Ordering::Relaxed);
         if handles.len() >= 4096 {
             for h in handles.drain(..) {
                 h.wait()?;
@@ -598,6 +742,7 @@ fn produce(config: ProducerConfig, job: &ProducerJob, stop: &AtomicBool) -> anyh
         h.wait()?;
     }
     let stats = producer.stats();
+    job.written.store(stats.batch_bytes_sent, Ordering::Relaxed);
     producer.close()?;
     if stats.records_failed > 0 || stats.records_acked != stats.records_sent {
         bail!(

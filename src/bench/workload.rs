@@ -1,6 +1,7 @@
 //! Workload files: what `fetchbench run` / `fetchbench sweep` load, produce and read.
 //!
-//! A workload file is TOML with flat top-level keys plus one table, `[consumer_config]`.
+//! A workload file is TOML with flat top-level keys plus two tables, `[consumer_config]` and
+//! `[producer_config]`.
 //! Every key is optional; a missing key takes its default, and the defaults together are the
 //! issue's default workload: 1 GiB of 1 KiB records over 8 partitions, read first as a
 //! catch-up read by one group of 4 consumers, then as a tail read behind one producer at a
@@ -22,7 +23,7 @@
 //! | `rate` | total producer rate of the tail read: an integer (records/s), `"N records/s"` or `"N MB/s"` (MB = 1e6 bytes); `0` = as fast as possible | | `10000` |
 //! | `consumer_groups` | consumer groups, each reading every partition, >= 1 | | `1` |
 //! | `consumers_per_group` | consumers in each group, >= 1 | | `4` |
-//! | `phases` | what is measured, in order: `catch_up` (read the backlog from the log start), `tail` (read behind the producers) | list | `["catch_up", "tail"]` |
+//! | `phases` | what is measured, in order: `catch_up` (read the backlog from the log start), `tail` (read behind the producers), `mixed` (both at once: the producers at `rate` with consumers at the head while the groups drain the backlog, see [`super::mixed`]) | list | `["catch_up", "tail"]` |
 //! | `backlog` | bytes of records written before measuring; `0` = none; ignored when `log_dir` is set | bytes, or a size string | `"1GiB"` |
 //! | `log_dir` | an existing Kafka log directory served as the backlog, as it is | path | none |
 //! | `warmup` | run time before measuring starts | seconds, or a duration string | `"2s"` |
@@ -33,6 +34,18 @@
 //! | `client` | the client library: `native` (fetchbench's own) or `librdkafka` | | `"native"` |
 //! | `label` | set by [`expand_sweep`]: the swept values of this grid point, `"key=value"` | list | `[]` |
 //! | `[consumer_config]` | Kafka consumer configs by their Kafka names (`"fetch.min.bytes" = 1`), passed to the client; values are kept as strings | table | empty |
+//! | `[producer_config]` | Kafka producer configs by their Kafka names (`"linger.ms" = "0"`), over the harness's (Kafka 4's defaults: `acks=all`, `linger.ms=5`, `batch.size=16384`, idempotent); values are kept as strings (the producers are fetchbench's own with either `client`) | table | empty |
+//!
+//! `[producer_config]` applies to the producers of the `tail` and `mixed` phases and to the one
+//! that writes the backlog to an external cluster (`--bootstrap`), so its batches are shaped as
+//! the producers' (`batch.size`, `linger.ms`); the embedded backlog is generated straight into
+//! the log in ~16 KiB batches and does not follow it. Every name of
+//! [`crate::client::producer::CONFIG_KEYS`] but `bootstrap.servers` and `client.id` (the
+//! harness's) is accepted, each value checked at load as the producer checks it (an unknown
+//! name or a bad value is an error naming the key and what it accepts). `compression.type` is
+//! the same setting as `compression` (which also compresses the generated backlog): given
+//! alone it sets `compression`; given with a different `compression` it is an error.
+//! `[producer_config]` is not swept (a list value is an error).
 //!
 //! Size strings: an integer followed by `B`, `KiB`, `MiB`, `GiB`, `TiB` (powers of 1024) or
 //! `KB`, `MB`, `GB`, `TB` (powers of 1000), spaces allowed (`"1 GiB"`). Duration strings: an
@@ -110,7 +123,7 @@ pub enum WorkloadError {
 }
 
 /// The top-level keys, in the documented order (also the order sweep axes vary in).
-pub const KEYS: [&str; 22] = [
+pub const KEYS: [&str; 23] = [
     "name",
     "topics",
     "partitions",
@@ -133,6 +146,7 @@ pub const KEYS: [&str; 22] = [
     "client",
     "label",
     "consumer_config",
+    "producer_config",
 ];
 
 /// Keys whose value is a list by nature: a list there is the value, not a sweep.
@@ -219,6 +233,8 @@ pub enum Phase {
     CatchUp,
     /// The groups read at the log end while the producers write at `rate`.
     Tail,
+    /// The producers write at `rate` (consumers at the head) while the groups drain the backlog.
+    Mixed,
 }
 
 impl Phase {
@@ -227,6 +243,7 @@ impl Phase {
         match self {
             Phase::CatchUp => "catch_up",
             Phase::Tail => "tail",
+            Phase::Mixed => "mixed",
         }
     }
 }
@@ -334,6 +351,8 @@ pub struct Workload {
     pub client: Client,
     /// `[consumer_config]`: Kafka consumer config name -> value.
     pub consumer_config: BTreeMap<String, String>,
+    /// `[producer_config]`: Kafka producer config name -> value (checked at load).
+    pub producer_config: BTreeMap<String, String>,
     /// `label`: the swept `key=value` pairs of this grid point (empty outside a sweep).
     pub label: Vec<String>,
     /// The sweep axes, in [`KEYS`] order then `consumer_config` names; empty when resolved.
@@ -365,6 +384,7 @@ impl Default for Workload {
             cpu_pinning: CpuPinning::Auto,
             client: Client::Native,
             consumer_config: BTreeMap::new(),
+            producer_config: BTreeMap::new(),
             label: Vec::new(),
             sweep: Vec::new(),
         }
@@ -405,6 +425,25 @@ impl Workload {
                 for (name, v) in entries {
                     let full = format!("consumer_config.{name}");
                     set_or_sweep(&mut w, &full, v, &mut axes)?;
+                }
+            } else if *key == "producer_config" {
+                let Value::Table(entries) = value else {
+                    return Err(invalid(key, "a table of Kafka producer configs", value));
+                };
+                for (name, v) in entries {
+                    let full = format!("producer_config.{name}");
+                    if v.is_array() {
+                        return Err(invalid(&full, "a single value (producer_config is not swept)", v));
+                    }
+                    w.apply(&full, v)?;
+                }
+                // `compression.type` alone sets `compression` (one setting, see the module docs).
+                if !table.contains_key("compression") {
+                    if let Some(c) = w.producer_config.get("compression.type") {
+                        if let Some((_, c)) = Compression::NAMES.iter().find(|(n, _)| n.eq_ignore_ascii_case(c)) {
+                            w.compression = *c;
+                        }
+                    }
                 }
             } else if LIST_KEYS.contains(key) {
                 w.apply(key, value)?;
@@ -458,13 +497,14 @@ impl Workload {
             "consumer_groups" => self.consumer_groups = count(key, v, 1)?,
             "consumers_per_group" => self.consumers_per_group = count(key, v, 1)?,
             "phases" => {
-                const EXPECTED: &str = "a non-empty list of distinct catch_up, tail";
+                const EXPECTED: &str = "a non-empty list of distinct catch_up, tail, mixed";
                 let items = list(key, v, EXPECTED)?;
                 let mut phases = Vec::new();
                 for item in items {
                     let p = match item.as_str() {
                         Some("catch_up") => Phase::CatchUp,
                         Some("tail") => Phase::Tail,
+                        Some("mixed") => Phase::Mixed,
                         _ => return Err(invalid(key, EXPECTED, v)),
                     };
                     if phases.contains(&p) {
@@ -530,7 +570,11 @@ impl Workload {
                 self.label = label;
             }
             _ => {
-                let Some(name) = key.strip_prefix("consumer_config.") else {
+                let (name, kind, map) = if let Some(name) = key.strip_prefix("consumer_config.") {
+                    (name, "consumer", &mut self.consumer_config)
+                } else if let Some(name) = key.strip_prefix("producer_config.") {
+                    (name, "producer", &mut self.producer_config)
+                } else {
                     return Err(WorkloadError::UnknownKey { key: key.to_string() });
                 };
                 const EXPECTED: &str = "a string, integer, float or boolean config value";
@@ -542,7 +586,7 @@ impl Workload {
                                 .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
                     });
                 if !valid_name {
-                    return Err(invalid(key, "a Kafka consumer config name (lowercase, dot-separated)", v));
+                    return Err(invalid(key, &format!("a Kafka {kind} config name (lowercase, dot-separated)"), v));
                 }
                 let s = match v {
                     Value::String(s) => s.clone(),
@@ -551,7 +595,7 @@ impl Workload {
                     Value::Boolean(b) => b.to_string(),
                     _ => return Err(invalid(key, EXPECTED, v)),
                 };
-                self.consumer_config.insert(name.to_string(), s);
+                map.insert(name.to_string(), s);
             }
         }
         Ok(())
@@ -562,12 +606,25 @@ impl Workload {
         let bad = |key: &str, expected: &str, found: String| {
             Err(WorkloadError::Invalid { key: key.into(), expected: expected.into(), found })
         };
-        if self.phases.contains(&Phase::Tail) && self.producers == 0 {
-            return bad("producers", "at least 1 when phases has tail", "0".into());
+        for phase in [Phase::Tail, Phase::Mixed] {
+            if self.phases.contains(&phase) && self.producers == 0 {
+                return bad("producers", &format!("at least 1 when phases has {}", phase.name()), "0".into());
+            }
         }
-        if self.phases.contains(&Phase::CatchUp) && self.backlog_bytes == 0 && self.log_dir.is_none() {
-            return bad("backlog", "more than 0 bytes (or a log_dir) when phases has catch_up", "0".into());
+        for phase in [Phase::CatchUp, Phase::Mixed] {
+            if self.phases.contains(&phase) && self.backlog_bytes == 0 && self.log_dir.is_none() {
+                let expected = format!("more than 0 bytes (or a log_dir) when phases has {}", phase.name());
+                return bad("backlog", &expected, "0".into());
+            }
         }
+        if self.phases.contains(&Phase::Mixed) && self.client != Client::Native {
+            return bad(
+                "phases",
+                "no mixed with client = \"librdkafka\" (the mixed phase runs the native client)",
+                "[\"mixed\"]".into(),
+            );
+        }
+        self.check_producer_config()?;
         if let Rate::MegabytesPerSec(mb) = self.rate {
             if self.rate.records_per_sec(self.record_size).unwrap_or(0.0) < 1e-3 {
                 return bad("rate", "at least 0.001 records/s at this record_size", format!("\"{mb} MB/s\""));
@@ -588,6 +645,88 @@ impl Workload {
             }
         }
         Ok(())
+    }
+
+    /// Checks `[producer_config]` as the producer would take it over the harness's settings
+    /// (see the module docs): Kafka's names and values, the idempotence rule, `compression.type`
+    /// agreeing with `compression`.
+    fn check_producer_config(&self) -> Result<(), WorkloadError> {
+        use crate::client::producer::{ProducerConfig, ProducerError, CONFIG_KEYS};
+        let bad = |name: &str, expected: &str, value: &str| {
+            Err(WorkloadError::Invalid {
+                key: format!("producer_config.{name}"),
+                expected: expected.into(),
+                found: format!("{value:?}"),
+            })
+        };
+        if self.producer_config.is_empty() {
+            return Ok(());
+        }
+        for harness in ["bootstrap.servers", "client.id"] {
+            if let Some(value) = self.producer_config.get(harness) {
+                return bad(
+                    harness,
+                    "a config the harness does not set itself (it sets bootstrap.servers and client.id)",
+                    value,
+                );
+            }
+        }
+        if let Some(value) = self.producer_config.get("compression.type") {
+            match value.parse::<crate::log::batch::Compression>() {
+                Ok(c) if c.name() == self.compression.name() => {}
+                Ok(_) => {
+                    let expected = format!(
+                        "the workload's compression ({:?}): compression.type and compression are one setting, give one of them",
+                        self.compression.name()
+                    );
+                    return bad("compression.type", &expected, value);
+                }
+                Err(_) => return bad("compression.type", "one of none, gzip, snappy, lz4, zstd", value),
+            }
+        }
+        let known: Vec<&str> =
+            CONFIG_KEYS.iter().copied().filter(|k| !["bootstrap.servers", "client.id"].contains(k)).collect();
+        if let Some((name, value)) = self.producer_config.iter().find(|(k, _)| !known.contains(&k.as_str())) {
+            return bad(
+                name,
+                &format!("a Kafka producer config name fetchbench's producer has: {}", known.join(", ")),
+                value,
+            );
+        }
+        let pairs: Vec<(&String, &String)> = self.producer_config.iter().collect();
+        match ProducerConfig::new("localhost:9092").apply_pairs(&pairs) {
+            Ok(_) => Ok(()),
+            Err(ProducerError::Config { key, value, .. }) if key == "enable.idempotence" && value == "true" => bad(
+                &key,
+                "false, or acks = all and max.in.flight.requests.per.connection <= 5 (idempotence needs both, KIP-98)",
+                &value,
+            ),
+            Err(ProducerError::Config { key, value, reason }) => {
+                bad(&key, reason.strip_prefix("expected ").unwrap_or(&reason), &value)
+            }
+            Err(other) => Err(WorkloadError::Invalid {
+                key: "producer_config".into(),
+                expected: "configs the producer accepts".into(),
+                found: other.to_string(),
+            }),
+        }
+    }
+
+    /// The producer config of the harness's producers for this workload: Kafka's defaults with
+    /// `bootstrap`, `client_id` and `compression`, then `[producer_config]` over them.
+    ///
+    /// Errors: a `[producer_config]` entry the producer refuses (checked at load already).
+    pub fn producer_config_for(
+        &self,
+        bootstrap: &str,
+        client_id: &str,
+    ) -> Result<crate::client::producer::ProducerConfig, crate::client::producer::ProducerError> {
+        let mut pc = crate::client::producer::ProducerConfig::new(bootstrap);
+        pc.client_id = client_id.to_string();
+        pc.compression = self.compression.name().parse().unwrap_or_default();
+        let pairs: Vec<(&String, &String)> = self.producer_config.iter().collect();
+        pc.apply_pairs(&pairs)?;
+        Ok(pc)
     }
 
     /// Whether this workload has no sweep axes (it describes one run).
@@ -657,6 +796,8 @@ impl Workload {
             }
         }
         t.insert("consumer_config".into(), Value::Table(cc));
+        let pc: Table = self.producer_config.iter().map(|(k, v)| (k.clone(), s(v))).collect();
+        t.insert("producer_config".into(), Value::Table(pc));
         t
     }
 
@@ -962,6 +1103,73 @@ mod tests {
     }
 
     #[test]
+    fn producer_config_is_checked_at_load() {
+        let w = Workload::parse(
+            "[producer_config]\n\"linger.ms\" = \"0\"\n\"batch.size\" = 2048\nacks = \"1\"\n\
+             \"max.in.flight.requests.per.connection\" = \"10\"\n",
+        )
+        .unwrap();
+        assert_eq!(w.producer_config["batch.size"], "2048", "values kept as strings");
+        let pc = w.producer_config_for("h:1", "c").unwrap();
+        assert_eq!((pc.linger_ms, pc.batch_size, pc.max_in_flight), (0, 2048, 10));
+        assert!(!pc.enable_idempotence, "the default idempotence is off with acks=1 (Kafka 3+)");
+        // The harness's settings under the table: Kafka's defaults where it says nothing.
+        let pc = Workload::parse("compression = \"lz4\"").unwrap().producer_config_for("h:1", "c").unwrap();
+        assert_eq!((pc.linger_ms, pc.batch_size, pc.compression.name()), (5, 16384, "lz4"));
+        let e = err("[producer_config]\n\"linger.ms\" = \"soon\"");
+        assert_eq!(e, "producer_config.linger.ms: expected an integer >= 0, found \"soon\"");
+        let e = err("[producer_config]\nacks = \"2\"");
+        assert_eq!(e, "producer_config.acks: expected 0, 1, -1 or all, found \"2\"");
+        let e = err("[producer_config]\n\"enable.idempotence\" = \"maybe\"");
+        assert_eq!(e, "producer_config.enable.idempotence: expected true or false, found \"maybe\"");
+        let e = err("[producer_config]\n\"enable.idempotence\" = true\nacks = 1");
+        assert!(e.starts_with("producer_config.enable.idempotence: expected false, or acks = all"), "{e}");
+        let e = err("[producer_config]\n\"linger.msec\" = 1");
+        assert!(e.starts_with("producer_config.linger.msec: expected a Kafka producer config name"), "{e}");
+        assert!(e.contains("linger.ms, compression.type"), "{e}");
+        let e = err("[producer_config]\n\"client.id\" = \"x\"");
+        assert!(e.starts_with("producer_config.client.id: expected a config the harness does not set"), "{e}");
+        let e = err("[producer_config]\n\"Linger Ms\" = 1");
+        assert!(e.starts_with("producer_config.Linger Ms: expected a Kafka producer config name (lowercase"), "{e}");
+        let e = err("[producer_config]\n\"linger.ms\" = [0, 5]");
+        assert!(e.starts_with("producer_config.linger.ms: expected a single value (producer_config is not swept)"));
+        let e = err("producer_config = 1");
+        assert!(e.starts_with("producer_config: expected a table of Kafka producer configs"), "{e}");
+        // compression.type is `compression`: alone it sets it, with another value it is an error.
+        let w = Workload::parse("[producer_config]\n\"compression.type\" = \"zstd\"").unwrap();
+        assert_eq!(w.compression, Compression::Zstd);
+        assert_eq!(Workload::parse(&w.to_toml()).unwrap(), w, "round trip");
+        let w = Workload::parse("compression = \"gzip\"\n[producer_config]\n\"compression.type\" = \"gzip\"").unwrap();
+        assert_eq!(w.compression, Compression::Gzip);
+        let e = err("compression = \"gzip\"\n[producer_config]\n\"compression.type\" = \"lz4\"");
+        assert!(
+            e.starts_with("producer_config.compression.type: expected the workload's compression (\"gzip\")"),
+            "{e}"
+        );
+        let e = err("[producer_config]\n\"compression.type\" = \"brotli\"");
+        assert!(e.starts_with("producer_config.compression.type: expected one of none, gzip"), "{e}");
+        let e = err("compression = [\"none\", \"lz4\"]\n[producer_config]\n\"compression.type\" = \"none\"");
+        assert!(
+            e.starts_with("producer_config.compression.type: expected the workload's compression (\"lz4\")"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn mixed_phase_needs_producers_a_backlog_and_the_native_client() {
+        let w = Workload::parse("phases = [\"catch_up\", \"mixed\"]").unwrap();
+        assert_eq!(w.phases, [Phase::CatchUp, Phase::Mixed]);
+        let e = err("phases = [\"mixed\"]\nproducers = 0");
+        assert!(e.starts_with("producers: expected at least 1 when phases has mixed"), "{e}");
+        let e = err("phases = [\"mixed\"]\nbacklog = 0");
+        assert!(e.starts_with("backlog: expected more than 0 bytes (or a log_dir) when phases has mixed"), "{e}");
+        let e = err("phases = [\"mixed\"]\nclient = \"librdkafka\"");
+        assert!(e.starts_with("phases: expected no mixed with client = \"librdkafka\""), "{e}");
+        let e = err("phases = [\"mixd\"]");
+        assert!(e.starts_with("phases: expected a non-empty list of distinct catch_up, tail, mixed"), "{e}");
+    }
+
+    #[test]
     fn values_in_every_accepted_form() {
         let w = Workload::parse(
             r#"
@@ -1030,7 +1238,7 @@ mod tests {
         let mut w = Workload::parse(
             "rate = \"7.25 MB/s\"\nwarmup = \"1500ms\"\nlog_dir = \"/data/kafka\"\npayload_file = \"p.bin\"\n\
              cpu_pinning = \"broker=0-1;clients=2\"\nkey_distribution = \"sequential\"\n\
-             [consumer_config]\n\"max.poll.records\" = 500\n",
+             [consumer_config]\n\"max.poll.records\" = 500\n[producer_config]\n\"linger.ms\" = 0\nacks = \"all\"\n",
         )
         .unwrap();
         w.backlog_bytes = 123_456_789;
@@ -1054,6 +1262,11 @@ mod tests {
         assert_eq!(cold.page_cache, PageCache::Cold);
         let real = Workload::from_file(&fixture("real-log-dir.toml")).unwrap();
         assert!(real.log_dir.is_some());
+        let low = Workload::from_file(&fixture("low-latency.toml")).unwrap();
+        assert_eq!(low.producer_config["linger.ms"], "0");
+        assert_eq!(low.rate, Rate::MegabytesPerSec(100.0));
+        assert_eq!(low.phases, [Phase::Tail]);
+        assert_eq!(low.producer_config_for("h:1", "c").unwrap().linger_ms, 0);
         let e = Workload::from_file(&fixture("missing.toml")).unwrap_err().to_string();
         assert!(e.starts_with("reading ") && e.contains("missing.toml"), "{e}");
     }

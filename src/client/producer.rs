@@ -158,52 +158,8 @@ impl ProducerConfig {
     /// conflict.
     pub fn from_pairs<K: AsRef<str>, V: AsRef<str>>(pairs: &[(K, V)]) -> Result<Self, ProducerError> {
         let mut c = ProducerConfig::new("");
-        let mut idempotence_set = false;
         for (k, v) in pairs {
-            let (key, value) = (k.as_ref().trim(), v.as_ref().trim());
-            let bad = |reason: &str| ProducerError::Config {
-                key: key.to_string(),
-                value: value.to_string(),
-                reason: reason.to_string(),
-            };
-            let num = |min: u64| -> Result<u64, ProducerError> {
-                match value.parse::<u64>() {
-                    Ok(n) if n >= min => Ok(n),
-                    _ => Err(bad(&format!("expected an integer >= {min}"))),
-                }
-            };
-            match key {
-                "bootstrap.servers" => c.bootstrap_servers = split_servers(value),
-                "client.id" => c.client_id = value.to_string(),
-                "acks" => {
-                    c.acks = match value.to_ascii_lowercase().as_str() {
-                        "0" => Acks::None,
-                        "1" => Acks::Leader,
-                        "-1" | "all" => Acks::All,
-                        _ => return Err(bad("expected 0, 1, -1 or all")),
-                    }
-                }
-                "batch.size" => c.batch_size = num(0)? as usize,
-                "linger.ms" => c.linger_ms = num(0)?,
-                "compression.type" => c.compression = value.parse().map_err(|e| bad(&format!("{e}")))?,
-                "enable.idempotence" => {
-                    idempotence_set = true;
-                    c.enable_idempotence = match value.to_ascii_lowercase().as_str() {
-                        "true" => true,
-                        "false" => false,
-                        _ => return Err(bad("expected true or false")),
-                    }
-                }
-                "max.in.flight.requests.per.connection" => c.max_in_flight = num(1)? as usize,
-                "request.timeout.ms" => c.request_timeout_ms = num(1)?,
-                "delivery.timeout.ms" => c.delivery_timeout_ms = num(0)?,
-                "buffer.memory" => c.buffer_memory = num(1)? as usize,
-                "max.block.ms" => c.max_block_ms = num(0)?,
-                "max.request.size" => c.max_request_size = num(1)? as usize,
-                "retries" => c.retries = num(0)?.min(u32::MAX as u64) as u32,
-                "retry.backoff.ms" => c.retry_backoff_ms = num(0)?,
-                _ => return Err(bad(&format!("unknown producer config; known: {}", CONFIG_KEYS.join(", ")))),
-            }
+            c.set(k.as_ref(), v.as_ref())?;
         }
         if c.bootstrap_servers.is_empty() {
             return Err(ProducerError::Config {
@@ -212,18 +168,92 @@ impl ProducerConfig {
                 reason: "required".into(),
             });
         }
-        let conflict = c.acks != Acks::All || c.max_in_flight > 5;
-        if conflict && c.enable_idempotence {
-            if idempotence_set {
+        c.settle_idempotence(pairs.iter().any(|(k, _)| k.as_ref().trim() == "enable.idempotence"))?;
+        Ok(c)
+    }
+
+    /// Applies `key=value` pairs over this config (later pairs win), then Kafka's idempotence
+    /// rule as [`ProducerConfig::from_pairs`]: an explicit `enable.idempotence=true` with `acks`
+    /// other than all or more than 5 requests in flight is refused, the default one is turned
+    /// off. What `fetchbench run` does with a workload's `[producer_config]` over its own
+    /// settings.
+    ///
+    /// Errors: [`ProducerError::Config`] naming the key (unknown key, bad value, conflict).
+    pub fn apply_pairs<K: AsRef<str>, V: AsRef<str>>(&mut self, pairs: &[(K, V)]) -> Result<(), ProducerError> {
+        for (k, v) in pairs {
+            self.set(k.as_ref(), v.as_ref())?;
+        }
+        self.settle_idempotence(pairs.iter().any(|(k, _)| k.as_ref().trim() == "enable.idempotence"))
+    }
+
+    /// Sets one config by its Kafka name (one of [`CONFIG_KEYS`]; surrounding spaces of name
+    /// and value are ignored). No rule between keys is applied: see
+    /// [`ProducerConfig::apply_pairs`].
+    ///
+    /// Errors: [`ProducerError::Config`] naming the key for an unknown key or a bad value (the
+    /// reason says what the key accepts).
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), ProducerError> {
+        let (key, value) = (key.trim(), value.trim());
+        let bad = |reason: &str| ProducerError::Config {
+            key: key.to_string(),
+            value: value.to_string(),
+            reason: reason.to_string(),
+        };
+        let num = |min: u64| -> Result<u64, ProducerError> {
+            match value.parse::<u64>() {
+                Ok(n) if n >= min => Ok(n),
+                _ => Err(bad(&format!("expected an integer >= {min}"))),
+            }
+        };
+        match key {
+            "bootstrap.servers" => self.bootstrap_servers = split_servers(value),
+            "client.id" => self.client_id = value.to_string(),
+            "acks" => {
+                self.acks = match value.to_ascii_lowercase().as_str() {
+                    "0" => Acks::None,
+                    "1" => Acks::Leader,
+                    "-1" | "all" => Acks::All,
+                    _ => return Err(bad("expected 0, 1, -1 or all")),
+                }
+            }
+            "batch.size" => self.batch_size = num(0)? as usize,
+            "linger.ms" => self.linger_ms = num(0)?,
+            "compression.type" => self.compression = value.parse().map_err(|e| bad(&format!("{e}")))?,
+            "enable.idempotence" => {
+                self.enable_idempotence = match value.to_ascii_lowercase().as_str() {
+                    "true" => true,
+                    "false" => false,
+                    _ => return Err(bad("expected true or false")),
+                }
+            }
+            "max.in.flight.requests.per.connection" => self.max_in_flight = num(1)? as usize,
+            "request.timeout.ms" => self.request_timeout_ms = num(1)?,
+            "delivery.timeout.ms" => self.delivery_timeout_ms = num(0)?,
+            "buffer.memory" => self.buffer_memory = num(1)? as usize,
+            "max.block.ms" => self.max_block_ms = num(0)?,
+            "max.request.size" => self.max_request_size = num(1)? as usize,
+            "retries" => self.retries = num(0)?.min(u32::MAX as u64) as u32,
+            "retry.backoff.ms" => self.retry_backoff_ms = num(0)?,
+            _ => return Err(bad(&format!("unknown producer config; known: {}", CONFIG_KEYS.join(", ")))),
+        }
+        Ok(())
+    }
+
+    /// Kafka 3+'s idempotence default: turned off when `acks` is not all or more than 5
+    /// requests may be in flight, unless it was set explicitly (`explicit`): then an error.
+    fn settle_idempotence(&mut self, explicit: bool) -> Result<(), ProducerError> {
+        let conflict = self.acks != Acks::All || self.max_in_flight > 5;
+        if conflict && self.enable_idempotence {
+            if explicit {
                 return Err(ProducerError::Config {
                     key: "enable.idempotence".into(),
                     value: "true".into(),
                     reason: "idempotence needs acks=all and max.in.flight.requests.per.connection <= 5".into(),
                 });
             }
-            c.enable_idempotence = false;
+            self.enable_idempotence = false;
         }
-        Ok(c)
+        Ok(())
     }
 }
 

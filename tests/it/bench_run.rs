@@ -182,11 +182,11 @@ read_paths = ["copy"]
 }
 
 /// A free loopback port (bound, then released).
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
-struct Serve(std::process::Child);
+pub(crate) struct Serve(pub(crate) std::process::Child);
 
 impl Drop for Serve {
     fn drop(&mut self) {

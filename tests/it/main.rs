@@ -7,6 +7,7 @@ mod batch_corpus;
 mod bench_compare;
 mod bench_drain;
 mod bench_kcat;
+mod bench_prodmix;
 mod bench_run;
 mod broker;
 mod broker_apis;
