@@ -640,7 +640,9 @@ impl Workload {
                         crate::client::consumer::ConsumerError::Config { reason, .. } => reason,
                         other => other.to_string(),
                     };
-                    return bad(&format!("consumer_config.{name}"), &reason, format!("{value:?}"));
+                    // The consumer words it `expected <what the key accepts>`.
+                    let expected = reason.strip_prefix("expected ").unwrap_or(&reason);
+                    return bad(&format!("consumer_config.{name}"), expected, format!("{value:?}"));
                 }
             }
         }
@@ -1100,6 +1102,37 @@ mod tests {
         assert!(e.starts_with("unknown key `partition` (known keys: name, topics, partitions"), "{e}");
         let e = err("[consumer_config]\n\"Fetch Min\" = 1");
         assert!(e.starts_with("consumer_config.Fetch Min: expected a Kafka consumer config name"), "{e}");
+    }
+
+    /// A `[consumer_config]` value the consumer refuses names the key, the value and what the
+    /// key accepts, in the loader's `key: expected X, found Y` form (through `from_table` and
+    /// `from_file`, which adds the file).
+    #[test]
+    fn bad_consumer_config_values_say_what_is_accepted() {
+        let table: Table = toml::from_str("[consumer_config]\n\"fetch.max.wait.ms\" = \"abc\"").unwrap();
+        let e = Workload::from_table(&table).unwrap_err().to_string();
+        assert_eq!(e, "consumer_config.fetch.max.wait.ms: expected an integer from 0 to 2147483647, found \"abc\"");
+        let e = err("[consumer_config]\n\"max.poll.records\" = 0");
+        assert_eq!(e, "consumer_config.max.poll.records: expected an integer from 1 to 2147483647, found \"0\"");
+        let e = err("[consumer_config]\n\"check.crcs\" = \"yes\"");
+        assert_eq!(e, "consumer_config.check.crcs: expected true or false, found \"yes\"");
+        let e = err("[consumer_config]\n\"fetch.min.bytez\" = 1");
+        assert!(
+            e.starts_with("consumer_config.fetch.min.bytez: expected a consumer config name fetchbench knows (known: "),
+            "{e}"
+        );
+        assert!(e.ends_with(", found \"1\""), "{e}");
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("w.toml");
+        std::fs::write(&file, "[consumer_config]\n\"fetch.max.wait.ms\" = -5\n").unwrap();
+        let e = Workload::from_file(&file).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            format!(
+                "{}: consumer_config.fetch.max.wait.ms: expected an integer from 0 to 2147483647, found \"-5\"",
+                file.display()
+            )
+        );
     }
 
     #[test]

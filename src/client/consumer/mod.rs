@@ -52,14 +52,15 @@ use group::{GroupSettings, Membership};
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConsumerError {
-    /// A config key is unknown or its value invalid.
-    #[error("config {key}={value}: {reason}")]
+    /// A config key is unknown or its value invalid: `consumer config <key>="<value>": <reason>`.
+    #[error("consumer config {key}={value:?}: {reason}")]
     Config {
         /// The key.
         key: String,
         /// The value.
         value: String,
-        /// Why it is refused.
+        /// Why it is refused. [`ConsumerConfig::set`] words it as `expected <what the key
+        /// accepts>` (e.g. `expected an integer from 0 to 2147483647`).
         reason: String,
     },
     /// A connection or protocol error.
@@ -283,7 +284,7 @@ impl ConsumerConfig {
             return Err(ConsumerError::Config {
                 key: "bootstrap.servers".into(),
                 value: String::new(),
-                reason: "required".into(),
+                reason: "expected a host:port list (required)".into(),
             });
         }
         Ok(config)
@@ -291,12 +292,32 @@ impl ConsumerConfig {
 
     /// Sets one config by Kafka's name.
     ///
-    /// Errors: [`ConsumerError::Config`] for an unknown key or an invalid value.
+    /// Integers are checked against Kafka's ranges (`ConsumerConfig`'s `ConfigDef`:
+    /// `Range.atLeast(1)` for `max.poll.records` and `max.poll.interval.ms`, at least 0 for the
+    /// other byte counts and times; `INT` keys up to 2147483647, the `LONG` keys
+    /// `retry.backoff.ms` and `retry.backoff.max.ms` up to 9223372036854775807).
+    ///
+    /// Errors: [`ConsumerError::Config`] for an unknown key or an invalid value; its reason says
+    /// what the key accepts (`expected an integer from 0 to 2147483647`, `expected true or
+    /// false`, `expected a consumer config name fetchbench knows (known: ...)`).
     pub fn set(&mut self, key: &str, value: &str) -> Result<&mut Self, ConsumerError> {
         let bad = |reason: &str| ConsumerError::Config { key: key.into(), value: value.into(), reason: reason.into() };
-        fn num<T: std::str::FromStr>(v: &str, bad: impl Fn(&str) -> ConsumerError) -> Result<T, ConsumerError> {
-            v.trim().parse().map_err(|_| bad("not a number in range"))
+        // An integer in `min..=max`, as the field's type (the bounds fit every field's type).
+        fn num<T: TryFrom<i64>>(
+            v: &str,
+            min: i64,
+            max: i64,
+            bad: impl Fn(&str) -> ConsumerError,
+        ) -> Result<T, ConsumerError> {
+            let err = || bad(&format!("expected an integer from {min} to {max}"));
+            let n: i64 = v.trim().parse().map_err(|_| err())?;
+            if n < min || n > max {
+                return Err(err());
+            }
+            T::try_from(n).map_err(|_| err())
         }
+        const INT: i64 = i32::MAX as i64;
+        const LONG: i64 = i64::MAX;
         let boolean = |v: &str| match v {
             "true" => Ok(true),
             "false" => Ok(false),
@@ -310,7 +331,7 @@ impl ConsumerConfig {
             "client.id" => self.client_id = value.into(),
             "client.rack" => self.client_rack = opt(value),
             "enable.auto.commit" => self.enable_auto_commit = boolean(value)?,
-            "auto.commit.interval.ms" => self.auto_commit_interval_ms = num(value, bad)?,
+            "auto.commit.interval.ms" => self.auto_commit_interval_ms = num(value, 0, INT, bad)?,
             "auto.offset.reset" => {
                 self.auto_offset_reset = match value {
                     "earliest" | "smallest" | "beginning" => OffsetReset::Earliest,
@@ -319,32 +340,30 @@ impl ConsumerConfig {
                     _ => return Err(bad("expected earliest, latest or none")),
                 }
             }
-            "fetch.min.bytes" => self.fetch_min_bytes = num(value, bad)?,
-            "fetch.max.wait.ms" => self.fetch_max_wait_ms = num(value, bad)?,
-            "fetch.max.bytes" => self.fetch_max_bytes = num(value, bad)?,
-            "max.partition.fetch.bytes" => self.max_partition_fetch_bytes = num(value, bad)?,
-            "max.poll.records" => {
-                self.max_poll_records = num(value, bad)?;
-                if self.max_poll_records == 0 {
-                    return Err(bad("must be at least 1"));
-                }
-            }
-            "session.timeout.ms" => self.session_timeout_ms = num(value, bad)?,
-            "heartbeat.interval.ms" => self.heartbeat_interval_ms = num(value, bad)?,
-            "max.poll.interval.ms" => self.max_poll_interval_ms = num(value, bad)?,
-            "request.timeout.ms" => self.request_timeout_ms = num(value, bad)?,
-            "retry.backoff.ms" => self.retry_backoff_ms = num(value, bad)?,
-            "retry.backoff.max.ms" => self.retry_backoff_max_ms = num(value, bad)?,
+            "fetch.min.bytes" => self.fetch_min_bytes = num(value, 0, INT, bad)?,
+            "fetch.max.wait.ms" => self.fetch_max_wait_ms = num(value, 0, INT, bad)?,
+            "fetch.max.bytes" => self.fetch_max_bytes = num(value, 0, INT, bad)?,
+            "max.partition.fetch.bytes" => self.max_partition_fetch_bytes = num(value, 0, INT, bad)?,
+            "max.poll.records" => self.max_poll_records = num(value, 1, INT, bad)?,
+            "session.timeout.ms" => self.session_timeout_ms = num(value, 0, INT, bad)?,
+            "heartbeat.interval.ms" => self.heartbeat_interval_ms = num(value, 0, INT, bad)?,
+            "max.poll.interval.ms" => self.max_poll_interval_ms = num(value, 1, INT, bad)?,
+            "request.timeout.ms" => self.request_timeout_ms = num(value, 0, INT, bad)?,
+            "retry.backoff.ms" => self.retry_backoff_ms = num(value, 0, LONG, bad)?,
+            "retry.backoff.max.ms" => self.retry_backoff_max_ms = num(value, 0, LONG, bad)?,
             "partition.assignment.strategy" => {
                 let names: Vec<String> =
                     value.split(',').map(|n| n.trim().to_string()).filter(|n| !n.is_empty()).collect();
                 if names.is_empty() {
-                    return Err(bad("no assignor named"));
+                    return Err(bad(&format!(
+                        "expected assignor names, comma-separated (known: {})",
+                        crate::client::assignor::ASSIGNOR_NAMES.join(", ")
+                    )));
                 }
                 for n in &names {
                     if assignor_by_name(n).is_none() {
                         return Err(bad(&format!(
-                            "unknown assignor {n:?} (known: {})",
+                            "expected assignor names, comma-separated; {n:?} is not one (known: {})",
                             crate::client::assignor::ASSIGNOR_NAMES.join(", ")
                         )));
                     }
@@ -360,7 +379,12 @@ impl ConsumerConfig {
                     _ => return Err(bad("expected read_committed or read_uncommitted")),
                 }
             }
-            _ => return Err(bad(&format!("unknown consumer config (known: {})", CONFIG_KEYS.join(", ")))),
+            _ => {
+                return Err(bad(&format!(
+                    "expected a consumer config name fetchbench knows (known: {})",
+                    CONFIG_KEYS.join(", ")
+                )))
+            }
         }
         Ok(self)
     }
@@ -536,7 +560,7 @@ impl Consumer {
                 return Err(ConsumerError::Config {
                     key: "bootstrap.servers".into(),
                     value: config.bootstrap_servers.clone(),
-                    reason: "no address".into(),
+                    reason: "expected at least one host:port that resolves".into(),
                 })
             }
         };
@@ -560,7 +584,7 @@ impl Consumer {
                         assignor_by_name(n).ok_or_else(|| ConsumerError::Config {
                             key: "partition.assignment.strategy".into(),
                             value: n.clone(),
-                            reason: "unknown assignor".into(),
+                            reason: "expected a known assignor".into(),
                         })
                     })
                     .collect::<Result<Vec<_>, _>>()?;
@@ -655,7 +679,7 @@ impl Consumer {
         let re = regex::Regex::new(&format!("^(?:{pattern})$")).map_err(|e| ConsumerError::Config {
             key: "pattern".into(),
             value: pattern.into(),
-            reason: e.to_string(),
+            reason: format!("expected a regular expression: {e}"),
         })?;
         self.subscription = Subscription::Pattern(re);
         self.group.as_ref().expect("checked").request_rejoin();
@@ -1552,6 +1576,29 @@ mod tests {
         assert_eq!(c.no_leader_reason(&("t".into(), 1)), "Metadata: LEADER_NOT_AVAILABLE (5)");
         assert_eq!(c.no_leader_reason(&("gone".into(), 0)), "Metadata of gone: UNKNOWN_TOPIC_OR_PARTITION (3)");
         assert_eq!(c.no_leader_reason(&("other".into(), 0)), "other not in Metadata");
+    }
+
+    /// `-X` errors (`fetchbench consume`) name the key, the value and what the key accepts.
+    #[test]
+    fn config_errors_name_the_key_the_value_and_what_is_accepted() {
+        let mut c = ConsumerConfig::new("127.0.0.1:9092");
+        let e = c.set("fetch.max.wait.ms", "abc").unwrap_err().to_string();
+        assert_eq!(e, "consumer config fetch.max.wait.ms=\"abc\": expected an integer from 0 to 2147483647");
+        let e = c.set("fetch.min.bytes", "-1").unwrap_err().to_string();
+        assert_eq!(e, "consumer config fetch.min.bytes=\"-1\": expected an integer from 0 to 2147483647");
+        let e = c.set("fetch.max.bytes", "2147483648").unwrap_err().to_string();
+        assert_eq!(e, "consumer config fetch.max.bytes=\"2147483648\": expected an integer from 0 to 2147483647");
+        let e = c.set("max.poll.records", "0").unwrap_err().to_string();
+        assert_eq!(e, "consumer config max.poll.records=\"0\": expected an integer from 1 to 2147483647");
+        let e = c.set("retry.backoff.ms", "x").unwrap_err().to_string();
+        assert_eq!(e, "consumer config retry.backoff.ms=\"x\": expected an integer from 0 to 9223372036854775807");
+        let e = c.set("fetch.min.bytez", "1").unwrap_err().to_string();
+        assert!(
+            e.starts_with("consumer config fetch.min.bytez=\"1\": expected a consumer config name fetchbench knows"),
+            "{e}"
+        );
+        c.set("fetch.max.wait.ms", " 20 ").unwrap().set("max.poll.records", "1").unwrap();
+        assert_eq!((c.fetch_max_wait_ms, c.max_poll_records), (20, 1));
     }
 
     #[test]
