@@ -190,7 +190,10 @@ pub(crate) fn mixed(t: &Target<'_>, dir: Option<&Path>) -> anyhow::Result<(PathR
     if dir.is_none() {
         notes.push("tail bytes are record value bytes (the external cluster's log is not visible)".into());
     }
-    out.schedule_notes(w, seconds, &mut notes);
+    if !interrupted {
+        // Interrupted: the drain's note says so; unsent records are the interruption's.
+        out.schedule_notes(w, seconds, false, &mut notes);
+    }
     let per_gb = Measured {
         phase: Phase::Mixed,
         seconds,

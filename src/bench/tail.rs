@@ -177,7 +177,6 @@ pub(crate) fn tail(
     let fetch_latency = t.broker.map(|b| b.take_fetch_latencies()).unwrap_or_default();
     if t.interrupted.load(Ordering::SeqCst) {
         interrupted = true;
-        notes.push("interrupted (Ctrl-C): the tail phase was cut short; figures cover the time measured".into());
     }
     if let Some(cut) = window_cut {
         // Shrink the window to what was measured, so late records do not count.
@@ -201,7 +200,8 @@ pub(crate) fn tail(
     let clients = clients1.minus(clients0);
     let brk = if t.broker.is_some() { process.minus_part(clients) } else { Usage::default() };
     let clients = if t.broker.is_some() { clients } else { process };
-    out.schedule_notes(w, seconds, &mut notes);
+    let interrupted = interrupted || t.interrupted.load(Ordering::SeqCst);
+    out.schedule_notes(w, seconds, interrupted, &mut notes);
     let mut result = Measured {
         phase: Phase::Tail,
         seconds,
@@ -312,22 +312,10 @@ impl TailOutcome {
     }
 
     /// Notes on the producers not keeping to their schedule over `seconds` of window.
-    pub fn schedule_notes(&self, w: &Workload, seconds: f64, notes: &mut Vec<String>) {
+    pub fn schedule_notes(&self, w: &Workload, seconds: f64, interrupted: bool, notes: &mut Vec<String>) {
         let rate = w.rate.records_per_sec(w.record_size);
         let expected = rate.map_or(0.0, |r| r * seconds) * w.consumer_groups as f64;
-        if self.unsent > 0 {
-            notes.push(format!(
-                "the producers could not keep to the schedule: {} records due in the window were never sent; \
-                 they are in no histogram, so the corrected latency understates (lower the rate)",
-                self.unsent
-            ));
-        }
-        if rate.is_some() && (self.records as f64) < expected * 0.9 {
-            notes.push(format!(
-                "the producers fell behind the schedule: {} records measured, {expected:.0} due (see the corrected latency)",
-                self.records
-            ));
-        }
+        notes.extend(schedule_notes(interrupted, self.unsent, rate.is_some(), self.records, expected));
     }
 }
 
@@ -827,6 +815,37 @@ fn tail_member(
     Ok(report)
 }
 
+/// The notes on the producers' schedule of a tail phase: `unsent` records due in the window
+/// that no producer sent, `records` measured (all groups) against `expected` due (`with_rate`:
+/// an open-loop schedule). A phase cut short by Ctrl-C (`interrupted`) gets one note saying so
+/// and none claiming the producers fell behind: its unsent and missing records are the
+/// interruption's (the producers stop, the window shrinks to what was measured, records in
+/// flight are not waited for).
+fn schedule_notes(interrupted: bool, unsent: u64, with_rate: bool, records: u64, expected: f64) -> Vec<String> {
+    let mut notes = Vec::new();
+    if interrupted {
+        let mut note =
+            "interrupted (Ctrl-C): the tail phase was cut short; figures cover the time measured".to_string();
+        if unsent > 0 {
+            note += &format!(" ({unsent} records still due were not sent because of the interruption)");
+        }
+        notes.push(note);
+        return notes;
+    }
+    if unsent > 0 {
+        notes.push(format!(
+            "the producers could not keep to the schedule: {unsent} records due in the window were never sent; \
+             they are in no histogram, so the corrected latency understates (lower the rate)"
+        ));
+    }
+    if with_rate && (records as f64) < expected * 0.9 {
+        notes.push(format!(
+            "the producers fell behind the schedule: {records} records measured, {expected:.0} due (see the corrected latency)"
+        ));
+    }
+    notes
+}
+
 /// Checks a workload's tail settings before anything runs.
 ///
 /// Errors: as [`tail`], early.
@@ -838,4 +857,31 @@ pub(crate) fn check(w: &Workload) -> anyhow::Result<()> {
         bail!("producers: the tail phase needs at least one producer");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Ctrl-C: one note saying the phase was interrupted, none claiming the producers fell
+    /// behind; without it, the schedule notes as before.
+    #[test]
+    fn an_interrupted_tail_does_not_blame_the_producers() {
+        let notes = schedule_notes(true, 1_234, true, 10, 5_000.0);
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(notes[0].starts_with("interrupted (Ctrl-C): the tail phase was cut short"), "{notes:?}");
+        assert!(notes[0].contains("1234 records still due were not sent because of the interruption"), "{notes:?}");
+        assert!(!notes[0].contains("could not keep") && !notes[0].contains("fell behind"), "{notes:?}");
+        assert_eq!(schedule_notes(true, 0, true, 5_000, 5_000.0).len(), 1);
+
+        let notes = schedule_notes(false, 1_234, true, 10, 5_000.0);
+        assert_eq!(notes.len(), 2, "{notes:?}");
+        assert!(notes[0].starts_with("the producers could not keep to the schedule: 1234 records"), "{notes:?}");
+        assert!(
+            notes[1].starts_with("the producers fell behind the schedule: 10 records measured, 5000 due"),
+            "{notes:?}"
+        );
+        assert!(schedule_notes(false, 0, true, 4_600, 5_000.0).is_empty());
+        assert!(schedule_notes(false, 0, false, 10, 0.0).is_empty());
+    }
 }
