@@ -107,12 +107,25 @@ pub fn measure(script: &Path) -> Result<LimitsResult, LimitsError> {
     measure_with(script, &std::env::var_os("PATH").unwrap_or_default(), MEASURE_TIMEOUT)
 }
 
-/// [`measure`] with the tools, bash and the script's programs looked up in `path_var`.
-fn measure_with(script: &Path, path_var: &OsStr, timeout: Duration) -> Result<LimitsResult, LimitsError> {
+/// The progress line `fetchbench run` shows while [`measure`] runs.
+pub const MEASURING: &str = "measuring this machine's limits (fio, iperf3; about 10 s)";
+
+/// Whether `fetchbench run` (no `--limits FILE`) measures the limits: `Ok(`[`MEASURING`]`)`,
+/// the line to announce before [`measure`], when fio and iperf3 ([`TOOLS`]) are executable
+/// files on `path_var` (a `PATH` value); else [`LimitsError::NotInstalled`], whose
+/// [`LimitsError::note`] (recorded once in the results' notes) says how to get them, and
+/// nothing is announced or run.
+pub fn announcement(path_var: &OsStr) -> Result<&'static str, LimitsError> {
     let missing: Vec<&'static str> = TOOLS.into_iter().filter(|t| find_program(t, path_var).is_none()).collect();
     if !missing.is_empty() {
         return Err(LimitsError::NotInstalled { missing });
     }
+    Ok(MEASURING)
+}
+
+/// [`measure`] with the tools, bash and the script's programs looked up in `path_var`.
+fn measure_with(script: &Path, path_var: &OsStr, timeout: Duration) -> Result<LimitsResult, LimitsError> {
+    announcement(path_var)?;
     let spawn_error = |source| LimitsError::Spawn { script: script.to_path_buf(), source };
     let bash = find_program("bash", path_var)
         .ok_or_else(|| spawn_error(io::Error::new(io::ErrorKind::NotFound, "bash is not on PATH")))?;
@@ -367,6 +380,22 @@ mod tests {
             .unwrap_err();
         assert!(matches!(&e, LimitsError::NotInstalled { missing } if missing == &["iperf3"]), "{e:?}");
         assert!(e.to_string().starts_with("install iperf3 (scripts/"), "{e}");
+    }
+
+    /// `run` announces measuring only when both tools are installed; otherwise it records the
+    /// note saying how to get them.
+    #[test]
+    fn the_measuring_is_announced_only_with_both_tools() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = announcement(&path_of(&[dir.path()])).unwrap_err();
+        assert!(e.note().contains("install fio and iperf3"), "{}", e.note());
+        executable(dir.path(), "fio", "");
+        let e = announcement(&path_of(&[dir.path()])).unwrap_err();
+        assert_eq!(e.note(), "machine limits: not measured: install iperf3 (scripts/baseline-limits.sh installs them as root) or pass --limits FILE");
+        let other = tempfile::tempdir().unwrap();
+        executable(other.path(), "iperf3", "");
+        assert_eq!(announcement(&path_of(&[dir.path(), other.path()])).unwrap(), MEASURING);
+        assert!(MEASURING.starts_with("measuring this machine's limits"));
     }
 
     /// A stand-in script on a PATH of stand-in tools: the environment it gets, its output parsed.

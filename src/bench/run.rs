@@ -445,7 +445,14 @@ fn machine_limits(args: &RunArgs, progress: &Progress, notes: &mut Vec<String>) 
     if let Some(file) = &args.limits {
         return super::limits::load(file).with_context(|| format!("--limits {}", file.display()));
     }
-    progress.step("measuring this machine's limits (fio, iperf3)".into());
+    // Announced only when fio and iperf3 are installed; else one note says how to get them.
+    match super::limits::announcement(&std::env::var_os("PATH").unwrap_or_default()) {
+        Ok(line) => progress.step(line.into()),
+        Err(e) => {
+            notes.push(e.note());
+            return Ok(LimitsResult::default());
+        }
+    }
     // The repository's script: from the working directory, else where this binary was built.
     let script = [Path::new("scripts/baseline-limits.sh"), Path::new(LIMITS_SCRIPT)]
         .into_iter()
