@@ -194,6 +194,7 @@ pub fn run_one(args: &RunArgs, w: &Workload, command: &[String]) -> anyhow::Resu
     if let Some(d) = &args.log_dir {
         w.log_dir = Some(d.clone());
     }
+    w.name = run_name(&w);
     check_supported(&w, args)?;
     let progress = Progress::new(args);
     let mut notes = Vec::new();
@@ -768,6 +769,28 @@ pub fn utc_timestamp(t: SystemTime) -> String {
     crate::read_path::report::utc_date(t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs())
 }
 
+/// The name of a run of `w` (its results files `<date>-<name>.*` and the results' workload
+/// `name`): `w.name`, except that a workload whose `name` is the default (`"default"`: no
+/// workload file, or a file without `name`) serving a log directory (`--log-dir` or `log_dir`)
+/// is named `log-dir-<the directory's last path component>`, file-safe ([`file_safe`]);
+/// `log-dir` when the path has no last component (`/`).
+fn run_name(w: &Workload) -> String {
+    match &w.log_dir {
+        Some(dir) if w.name == Workload::default().name => {
+            let last = dir
+                .file_name()
+                .map(|n| n.to_owned())
+                .or_else(|| fs::canonicalize(dir).ok()?.file_name().map(|n| n.to_owned()));
+            match last {
+                Some(n) => format!("log-dir-{}", file_safe(&n.to_string_lossy())),
+                None => "log-dir".to_string(),
+            }
+        }
+        _ => w.name.clone(),
+    }
+}
+
+/// `name` with every character other than an ASCII letter, digit, `-` or `_` replaced by `_`.
 fn file_safe(name: &str) -> String {
     name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect()
 }
@@ -825,6 +848,23 @@ mod tests {
             None => assert!(cpus.len() < 2),
         }
         assert_eq!(resolve_pinning(&CpuPinning::None), None);
+    }
+
+    #[test]
+    fn a_default_workload_on_a_log_dir_is_named_after_it() {
+        let mut w = Workload::default();
+        assert_eq!(run_name(&w), "default");
+        w.log_dir = Some(PathBuf::from("/data/kafka logs.1/"));
+        assert_eq!(run_name(&w), "log-dir-kafka_logs_1");
+        w.log_dir = Some(PathBuf::from("/"));
+        assert_eq!(run_name(&w), "log-dir");
+        let dir = tempfile::tempdir().unwrap();
+        w.log_dir = Some(dir.path().join("."));
+        let last = dir.path().file_name().unwrap().to_string_lossy().into_owned();
+        assert_eq!(run_name(&w), format!("log-dir-{}", file_safe(&last)));
+        // A name the workload sets is kept.
+        w.name = "mine".into();
+        assert_eq!(run_name(&w), "mine");
     }
 
     #[test]
