@@ -1,23 +1,34 @@
 //! An SVG chart of one results file ([`Results`]), drawn with `plotters`' SVG backend.
 //!
-//! One [`WIDTH`] x [`HEIGHT`] pixel SVG document with a title (`results.date`, the workload's
-//! `name`, the machine's `cpu_model` and `nproc`) and three panels:
+//! One [`WIDTH`] x [`HEIGHT`] pixel SVG document with a two-line title, the workload first
+//! (its `name`, record size, topics and partitions, consumers as groups x members per group,
+//! page cache, and each phase: the catch-up's backlog, the rate of the others; see
+//! [`describe_workload`]), then `results.date` and the machine (`cpu_model`, `nproc`); and
+//! three panels, each saying on its value axis whether higher or lower is better:
 //!
-//! - top left: throughput of each read path in the `catch_up` phase, MB/s (1e6 bytes), bars;
-//! - top right: broker CPU of the same entries, s/GB (1e9 bytes), `user` and `sys` stacked;
-//! - bottom: latency percentile curves, one per read path, latency in microseconds on a
-//!   log axis against the percentile on the usual log "1/(1-q)" axis (ticks at 0%, 50%, 90%,
-//!   99%, 99.9%, 99.99%). The curves are the `tail` phase's end-to-end latency (coordinated
-//!   omission corrected as solid lines, raw as lighter thin lines) when any tail entry has
-//!   samples; otherwise the `catch_up` phase's broker-side Fetch latency, or its consumer
-//!   `poll` latency when no Fetch latency was recorded (an external target). The panel's title
-//!   says which; it says "no latency samples" when every histogram is empty.
+//! - top left: throughput of each read path in the `catch_up` phase, bars;
+//! - top right: broker CPU of the same entries, CPU seconds per GB (1e9 bytes), `user` and
+//!   `sys` stacked;
+//! - bottom: latency percentile curves, one per read path, latency on a log axis against the
+//!   percentile on the usual log "1/(1-q)" axis (ticks at 0%, 50%, 90%, 99%, 99.9%, 99.99%).
+//!   The curves are the `tail` phase's end-to-end latency (coordinated omission corrected as
+//!   solid lines, raw as lighter thin lines) when any tail entry has samples; otherwise the
+//!   `catch_up` phase's broker-side Fetch latency, or its consumer `poll` latency when no
+//!   Fetch latency was recorded (an external target). The panel's title says which; it says
+//!   "no latency samples" when every histogram is empty.
+//!
+//! Values are written by magnitude with 3 significant digits ([`format_value`]): throughput
+//! in B/s, KB/s, MB/s or GB/s (decimal: 1 KB = 1e3 bytes, as MB everywhere in fetchbench),
+//! latency in us, ms or s, CPU in s/GB (0.003 stays 0.003). A value axis takes the unit of
+//! the largest value it shows.
 //!
 //! Values come from the histograms (ns, decoded with [`Latency::decode`]), not the summaries.
 //! Latencies below 1 us (the histograms' lowest discernible value, [`LOWEST_NS`]) are drawn
 //! at 1 us so the log axis has no zero. Non-finite numbers (never in a validated file) are
-//! drawn as 0, so the SVG never holds `NaN`. Colours follow each read path's first appearance
-//! in `results.paths` and are the same in every panel.
+//! drawn as 0, so the SVG never holds `NaN`. Colours are fixed by read path name
+//! ([`PATH_COLORS`]; a name outside it takes [`OTHER_COLORS`] in order of first appearance)
+//! and are the same in every panel; the CPU stacks have their own grays ([`CPU_USER_COLOR`],
+//! [`CPU_SYS_COLOR`]), so no two series of a chart share a colour.
 //!
 //! Text is written as SVG `<text>` elements in the viewer's `sans-serif` font: plotters is
 //! built without its `ttf` feature, and only estimates text widths for layout.
@@ -35,6 +46,7 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::histogram::{HistogramError, Latency, LOWEST_NS};
 use super::results::{LatencyResult, PathResult, Results};
+use super::workload::{Client, Compression, PageCache, Phase, Rate, Workload};
 
 /// Width of the chart, pixels.
 pub const WIDTH: u32 = 1200;
@@ -45,19 +57,24 @@ pub const HEIGHT: u32 = 800;
 const MAX_NINES: f64 = 4.0;
 /// Points per latency curve (evenly spaced in nines from 0 to [`MAX_NINES`]).
 const CURVE_POINTS: usize = 161;
-/// Line colours, by read path (Tableau 10).
-const COLORS: [RGBColor; 10] = [
-    RGBColor(31, 119, 180),
-    RGBColor(255, 127, 14),
-    RGBColor(44, 160, 44),
-    RGBColor(214, 39, 40),
-    RGBColor(148, 103, 189),
-    RGBColor(140, 86, 75),
-    RGBColor(227, 119, 194),
-    RGBColor(127, 127, 127),
-    RGBColor(188, 189, 34),
-    RGBColor(23, 190, 207),
+/// The colour of each read path by name (Tableau 10's first seven), `external` being an
+/// external cluster's entries.
+pub const PATH_COLORS: [(&str, RGBColor); 7] = [
+    ("copy", RGBColor(31, 119, 180)),        // blue
+    ("mmap", RGBColor(255, 127, 14)),        // orange
+    ("sendfile", RGBColor(44, 160, 44)),     // green
+    ("uring-splice", RGBColor(214, 39, 40)), // red
+    ("direct", RGBColor(148, 103, 189)),     // purple
+    ("null", RGBColor(140, 86, 75)),         // brown
+    ("external", RGBColor(227, 119, 194)),   // pink
 ];
+/// Colours of read paths not in [`PATH_COLORS`], in order of first appearance (Tableau 10's
+/// olive and cyan; repeated beyond two such paths).
+pub const OTHER_COLORS: [RGBColor; 2] = [RGBColor(188, 189, 34), RGBColor(23, 190, 207)];
+/// The broker CPU panel's `user` stack (dark gray).
+pub const CPU_USER_COLOR: RGBColor = RGBColor(64, 64, 64);
+/// The broker CPU panel's `sys` stack (light gray).
+pub const CPU_SYS_COLOR: RGBColor = RGBColor(176, 176, 176);
 
 /// Why a chart could not be drawn.
 #[derive(Debug, thiserror::Error)]
@@ -105,11 +122,13 @@ pub fn render_svg(results: &Results) -> Result<String, ChartError> {
     {
         let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
         root.fill(&WHITE).map_err(draw_err)?;
-        let body = root.titled(&title(results), ("sans-serif", 22).into_font()).map_err(draw_err)?;
+        let (headline, subtitle) = title(results);
+        let body = root.titled(&headline, ("sans-serif", 20).into_font()).map_err(draw_err)?;
+        let body = body.titled(&subtitle, ("sans-serif", 15).into_font()).map_err(draw_err)?;
         let (top, bottom) = body.split_vertically(HEIGHT as i32 * 2 / 5);
         let (left, right) = top.split_horizontally(WIDTH as i32 / 2);
         let catch_up: Vec<&PathResult> = results.paths.iter().filter(|p| p.phase == "catch_up").collect();
-        let colors = path_colors(results);
+        let colors = Palette::of(results);
         draw_throughput(&left, &catch_up, &colors)?;
         draw_cpu(&right, &catch_up)?;
         draw_latency(&bottom, &latency, &colors)?;
@@ -126,31 +145,164 @@ pub fn write_svg(results: &Results, path: &Path) -> io::Result<()> {
     std::fs::write(path, svg)
 }
 
-/// The chart's title: date, workload name and machine.
-fn title(results: &Results) -> String {
-    let workload = results.workload.get("name").and_then(|v| v.as_str()).unwrap_or("unnamed workload");
-    let cpu = if results.machine.cpu_model.is_empty() { "unknown CPU" } else { &results.machine.cpu_model };
-    let mut t = format!("fetchbench: {workload}, {} on {cpu} ({} CPUs)", results.date, results.machine.nproc);
+/// The chart's title: the workload ([`describe_workload`], or its `name` alone when the
+/// results' workload does not parse), then the date and the machine.
+fn title(results: &Results) -> (String, String) {
+    let name = results.workload.get("name").and_then(|v| v.as_str()).unwrap_or("unnamed workload");
+    let mut headline = match results.workload() {
+        Some(w) => describe_workload(&w),
+        None => name.to_string(),
+    };
     if results.interrupted {
-        t.push_str(" [interrupted]");
+        headline.push_str(" [interrupted]");
+    }
+    let cpu = if results.machine.cpu_model.is_empty() { "unknown CPU" } else { &results.machine.cpu_model };
+    let subtitle = format!("fetchbench run {} on {cpu} ({} CPUs)", results.date, results.machine.nproc);
+    (headline, subtitle)
+}
+
+/// One line naming a workload: `<name>: <record size> records, <partitions> partitions,
+/// <groups>x<members> consumers, page cache <hot|cold>; <phases>`, e.g. `default: 1 KiB
+/// records, 8 partitions, 1x4 consumers, page cache hot; catch_up of a 1 GiB backlog, tail
+/// at 10000 records/s`. Topics show as `<topics> topics x <partitions> partitions` when more
+/// than one; a compression other than none and the librdkafka client are named; a catch-up
+/// of a log directory says so.
+pub fn describe_workload(w: &Workload) -> String {
+    let plural = |n: u32, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
+    let partitions = if w.topics > 1 {
+        format!("{} x {}", plural(w.topics, "topic"), plural(w.partitions, "partition"))
+    } else {
+        plural(w.partitions, "partition")
+    };
+    let client = if w.client == Client::Librdkafka { " (librdkafka)" } else { "" };
+    let mut t = format!(
+        "{}: {} records, {partitions}, {}x{} consumers{client}, page cache {}",
+        w.name,
+        binary_size(w.record_size),
+        w.consumer_groups,
+        w.consumers_per_group,
+        match w.page_cache {
+            PageCache::Hot => "hot",
+            PageCache::Cold => "cold",
+        }
+    );
+    if w.compression != Compression::None {
+        let _ = write!(t, ", {} compression", w.compression.name());
+    }
+    let rate = match w.rate {
+        Rate::Unlimited => "an unlimited rate".to_string(),
+        Rate::RecordsPerSec(n) => format!("{n} records/s"),
+        Rate::MegabytesPerSec(mb) => format!("{mb} MB/s"),
+    };
+    let phases: Vec<String> = w
+        .phases
+        .iter()
+        .map(|p| match (p, &w.log_dir) {
+            (Phase::CatchUp, Some(_)) => "catch_up of a log_dir copy".to_string(),
+            (Phase::CatchUp, None) => format!("catch_up of a {} backlog", binary_size(w.backlog_bytes)),
+            _ => format!("{} at {rate}", p.name()),
+        })
+        .collect();
+    if !phases.is_empty() {
+        let _ = write!(t, "; {}", phases.join(", "));
     }
     t
 }
 
-/// Each distinct read path, in order of first appearance: its index picks its colour.
-fn path_colors(results: &Results) -> Vec<String> {
-    let mut names: Vec<String> = Vec::new();
-    for p in &results.paths {
-        if !names.contains(&p.read_path) {
-            names.push(p.read_path.clone());
+/// `1 KiB`, `1 GiB` for a whole number of a binary unit, else bytes: `1000 B`.
+fn binary_size(bytes: u64) -> String {
+    for (unit, m) in [("TiB", 1u64 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)] {
+        if bytes >= m && bytes.is_multiple_of(m) {
+            return format!("{} {unit}", bytes / m);
         }
     }
-    names
+    format!("{bytes} B")
 }
 
-fn color_of(colors: &[String], read_path: &str) -> RGBColor {
-    let i = colors.iter().position(|c| c == read_path).unwrap_or(0);
-    COLORS[i % COLORS.len()]
+/// The colour of each read path of a chart: [`PATH_COLORS`] by name, else [`OTHER_COLORS`]
+/// in order of first appearance in `results.paths`.
+struct Palette {
+    others: Vec<String>,
+}
+
+impl Palette {
+    fn of(results: &Results) -> Palette {
+        let mut others: Vec<String> = Vec::new();
+        for p in &results.paths {
+            if path_color(&p.read_path).is_none() && !others.contains(&p.read_path) {
+                others.push(p.read_path.clone());
+            }
+        }
+        Palette { others }
+    }
+
+    fn color(&self, read_path: &str) -> RGBColor {
+        path_color(read_path).unwrap_or_else(|| {
+            let i = self.others.iter().position(|c| c == read_path).unwrap_or(0);
+            OTHER_COLORS[i % OTHER_COLORS.len()]
+        })
+    }
+}
+
+/// The [`PATH_COLORS`] entry of `read_path`.
+fn path_color(read_path: &str) -> Option<RGBColor> {
+    PATH_COLORS.iter().find(|(n, _)| *n == read_path).map(|(_, c)| *c)
+}
+
+/// What a chart value measures: its base unit and the units it is written in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Quantity {
+    /// Throughput given in MB/s (1e6 bytes/s): written in B/s, KB/s, MB/s or GB/s (decimal).
+    Throughput,
+    /// Latency given in microseconds: written in us, ms or s.
+    Latency,
+    /// CPU seconds per GB (1e9 bytes): written in s/GB.
+    CpuPerGb,
+}
+
+impl Quantity {
+    /// (size of the unit in the base unit, its name), smallest first.
+    fn units(self) -> &'static [(f64, &'static str)] {
+        match self {
+            Quantity::Throughput => &[(1e-6, "B/s"), (1e-3, "KB/s"), (1.0, "MB/s"), (1e3, "GB/s")],
+            Quantity::Latency => &[(1.0, "us"), (1e3, "ms"), (1e6, "s")],
+            Quantity::CpuPerGb => &[(1.0, "s/GB")],
+        }
+    }
+
+    /// The unit for a value of magnitude `v`: the largest not above it (the smallest for 0).
+    fn unit(self, v: f64) -> (f64, &'static str) {
+        let units = self.units();
+        let v = v.abs();
+        units.iter().rev().find(|(size, _)| v >= *size * (1.0 - 5e-4)).copied().unwrap_or(units[0])
+    }
+}
+
+/// `v` (in `q`'s base unit) written by magnitude with 3 significant digits, trailing zeros
+/// dropped: `4.2 MB/s` for 4.2, `4.2 KB/s` for 0.0042, `1.44 GB/s` for 1440 (throughput in
+/// MB/s); `850us`, `12.3ms`, `1.5s` (latency in us); `0.003 s/GB`. Non-finite values are 0.
+pub fn format_value(v: f64, q: Quantity) -> String {
+    let v = if v.is_finite() { v } else { 0.0 };
+    let (size, unit) = q.unit(v);
+    let sep = if q == Quantity::Latency { "" } else { " " };
+    format!("{}{sep}{unit}", significant(v / size, 3))
+}
+
+/// `x` with `digits` significant digits (more when its integer part is longer), trailing
+/// zeros after the point dropped, never in exponent form: `0.00312`, `4.2`, `1440`, `0`.
+fn significant(x: f64, digits: i32) -> String {
+    if !x.is_finite() || x == 0.0 {
+        return "0".into();
+    }
+    let magnitude = x.abs().log10().floor() as i32;
+    let decimals = (digits - 1 - magnitude).max(0) as usize;
+    let text = format!("{x:.decimals$}");
+    let text = if text.contains('.') { text.trim_end_matches('0').trim_end_matches('.') } else { &text };
+    if text == "-0" {
+        "0".into()
+    } else {
+        text.to_string()
+    }
 }
 
 /// An f64 axis, linear or logarithmic, with given tick positions (plotters' own
@@ -220,14 +372,10 @@ fn bar_axis(n: usize) -> Ticked {
     Ticked::linear(-0.5 - pad..n as f64 - 0.5 + pad, (0..n).map(|i| i as f64).collect())
 }
 
-/// A value axis label: no decimals from 10 up, 2 significant-ish decimals below.
-fn number_label(v: f64) -> String {
-    if v.abs() >= 10.0 {
-        format!("{v:.0}")
-    } else {
-        let text = format!("{v:.2}");
-        text.trim_end_matches('0').trim_end_matches('.').to_string()
-    }
+/// A value axis tick (already in the axis' unit): up to 4 significant digits, so ticks such as
+/// 0.0005 or 0.25 never read 0.
+fn tick_label(v: f64) -> String {
+    significant(v, 4)
 }
 
 /// `x` if finite and non-negative, else 0.
@@ -256,18 +404,21 @@ fn draw_empty(area: &DrawingArea<SVGBackend, Shift>, caption: &str, message: &st
     inner.draw(&Text::new(message.to_string(), (w as i32 / 2, h as i32 / 2), style)).map_err(draw_err)
 }
 
-/// Bars of `mb_per_sec` for the catch-up entries, each labelled with its value.
+/// Bars of `mb_per_sec` for the catch-up entries, each labelled with its value; the axis in
+/// the unit of the largest ([`Quantity::Throughput`]).
 fn draw_throughput(
     area: &DrawingArea<SVGBackend, Shift>,
     entries: &[&PathResult],
-    colors: &[String],
+    colors: &Palette,
 ) -> Result<(), ChartError> {
-    let caption = "catch_up throughput, MB/s";
+    let caption = "catch_up throughput";
     if entries.is_empty() {
         return draw_empty(area, caption, "no catch_up entries");
     }
     let values: Vec<f64> = entries.iter().map(|p| clean(p.mb_per_sec)).collect();
-    let top = axis_max(values.iter().copied().fold(0.0, f64::max));
+    let max = values.iter().copied().fold(0.0, f64::max);
+    let (size, unit) = Quantity::Throughput.unit(max);
+    let top = axis_max(max / size);
     let n = entries.len();
     let names: Vec<String> = entries.iter().map(|p| p.read_path.clone()).collect();
     let mut chart = ChartBuilder::on(area)
@@ -282,20 +433,23 @@ fn draw_throughput(
         .label_style(("sans-serif", 13))
         .disable_x_mesh()
         .x_label_formatter(&|x| index_label(&names, *x))
-        .y_label_formatter(&|y| number_label(*y))
-        .y_desc("MB/s")
+        .y_label_formatter(&|y| tick_label(*y))
+        .y_desc(format!("{unit} (higher is better)"))
         .draw()
         .map_err(draw_err)?;
     chart
         .draw_series(entries.iter().zip(&values).enumerate().map(|(i, (p, v))| {
             let x = i as f64;
-            Rectangle::new([(x - 0.3, 0.0), (x + 0.3, *v)], color_of(colors, &p.read_path).filled())
+            Rectangle::new([(x - 0.3, 0.0), (x + 0.3, *v / size)], colors.color(&p.read_path).filled())
         }))
         .map_err(draw_err)?;
     let label = ("sans-serif", 14).into_font().color(&BLACK).pos(Pos::new(HPos::Center, VPos::Bottom));
     chart
         .draw_series(
-            values.iter().enumerate().map(|(i, v)| Text::new(format!("{v:.0}"), (i as f64, *v), label.clone())),
+            values
+                .iter()
+                .enumerate()
+                .map(|(i, v)| Text::new(format_value(*v, Quantity::Throughput), (i as f64, *v / size), label.clone())),
         )
         .map_err(draw_err)?;
     Ok(())
@@ -303,7 +457,7 @@ fn draw_throughput(
 
 /// Stacked bars of broker CPU (`user` below, `sys` above), s/GB, for the catch-up entries.
 fn draw_cpu(area: &DrawingArea<SVGBackend, Shift>, entries: &[&PathResult]) -> Result<(), ChartError> {
-    let caption = "catch_up broker CPU, s/GB";
+    let caption = "catch_up broker CPU";
     if entries.is_empty() {
         return draw_empty(area, caption, "no catch_up entries");
     }
@@ -324,12 +478,11 @@ fn draw_cpu(area: &DrawingArea<SVGBackend, Shift>, entries: &[&PathResult]) -> R
         .label_style(("sans-serif", 13))
         .disable_x_mesh()
         .x_label_formatter(&|x| index_label(&names, *x))
-        .y_label_formatter(&|y| number_label(*y))
-        .y_desc("CPU s/GB")
+        .y_label_formatter(&|y| tick_label(*y))
+        .y_desc("CPU s/GB (lower is better)")
         .draw()
         .map_err(draw_err)?;
-    let user_color = RGBColor(90, 90, 90);
-    let sys_color = RGBColor(214, 39, 40);
+    let (user_color, sys_color) = (CPU_USER_COLOR, CPU_SYS_COLOR);
     chart
         .draw_series(cpu.iter().enumerate().map(|(i, (u, _))| {
             let x = i as f64;
@@ -349,9 +502,9 @@ fn draw_cpu(area: &DrawingArea<SVGBackend, Shift>, entries: &[&PathResult]) -> R
     let label = ("sans-serif", 14).into_font().color(&BLACK).pos(Pos::new(HPos::Center, VPos::Bottom));
     chart
         .draw_series(
-            cpu.iter()
-                .enumerate()
-                .map(|(i, (u, s))| Text::new(format!("{:.2}", u + s), (i as f64, u + s), label.clone())),
+            cpu.iter().enumerate().map(|(i, (u, s))| {
+                Text::new(format_value(u + s, Quantity::CpuPerGb), (i as f64, u + s), label.clone())
+            }),
         )
         .map_err(draw_err)?;
     chart
@@ -462,24 +615,11 @@ fn percentile_label(nines: f64) -> String {
     s
 }
 
-/// "500us", "2ms", "1.5s" for a latency in microseconds.
-fn latency_label(us: f64) -> String {
-    let (v, unit) = if us >= 1e6 {
-        (us / 1e6, "s")
-    } else if us >= 1e3 {
-        (us / 1e3, "ms")
-    } else {
-        (us, "us")
-    };
-    let text = format!("{v:.1}");
-    format!("{}{unit}", text.trim_end_matches('0').trim_end_matches('.'))
-}
-
 /// The percentile curves on a log latency axis against a log 1/(1-q) axis.
 fn draw_latency(
     area: &DrawingArea<SVGBackend, Shift>,
     panel: &LatencyPanel,
-    colors: &[String],
+    colors: &Palette,
 ) -> Result<(), ChartError> {
     if panel.curves.is_empty() {
         return draw_empty(area, panel.title, "no latency samples");
@@ -500,13 +640,13 @@ fn draw_latency(
         .configure_mesh()
         .label_style(("sans-serif", 13))
         .x_label_formatter(&|x| percentile_label(*x))
-        .y_label_formatter(&|y| latency_label(*y))
+        .y_label_formatter(&|y| format_value(*y, Quantity::Latency))
         .x_desc("percentile")
-        .y_desc("latency")
+        .y_desc("latency (lower is better)")
         .draw()
         .map_err(draw_err)?;
     for curve in &panel.curves {
-        let color = color_of(colors, &curve.read_path);
+        let color = colors.color(&curve.read_path);
         let (style, label) = if curve.raw {
             (color.mix(0.4).stroke_width(1), format!("{} raw", curve.read_path))
         } else {
@@ -554,13 +694,20 @@ mod tests {
             assert!(svg.contains(&format!(">\n{name}\n</text>")), "axis label {name}");
             assert!(svg.contains(&format!("{name} raw")), "legend of the raw curve of {name}");
         }
-        let workload = results.workload["name"].as_str().unwrap();
-        assert!(svg.contains(&title(&results)), "title");
-        assert!(svg.contains(workload) && svg.contains("Example CPU @ 2.00GHz (2 CPUs)"), "title");
+        let (headline, subtitle) = title(&results);
+        assert!(svg.contains(&headline) && svg.contains(&subtitle), "title");
+        assert!(
+            headline.starts_with("default: 1 KiB records, 8 partitions, 1x4 consumers, page cache hot"),
+            "{headline}"
+        );
+        assert!(subtitle.ends_with("Example CPU @ 2.00GHz (2 CPUs)"), "{subtitle}");
         assert!(svg.contains("tail end-to-end latency"));
         assert!(svg.contains("99.9%") && svg.contains("50%"), "percentile ticks");
-        // The catch_up throughput of sendfile (900 * 1.6 MB/s) labels its bar.
-        assert!(svg.contains(">\n1440\n</text>"), "bar label");
+        // The catch_up throughput of sendfile (900 * 1.6 MB/s) labels its bar, by magnitude.
+        assert!(svg.contains(">\n1.44 GB/s\n</text>"), "bar label");
+        assert!(svg.contains(">\nGB/s (higher is better)\n</text>"), "throughput axis");
+        assert!(svg.contains(">\nCPU s/GB (lower is better)\n</text>"), "CPU axis");
+        assert!(svg.contains(">\nlatency (lower is better)\n</text>"), "latency axis");
     }
 
     #[test]
@@ -638,11 +785,13 @@ mod tests {
         assert_eq!(percentile_label(2f64.log10()), "50%");
         assert_eq!(percentile_label(3.0), "99.9%");
         assert_eq!(percentile_label(4.0), "99.99%");
-        assert_eq!(latency_label(1.0), "1us");
-        assert_eq!(latency_label(2_500.0), "2.5ms");
-        assert_eq!(latency_label(3e6), "3s");
-        assert_eq!(number_label(1440.4), "1440");
-        assert_eq!(number_label(0.5), "0.5");
+        assert_eq!(format_value(1.0, Quantity::Latency), "1us");
+        assert_eq!(format_value(2_500.0, Quantity::Latency), "2.5ms");
+        assert_eq!(format_value(3e6, Quantity::Latency), "3s");
+        assert_eq!(tick_label(1440.4), "1440");
+        assert_eq!(tick_label(0.5), "0.5");
+        assert_eq!(tick_label(0.30000000000000004), "0.3");
+        assert_eq!(tick_label(0.0005), "0.0005");
         assert_eq!(Ticked::log(250.0..4_500.0).ticks[..3], [300.0, 400.0, 500.0]);
         assert_eq!(Ticked::log(50.0..5_000.0).ticks, [50.0, 100.0, 200.0, 500.0, 1_000.0, 2_000.0, 5_000.0]);
         assert_eq!(Ticked::log(1.0..1e9).ticks.len(), 10);
@@ -651,5 +800,116 @@ mod tests {
         assert_eq!(bar_axis(1).range(), -1.5..1.5);
         assert_eq!(index_label(&["a".into(), "b".into()], 1.0), "b");
         assert_eq!(index_label(&["a".into()], 0.5), "");
+    }
+
+    /// Values by magnitude, small ones included (the old labels read them as 0).
+    #[test]
+    fn values_format_by_magnitude() {
+        use Quantity::*;
+        assert_eq!(format_value(0.0042 * 1e3, Throughput), "4.2 MB/s"); // 0.0042 GB/s
+        assert_eq!(format_value(0.0042, Throughput), "4.2 KB/s");
+        assert_eq!(format_value(0.0000042, Throughput), "4.2 B/s");
+        assert_eq!(format_value(1440.4, Throughput), "1.44 GB/s");
+        assert_eq!(format_value(12_345.0, Throughput), "12.3 GB/s");
+        assert_eq!(format_value(999.9, Throughput), "1 GB/s"); // rounds up to the next unit
+        assert_eq!(format_value(999.0, Throughput), "999 MB/s");
+        assert_eq!(format_value(0.0, Throughput), "0 B/s");
+        assert_eq!(format_value(f64::NAN, Throughput), "0 B/s");
+        assert_eq!(format_value(0.003, CpuPerGb), "0.003 s/GB");
+        assert_eq!(format_value(0.012345, CpuPerGb), "0.0123 s/GB");
+        assert_eq!(format_value(1.2345, CpuPerGb), "1.23 s/GB");
+        assert_eq!(format_value(850.0, Latency), "850us");
+        assert_eq!(format_value(0.5, Latency), "0.5us");
+        assert_eq!(format_value(12_345.0, Latency), "12.3ms");
+        assert_eq!(format_value(1_500_000.0, Latency), "1.5s");
+        assert_eq!(significant(-0.0001, 3), "-0.0001");
+    }
+
+    /// A run of small figures: bar labels and axis ticks carry their digits, not 0.
+    #[test]
+    fn small_values_do_not_read_zero() {
+        let mut results = example(1.0);
+        for p in &mut results.paths {
+            p.mb_per_sec = 0.0042;
+            p.broker_cpu.user_s_per_gb = 0.001;
+            p.broker_cpu.sys_s_per_gb = 0.002;
+        }
+        let svg = render_svg(&results).unwrap();
+        assert_clean(&svg);
+        assert!(svg.contains(">\n4.2 KB/s\n</text>"), "bar label");
+        assert!(svg.contains(">\nKB/s (higher is better)\n</text>"), "axis unit");
+        assert!(svg.contains(">\n0.003 s/GB\n</text>"), "CPU bar label");
+        // Ticks of 0..5.04 KB/s and 0..0.0036 s/GB: e.g. 1 and 0.001, besides 0.
+        assert!(svg.contains(">\n1\n</text>") && svg.contains(">\n0.001\n</text>"), "ticks");
+    }
+
+    #[test]
+    fn the_title_names_the_workload() {
+        let mut w = Workload::default();
+        assert_eq!(
+            describe_workload(&w),
+            "default: 1 KiB records, 8 partitions, 1x4 consumers, page cache hot; catch_up of a 1 GiB backlog, \
+             tail at 10000 records/s"
+        );
+        w.name = "big".into();
+        w.topics = 2;
+        w.partitions = 1;
+        w.record_size = 1000;
+        w.consumer_groups = 3;
+        w.consumers_per_group = 1;
+        w.page_cache = PageCache::Cold;
+        w.compression = Compression::Lz4;
+        w.client = Client::Librdkafka;
+        w.rate = Rate::MegabytesPerSec(7.5);
+        w.phases = vec![Phase::Tail];
+        assert_eq!(
+            describe_workload(&w),
+            "big: 1000 B records, 2 topics x 1 partition, 3x1 consumers (librdkafka), page cache cold, lz4 \
+             compression; tail at 7.5 MB/s"
+        );
+        w.phases = vec![Phase::CatchUp];
+        w.log_dir = Some("/data/kafka".into());
+        assert!(describe_workload(&w).ends_with("; catch_up of a log_dir copy"));
+        let mut results = example(1.0);
+        results.interrupted = true;
+        assert!(title(&results).0.ends_with("tail at 10000 records/s [interrupted]"), "{:?}", title(&results));
+    }
+
+    /// No two series of a chart share a colour: every read path (and `external`), the other
+    /// paths' colours and the CPU stacks are distinct, and far apart (RGB distance).
+    #[test]
+    fn the_palette_colours_are_distinct() {
+        let mut named: Vec<(String, RGBColor)> = crate::read_path::ReadPathKind::ALL
+            .iter()
+            .map(|k| {
+                (k.name().to_string(), path_color(k.name()).unwrap_or_else(|| panic!("{} has no colour", k.name())))
+            })
+            .collect();
+        named.push(("external".into(), path_color("external").unwrap()));
+        named.push(("user".into(), CPU_USER_COLOR));
+        named.push(("sys".into(), CPU_SYS_COLOR));
+        for (i, c) in OTHER_COLORS.iter().enumerate() {
+            named.push((format!("other {i}"), *c));
+        }
+        for (i, (a, ca)) in named.iter().enumerate() {
+            for (b, cb) in &named[i + 1..] {
+                let d = ((ca.0 as f64 - cb.0 as f64).powi(2)
+                    + (ca.1 as f64 - cb.1 as f64).powi(2)
+                    + (ca.2 as f64 - cb.2 as f64).powi(2))
+                .sqrt();
+                assert!(d > 60.0, "{a} {ca:?} and {b} {cb:?} are too close ({d:.0})");
+            }
+        }
+        // Unknown paths take the other colours in order of first appearance.
+        let mut results = example(1.0);
+        results.paths[0].read_path = "future".into();
+        results.paths[2].read_path = "later".into();
+        let palette = Palette::of(&results);
+        assert_eq!((palette.color("future"), palette.color("later")), (OTHER_COLORS[0], OTHER_COLORS[1]));
+        assert_eq!(palette.color("uring-splice"), RGBColor(214, 39, 40));
+        // In the SVG: the sys stack's colour is not uring-splice's red.
+        let svg = render_svg(&example(1.0)).unwrap();
+        assert!(svg.contains("#B0B0B0") && svg.contains("#404040"), "CPU stacks' grays");
+        assert!(!svg.contains("#D62728"), "uring-splice's red with no uring-splice entry");
     }
 }
