@@ -74,6 +74,8 @@ read_paths = ["copy", "sendfile"]
     assert!(json[0].with_extension("csv").is_file() && json[0].with_extension("svg").is_file());
     let svg = std::fs::read_to_string(json[0].with_extension("svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("sendfile"), "{}", &svg[..svg.len().min(300)]);
+    assert!(svg.contains("tiny: 1 KiB records, 2 partitions, 1x2 consumers, page cache hot; catch_up of a 4 MiB"));
+    assert!(svg.contains("(higher is better)") && svg.contains("(lower is better)"));
     let results = only_results(&results_dir);
     assert_eq!(results.target, "embedded");
     assert!(!results.interrupted);
@@ -300,6 +302,10 @@ read_paths = ["copy", "sendfile"]
     let tail = &results.paths[1];
     assert!(tail.seconds > 1.0 && tail.seconds < 30.0 && tail.records > 0, "{tail:?}");
     assert!(files(&results_dir, "csv").len() == 1 && files(&results_dir, "svg").len() == 1);
+    // The records the interrupted schedule never sent are the interruption's, not the producers'.
+    let notes = &results.notes;
+    assert!(notes.iter().any(|n| n.starts_with("copy (tail): interrupted (Ctrl-C)")), "{notes:?}");
+    assert!(!notes.iter().any(|n| n.contains("keep to the schedule") || n.contains("fell behind")), "{notes:?}");
 }
 
 /// The default workload's flow over a copy of a real Kafka broker's log directory: the
