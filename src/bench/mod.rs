@@ -4,7 +4,8 @@
 //! embedded broker or an external cluster: the backlog ([`backlog`]), the catch-up phase
 //! ([`catch_up`]), the tail phase with end-to-end latency ([`tail`]), both at once ([`mixed`]), resource accounting
 //! ([`usage`]), this machine's limits ([`limits`]), librdkafka consumers as kcat processes
-//! ([`kcat`]). `fetchbench compare` ([`compare`]) sets two results files side by side.
+//! ([`kcat`]). `fetchbench compare` ([`compare`]) sets two results files side by side; repeated runs
+//! are summarised and tested with [`stats`].
 
 pub(crate) mod backlog;
 pub(crate) mod catch_up;
@@ -16,6 +17,7 @@ pub mod limits;
 pub mod mixed;
 pub mod results;
 pub mod run;
+pub mod stats;
 pub mod tail;
 pub(crate) mod usage;
 pub mod workload;
