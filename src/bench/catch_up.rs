@@ -537,6 +537,7 @@ impl Measured {
         PathResult {
             read_path: t.read_path.clone(),
             phase: self.phase.name().to_string(),
+            repetition: 0, // set by the run, which knows the repetition
             seconds,
             bytes: self.bytes,
             records: self.records,

@@ -1,14 +1,27 @@
 //! `fetchbench compare BASE.json NEW.json [--threshold 10%]`: two results files side by side.
 //!
-//! [`compare`] matches the entries of both files by (read path, phase) and puts every metric
-//! of [`METRICS`] side by side with the ratio new / base. A metric is a *regression* when it
-//! moved the wrong way by more than the threshold: a throughput below `base * (1 - t)`, a cost
-//! or latency above `base * (1 + t)`. A metric whose base is 0 has no ratio and is never
-//! flagged (0 -> 5 major faults per GB is shown, not gated). An entry of the base missing from
-//! the new file is a regression too: a path that stopped running is not faster.
+//! [`compare`] matches the entries of both files by (read path, phase) — all repetitions of
+//! an entry form its sample — and puts every metric of [`METRICS`] side by side: the mean of
+//! each side and the ratio new / base of the means. Which test decides depends on the samples:
 //!
-//! The report also gives *within-run* ratios: each path relative to `copy` in the same file
-//! and phase, the figures that hold on noisy machines (see DESIGN.md, Measuring).
+//! - **Welch's t-test** when both sides have at least 2 samples of the metric (`fetchbench run
+//!   --repeat N`, N >= 2): the metric is a *regression* when the one-sided Welch t-test
+//!   (unequal variances, Welch–Satterthwaite degrees of freedom; see [`super::stats::welch`])
+//!   finds the new mean worse than the base mean at significance [`ALPHA`] = 0.05 (lower for a
+//!   throughput, higher for a cost or latency: H1 is "new is worse") **and** the mean moved
+//!   the wrong way by more than the threshold (the threshold is the minimum effect that
+//!   matters: a significant 2% change under a 10% threshold passes). The p-value is shown.
+//! - **The threshold rule** otherwise (one sample on a side, e.g. a version 2 file or a run
+//!   without repeats): a regression when the mean moved the wrong way by more than the
+//!   threshold: a throughput below `base * (1 - t)`, a cost or latency above `base * (1 + t)`.
+//!
+//! A metric whose base is 0 has no ratio and is never flagged (0 -> 5 major faults per GB is
+//! shown, not gated). An entry of the base missing from the new file is a regression too: a
+//! path that stopped running is not faster.
+//!
+//! The report also gives *within-run* ratios: each path relative to `copy` in the same file,
+//! phase and repetition, the figures that hold on noisy machines (see DESIGN.md, Measuring);
+//! with repeats as the mean of the per-repetition ratios and its 95% confidence interval.
 //!
 //! Exit codes of the command: 0 no regression, 1 a regression, 2 bad input (a file that is
 //! missing, not JSON or not a valid results document, or a bad threshold).
@@ -18,6 +31,12 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use super::results::{PathResult, Results, ValidationError};
+use super::stats::{estimate, welch, Estimate};
+use super::workload::Workload;
+
+/// The significance level of the one-sided Welch t-test (a 5% chance of flagging a metric
+/// that did not get worse, per metric and entry).
+pub const ALPHA: f64 = 0.05;
 
 /// Which way is better for a metric.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -79,6 +98,29 @@ pub const METRICS: &[Metric] = &[
 /// Metrics shown in the within-run table (each path / `copy`).
 const WITHIN_RUN: [&str; 3] = ["mb_per_sec", "broker_cpu_s_per_gb", "e2e_corrected_p99_us"];
 
+/// How a [`Row`] was judged.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Test {
+    /// The one-sided Welch t-test (both sides have >= 2 samples) with its p-value, plus the
+    /// threshold as the minimum effect.
+    Welch {
+        /// One-sided p-value of "new is worse than base".
+        p: f64,
+    },
+    /// The threshold rule alone (a side has fewer than 2 samples).
+    Threshold,
+}
+
+impl std::fmt::Display for Test {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Test::Welch { p } if *p < 0.001 => write!(f, "welch t-test, p < 0.001"),
+            Test::Welch { p } => write!(f, "welch t-test, p = {p:.3}"),
+            Test::Threshold => f.write_str("threshold"),
+        }
+    }
+}
+
 /// One metric of one entry, base beside new.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Row {
@@ -88,13 +130,19 @@ pub struct Row {
     pub phase: String,
     /// [`Metric::name`].
     pub metric: &'static str,
-    /// Base value.
+    /// Base value: the mean over the base's repetitions.
     pub base: Option<f64>,
-    /// New value.
+    /// New value: the mean over the new file's repetitions.
     pub new: Option<f64>,
     /// `new / base`, when both exist and base > 0.
     pub ratio: Option<f64>,
-    /// Moved the wrong way beyond the threshold.
+    /// Samples (repetitions with the metric) in the base.
+    pub base_samples: usize,
+    /// Samples in the new file.
+    pub new_samples: usize,
+    /// The test that decided (see the [module docs](self)).
+    pub test: Test,
+    /// A regression by that test.
     pub regression: bool,
 }
 
@@ -107,8 +155,9 @@ pub struct WithinRun {
     pub read_path: String,
     /// Phase.
     pub phase: String,
-    /// `(metric, path / copy)` for the within-run metrics that exist in both.
-    pub ratios: Vec<(&'static str, f64)>,
+    /// `(metric, path / copy)` for the within-run metrics that exist in both: the statistics
+    /// over the per-repetition ratios.
+    pub ratios: Vec<(&'static str, Estimate)>,
 }
 
 /// What [`compare`] found.
@@ -146,16 +195,22 @@ impl Report {
             let _ = writeln!(s, "note: {note}");
         }
         let num = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.3}"));
-        let _ = writeln!(s, "{:<24} {:<27} {:>14} {:>14} {:>8}", "path/phase", "metric", "base", "new", "new/base");
+        let _ = writeln!(
+            s,
+            "{:<24} {:<27} {:>14} {:>14} {:>8} {:>5}  test",
+            "path/phase", "metric", "base", "new", "new/base", "n"
+        );
         for r in &self.rows {
             let _ = writeln!(
                 s,
-                "{:<24} {:<27} {:>14} {:>14} {:>8}{}",
+                "{:<24} {:<27} {:>14} {:>14} {:>8} {:>5}  {}{}",
                 format!("{}/{}", r.read_path, r.phase),
                 r.metric,
                 num(r.base),
                 num(r.new),
                 r.ratio.map_or("-".to_string(), |x| format!("{x:.3}")),
+                format!("{}/{}", r.base_samples, r.new_samples),
+                r.test,
                 if r.regression { "  REGRESSION" } else { "" }
             );
         }
@@ -166,9 +221,19 @@ impl Report {
             let _ = writeln!(s, "{a:<24} only in the new results (not compared)");
         }
         if !self.within_run.is_empty() {
-            let _ = writeln!(s, "\nwithin-run ratios (path / copy, same file and phase):");
+            let _ = writeln!(
+                s,
+                "\nwithin-run ratios (path / copy, same file, phase and repetition; with repeats the mean [95% CI]):"
+            );
             for w in &self.within_run {
-                let ratios: Vec<String> = w.ratios.iter().map(|(m, x)| format!("{m} {x:.3}")).collect();
+                let ratios: Vec<String> = w
+                    .ratios
+                    .iter()
+                    .map(|(m, e)| match e.ci95 {
+                        Some((l, h)) => format!("{m} {:.3} [{l:.3}, {h:.3}]", e.mean),
+                        None => format!("{m} {:.3}", e.mean),
+                    })
+                    .collect();
                 let _ =
                     writeln!(s, "  {:<4} {:<24} {}", w.file, format!("{}/{}", w.read_path, w.phase), ratios.join("  "));
             }
@@ -193,38 +258,56 @@ pub fn compare(base: &Results, new: &Results, threshold: f64) -> Report {
 /// As [`compare`], but only the metrics named in `gated` (names of [`METRICS`]) can be
 /// regressions; the others are still shown side by side. `None` gates every metric.
 pub fn compare_gated(base: &Results, new: &Results, threshold: f64, gated: Option<&[String]>) -> Report {
-    let key = |p: &PathResult| format!("{}/{}", p.read_path, p.phase);
     let mut rows = Vec::new();
     let mut missing = Vec::new();
-    for b in &base.paths {
-        let Some(n) = new.paths.iter().find(|n| key(n) == key(b)) else {
-            missing.push(key(b));
+    let (base_keys, new_keys) = (entry_keys(base), entry_keys(new));
+    for &(read_path, phase) in &base_keys {
+        if !new_keys.contains(&(read_path, phase)) {
+            missing.push(format!("{read_path}/{phase}"));
             continue;
-        };
+        }
         for m in METRICS {
-            let (bv, nv) = ((m.get)(b), (m.get)(n));
+            let (bs, ns) = (samples(base, read_path, phase, m), samples(new, read_path, phase, m));
+            let mean = |v: &[f64]| (!v.is_empty()).then(|| estimate(v).mean);
+            let (bv, nv) = (mean(&bs), mean(&ns));
             let ratio = match (bv, nv) {
                 (Some(bv), Some(nv)) if bv > 0.0 => Some(nv / bv),
                 _ => None,
             };
             let is_gated = gated.is_none_or(|g| g.iter().any(|x| x == m.name));
-            let regression = is_gated
-                && ratio.is_some_and(|r| match m.better {
-                    Better::Higher => r < 1.0 - threshold,
-                    Better::Lower => r > 1.0 + threshold,
-                });
+            let beyond = ratio.is_some_and(|r| match m.better {
+                Better::Higher => r < 1.0 - threshold,
+                Better::Lower => r > 1.0 + threshold,
+            });
+            let (test, significant) = match welch(&bs, &ns) {
+                Some(w) => {
+                    let p = match m.better {
+                        Better::Higher => w.p_lower,
+                        Better::Lower => w.p_higher,
+                    };
+                    (Test::Welch { p }, p < ALPHA)
+                }
+                None => (Test::Threshold, true),
+            };
             rows.push(Row {
-                read_path: b.read_path.clone(),
-                phase: b.phase.clone(),
+                read_path: read_path.to_string(),
+                phase: phase.to_string(),
                 metric: m.name,
                 base: bv,
                 new: nv,
                 ratio,
-                regression,
+                base_samples: bs.len(),
+                new_samples: ns.len(),
+                test,
+                regression: is_gated && beyond && significant,
             });
         }
     }
-    let added = new.paths.iter().map(key).filter(|k| !base.paths.iter().any(|b| key(b) == *k)).collect();
+    let added = new_keys
+        .iter()
+        .filter(|k| !base_keys.contains(k))
+        .map(|(read_path, phase)| format!("{read_path}/{phase}"))
+        .collect();
     let mut within_run = within(base, "base");
     within_run.extend(within(new, "new"));
     let mut notes = Vec::new();
@@ -239,28 +322,82 @@ pub fn compare_gated(base: &Results, new: &Results, threshold: f64, gated: Optio
             new.machine.nproc
         ));
     }
-    if base.workload != new.workload {
+    // The number of repetitions is not part of what was measured.
+    let same_workload = match (base.workload(), new.workload()) {
+        (Some(b), Some(n)) => b == Workload { repeat: b.repeat, ..n },
+        _ => base.workload == new.workload,
+    };
+    if !same_workload {
         notes.push("the workloads differ: absolute figures are not comparable".into());
     }
     if new.git.dirty {
         notes.push("the new results come from a working tree with uncommitted changes".into());
     }
+    if rows.iter().any(|r| r.test == Test::Threshold) {
+        notes.push(format!(
+            "entries with fewer than 2 samples on a side (a run without --repeat, a version 2 file) are judged by \
+             the threshold rule alone: a mean that moved the wrong way by more than {:.1}%",
+            threshold * 100.0
+        ));
+    }
+    if rows.iter().any(|r| matches!(r.test, Test::Welch { .. })) {
+        notes.push(format!(
+            "entries with 2 or more samples on both sides: a regression is a one-sided Welch t-test significant at \
+             alpha {ALPHA} (new worse than base) and a mean that moved the wrong way by more than {:.1}%",
+            threshold * 100.0
+        ));
+    }
     Report { threshold, rows, missing, added, within_run, notes }
 }
 
+/// The (read path, phase) pairs of `r`, in the order of their first entries.
+fn entry_keys(r: &Results) -> Vec<(&str, &str)> {
+    let mut keys = Vec::new();
+    for p in &r.paths {
+        let k = (p.read_path.as_str(), p.phase.as_str());
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    keys
+}
+
+/// The values of metric `m` over the repetitions of (read path, phase) in `r`.
+fn samples(r: &Results, read_path: &str, phase: &str, m: &Metric) -> Vec<f64> {
+    r.paths.iter().filter(|p| p.read_path == read_path && p.phase == phase).filter_map(|p| (m.get)(p)).collect()
+}
+
+/// Each path relative to `copy` per repetition (same phase), for the [`WITHIN_RUN`] metrics;
+/// phases without `copy` are left out.
 fn within(r: &Results, file: &'static str) -> Vec<WithinRun> {
     let mut out = Vec::new();
-    for p in r.paths.iter().filter(|p| p.read_path != "copy") {
-        let Some(copy) = r.paths.iter().find(|c| c.read_path == "copy" && c.phase == p.phase) else { continue };
+    for (read_path, phase) in entry_keys(r).into_iter().filter(|(p, _)| *p != "copy") {
+        if !r.paths.iter().any(|c| c.read_path == "copy" && c.phase == phase) {
+            continue;
+        }
         let ratios = METRICS
             .iter()
             .filter(|m| WITHIN_RUN.contains(&m.name))
-            .filter_map(|m| match ((m.get)(p), (m.get)(copy)) {
-                (Some(x), Some(c)) if c > 0.0 => Some((m.name, x / c)),
-                _ => None,
+            .filter_map(|m| {
+                let values: Vec<f64> = r
+                    .paths
+                    .iter()
+                    .filter(|p| p.read_path == read_path && p.phase == phase)
+                    .filter_map(|p| {
+                        let copy = r
+                            .paths
+                            .iter()
+                            .find(|c| c.read_path == "copy" && c.phase == phase && c.repetition == p.repetition)?;
+                        match ((m.get)(p), (m.get)(copy)) {
+                            (Some(x), Some(c)) if c > 0.0 => Some(x / c),
+                            _ => None,
+                        }
+                    })
+                    .collect();
+                (!values.is_empty()).then(|| (m.name, estimate(&values)))
             })
             .collect();
-        out.push(WithinRun { file, read_path: p.read_path.clone(), phase: p.phase.clone(), ratios });
+        out.push(WithinRun { file, read_path: read_path.to_string(), phase: phase.to_string(), ratios });
     }
     out
 }
@@ -364,7 +501,7 @@ pub fn main(args: CompareArgs) -> ExitCode {
 
 #[cfg(test)]
 mod tests {
-    use super::super::results::{example, Results};
+    use super::super::results::{example, example_repeated, Results};
     use super::*;
 
     /// `base` with every throughput scaled by `factor` and every cost and latency by
@@ -450,11 +587,12 @@ mod tests {
             .iter()
             .find(|w| w.file == "new" && w.read_path == "sendfile" && w.phase == "catch_up")
             .unwrap();
-        let mb = sendfile.ratios.iter().find(|(m, _)| *m == "mb_per_sec").unwrap().1;
+        let mb = sendfile.ratios.iter().find(|(m, _)| *m == "mb_per_sec").unwrap().1.mean;
         assert!((mb - 1.6).abs() < 1e-9, "{mb}");
         assert!(report.within_run.iter().all(|w| w.read_path != "copy"));
         assert!(report.table().contains("within-run ratios"));
-        assert!(report.notes.is_empty());
+        assert_eq!(report.notes.len(), 1, "only the note on the threshold rule: {:?}", report.notes);
+        assert!(report.notes[0].contains("threshold rule alone"), "{:?}", report.notes);
     }
 
     #[test]
@@ -474,7 +612,7 @@ mod tests {
         let e = load(&garbage).unwrap_err().to_string();
         assert!(
             e.contains(
-                "garbage.json: not a valid fetchbench-results v2 document: not JSON: expected ident at line 1 column 2"
+                "garbage.json: not a valid fetchbench-results v3 document: not JSON: expected ident at line 1 column 2"
             ),
             "{e}"
         );
@@ -515,6 +653,106 @@ mod tests {
             ("slower-20pct.json", example(0.8).to_json() + "\n"),
             ("within-2pct.json", example(0.98).to_json() + "\n"),
             ("garbage.json", "{\"schema\": \"fetchbench-results\", \"schema_version\": 1, \"paths\": [\n".into()),
+            (
+                "base-v2.json",
+                serde_json::to_string_pretty(&crate::bench::results::tests::as_version_2(&base)).unwrap() + "\n",
+            ),
         ]
+    }
+
+    /// Deviations of the repeated examples: a spread of +-12% (sample sd 9.5%), wider than
+    /// the 10% threshold, in a fixed order per file.
+    const SPREAD: [f64; 5] = [-0.12, -0.06, 0.0, 0.06, 0.12];
+
+    fn speeds(scale: f64, order: [usize; 5]) -> Vec<f64> {
+        order.iter().map(|&i| scale * (1.0 + SPREAD[i])).collect()
+    }
+
+    #[test]
+    fn welch_flags_a_20_percent_shift_over_5_samples_and_not_noise_of_the_same_spread() {
+        let base = example_repeated(&speeds(1.0, [0, 1, 2, 3, 4]));
+        let slower = example_repeated(&speeds(0.8, [3, 0, 4, 2, 1]));
+        let report = compare(&base, &slower, 0.10);
+        let row = |r: &Report, path: &str, m: &str| {
+            r.rows.iter().find(|x| x.read_path == path && x.phase == "catch_up" && x.metric == m).unwrap().clone()
+        };
+        let mb = row(&report, "copy", "mb_per_sec");
+        assert_eq!((mb.base_samples, mb.new_samples), (5, 5));
+        assert!(mb.regression && (mb.ratio.unwrap() - 0.8).abs() < 1e-9, "{mb:?}");
+        // t = -0.2 / sqrt((0.0949^2 + 0.0759^2) / 5) = -3.68 on ~7.6 df: p ~ 0.003.
+        let Test::Welch { p } = mb.test else { panic!("{mb:?}") };
+        assert!(p < 0.01, "{p}");
+        assert!(row(&report, "sendfile", "broker_cpu_s_per_gb").regression, "cost up 25% is flagged too");
+        assert!(report.table().contains("welch t-test, p = 0.00"), "{}", report.table());
+        assert!(report.table().contains("5/5"), "{}", report.table());
+        // The tail's MB/s is the producers' rate in every repetition: no spread, no change.
+        let tail = report.rows.iter().find(|x| x.phase == "tail" && x.metric == "mb_per_sec").unwrap();
+        assert!(!tail.regression && tail.test == Test::Welch { p: 1.0 }, "{tail:?}");
+
+        // Noise: the same spread, in another order, no shift: the means are equal.
+        let noise = example_repeated(&speeds(1.0, [4, 2, 0, 1, 3]));
+        let report = compare(&base, &noise, 0.10);
+        assert!(!report.has_regressions(), "{}", report.table());
+        assert!(report.table().contains("no regression beyond 10.0%"));
+        let mb = row(&report, "copy", "mb_per_sec");
+        let Test::Welch { p } = mb.test else { panic!("{mb:?}") };
+        assert!((p - 0.5).abs() < 1e-9, "equal means: p = 0.5, {p}");
+        // ... whereas one sample of each, as without repeats, can be flagged: the base's
+        // repetition 4 (+12%) against the new file's repetition 2 (-12%) is a 21% drop.
+        let one = |r: &Results, rep: u32| {
+            let mut r = r.clone();
+            r.paths.retain(|p| p.repetition == rep);
+            r
+        };
+        let single = compare(&one(&base, 4), &one(&noise, 2), 0.10);
+        assert!(single.has_regressions(), "{}", single.table());
+        assert!(single.rows.iter().all(|r| r.test == Test::Threshold));
+    }
+
+    #[test]
+    fn welch_needs_significance_and_the_minimum_effect() {
+        let base = example_repeated(&speeds(1.0, [0, 1, 2, 3, 4]));
+        // A 5% shift with a spread of 0.1%: significant, but not beyond the 10% threshold.
+        let tight = |scale: f64| example_repeated(&[scale * 0.999, scale, scale * 1.001]);
+        let report = compare(&tight(1.0), &tight(0.95), 0.10);
+        let mb = report.rows.iter().find(|r| r.metric == "mb_per_sec").unwrap();
+        assert!(matches!(mb.test, Test::Welch { p } if p < 0.001), "{mb:?}");
+        assert!(!report.has_regressions(), "significant but below the threshold: {}", report.table());
+        assert!(compare(&tight(1.0), &tight(0.95), 0.02).has_regressions(), "beyond a 2% threshold it is");
+        // A 15% drop of the mean hidden in a huge spread (2 samples each): not significant.
+        let wide_base = example_repeated(&[0.5, 1.5]);
+        let wide_new = example_repeated(&[0.35, 1.35]);
+        let report = compare(&wide_base, &wide_new, 0.10);
+        let mb = report.rows.iter().find(|r| r.metric == "mb_per_sec").unwrap();
+        assert!(mb.ratio.unwrap() < 0.9 && !mb.regression, "{mb:?}");
+        // Mixed: 1 sample against 5 falls back to the threshold rule.
+        let report = compare(&example(1.0), &base, 0.10);
+        assert!(report.rows.iter().all(|r| r.test == Test::Threshold));
+        assert!(report.notes.iter().any(|n| n.contains("threshold rule alone")), "{:?}", report.notes);
+        assert!(!report.notes.iter().any(|n| n.contains("workloads differ")), "repeat is not the workload");
+    }
+
+    #[test]
+    fn within_run_ratios_of_repeats_have_intervals() {
+        let r = example_repeated(&speeds(1.0, [0, 1, 2, 3, 4]));
+        let report = compare(&r, &r, 0.10);
+        let w = report.within_run.iter().find(|w| w.read_path == "mmap" && w.phase == "catch_up").unwrap();
+        let (_, e) = w.ratios.iter().find(|(m, _)| *m == "mb_per_sec").unwrap();
+        assert_eq!(e.samples, 5);
+        assert!((e.mean - 1.15).abs() < 1e-9 && e.ci95.is_some(), "{e:?}");
+        assert!(report.table().contains("mb_per_sec 1.150 [1.150, 1.150]"), "{}", report.table());
+    }
+
+    #[test]
+    fn version_2_files_still_compare() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/results");
+        let v2 = load(&dir.join("base-v2.json")).unwrap();
+        assert!(v2.paths.iter().all(|p| p.repetition == 0) && v2.summary.is_empty());
+        let report = compare(&v2, &example(0.8), 0.10);
+        assert!(report.has_regressions());
+        assert!(report.rows.iter().all(|r| r.test == Test::Threshold));
+        assert!(!report.notes.iter().any(|n| n.contains("workloads differ")), "{:?}", report.notes);
+        assert!(!compare(&v2, &example(1.0), 0.10).has_regressions());
+        assert!(compare(&v2, &example_repeated(&[0.8, 0.81]), 0.10).has_regressions());
     }
 }

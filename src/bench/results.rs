@@ -1,6 +1,7 @@
 //! The results file of a benchmark run: one JSON document per resolved workload, its schema
 //! ([`Results`], a doc comment per field with its unit), a validator with clear errors
-//! ([`validate`]) and a CSV summary ([`write_csv`]).
+//! ([`validate`]), a CSV of the entries ([`write_csv`]) and one of the statistics over
+//! repetitions ([`write_summary_csv`]).
 //!
 //! ## Schema (`schema` = [`SCHEMA`], `schema_version` = [`SCHEMA_VERSION`])
 //!
@@ -10,7 +11,7 @@
 //!   git {commit, dirty}, command [..], target, interrupted, notes [..],
 //!   workload {every workload key, as in the TOML file},
 //!   limits {source, figures [ {key, label, bytes_per_sec, cpu_seconds_per_gb} ]},
-//!   paths [ { read_path, phase, seconds, bytes, records, mb_per_sec, records_per_sec,
+//!   paths [ { read_path, phase, repetition, seconds, bytes, records, mb_per_sec, records_per_sec,
 //!             produced_mb_per_sec,
 //!             broker_cpu {user_s_per_gb, sys_s_per_gb}, consumer_cpu {..},
 //!             minor_faults_per_gb, major_faults_per_gb, context_switches_per_gb,
@@ -19,17 +20,35 @@
 //!             fetch_long_poll_latency {..}, fetches_in_flight_at_start,
 //!             poll_latency {..},
 //!             end_to_end_latency {raw {..}, corrected {..}},
-//!             rebalance_ms, ratio_to_limits [ {key, ratio} ] } ] }
+//!             rebalance_ms, ratio_to_limits [ {key, ratio} ] } ],
+//!   summary [ { read_path, phase, samples,
+//!               figures [ {metric, samples, mean, stddev, ci95_low, ci95_high, cv} ],
+//!               ratio_to_copy [ {metric, samples, mean, stddev, ci95_low, ci95_high, cv} ] } ] }
 //! ```
+//!
+//! `paths` holds one entry per (read path, phase, repetition): `fetchbench run --repeat N`
+//! measures every path N times (`repetition` 0 to N-1). `summary` holds, per (read path,
+//! phase), the statistics over its repetitions of every figure `compare` knows
+//! ([`super::compare::METRICS`], by name): the mean, the sample standard deviation, the 95%
+//! confidence interval of the mean (Student's t, n - 1 degrees of freedom) and the
+//! coefficient of variation (stddev / mean); `ratio_to_copy` the same over the per-repetition
+//! ratios path / `copy` (same repetition and phase; empty for `copy` itself and in runs
+//! without `copy`). With one repetition `stddev`, the interval and `cv` are `null`. The lower
+//! bound is clamped to 0 (every figure is non-negative; see [`super::stats`]). A figure no
+//! repetition has (`rebalance_ms` of a tail) is left out.
 //!
 //! Units: MB = 1e6 bytes, GB = 1e9 bytes (of record batches served to consumers); CPU seconds
 //! are process CPU time (`getrusage`/`/proc`) over the measured interval; latencies are in
 //! microseconds in summaries and nanoseconds inside histograms (base64 of the HdrHistogram
 //! V2 serialization, see [`super::histogram`]). Every number is finite and non-negative.
-//! Unknown fields are refused: a reader of version 2 knows every field of version 2.
+//! Unknown fields are refused: a reader of version 3 knows every field of version 3.
 //!
 //! Version history: 1 (first harness: no limits, notes, target, poll latency or machine
-//! details); 2 (this one). A reader refuses any other version rather than guess.
+//! details); 2 (one entry per (read path, phase)); 3 (this one: `repetition`, `summary`,
+//! phase `mixed`, `produced_mb_per_sec`, `fetch_long_poll_latency` apart from `fetch_latency`,
+//! `fetches_in_flight_at_start`). [`Results::from_json`] reads version 2 files too, converted
+//! (every entry repetition 0, the new path fields empty or `null`, an empty `summary`); [`validate`] takes version 3 only; any other version is refused rather
+//! than guessed at.
 
 use std::fmt;
 use std::io::{self, Write};
@@ -37,14 +56,19 @@ use std::io::{self, Write};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use super::compare::METRICS;
 use super::histogram::{Latency, Summary};
+use super::stats::{estimate, Estimate};
 use super::workload::Workload;
 
 /// The `schema` field of every results file.
 pub const SCHEMA: &str = "fetchbench-results";
 
 /// Version of the results schema; bumped on any incompatible change.
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
+
+/// The older version [`Results::from_json`] still reads (converted to [`SCHEMA_VERSION`]).
+pub const READABLE_OLD_VERSION: u32 = 2;
 
 /// One results file: a run of one resolved workload over its read paths.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -75,8 +99,116 @@ pub struct Results {
     pub workload: Value,
     /// This machine's limits, when known (`scripts/baseline-limits.sh`).
     pub limits: LimitsResult,
-    /// One entry per (read path, phase), in the order they ran.
+    /// One entry per (read path, phase, repetition), in the order they ran.
     pub paths: Vec<PathResult>,
+    /// Statistics over the repetitions, one entry per (read path, phase) in the order of
+    /// their first entries ([`summarize`]); empty in a file read from version 2.
+    pub summary: Vec<SummaryEntry>,
+}
+
+/// The statistics of one (read path, phase) over its repetitions.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SummaryEntry {
+    /// The read path.
+    pub read_path: String,
+    /// The phase.
+    pub phase: String,
+    /// Entries (repetitions) of this read path and phase.
+    pub samples: u64,
+    /// Every figure of [`METRICS`] some repetition has, in that order.
+    pub figures: Vec<FigureStats>,
+    /// The same for the ratio path / `copy` of each repetition (empty for `copy` and in runs
+    /// without it).
+    pub ratio_to_copy: Vec<FigureStats>,
+}
+
+/// One figure over the repetitions (see [`super::stats::estimate`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FigureStats {
+    /// The figure: a [`super::compare::Metric::name`], with its unit (`mb_per_sec`).
+    pub metric: String,
+    /// Values the statistics are over.
+    pub samples: u64,
+    /// Their mean, in the figure's unit (a plain ratio in `ratio_to_copy`).
+    pub mean: f64,
+    /// Sample standard deviation (n - 1); `null` for one value.
+    pub stddev: Option<f64>,
+    /// Lower bound of the 95% confidence interval of the mean (Student's t), clamped to 0;
+    /// `null` for one value.
+    pub ci95_low: Option<f64>,
+    /// Upper bound of that interval; `null` for one value.
+    pub ci95_high: Option<f64>,
+    /// Coefficient of variation, stddev / mean; `null` for one value or a mean of 0.
+    pub cv: Option<f64>,
+}
+
+impl FigureStats {
+    fn of(metric: &str, e: Estimate) -> FigureStats {
+        FigureStats {
+            metric: metric.to_string(),
+            samples: e.samples as u64,
+            mean: e.mean,
+            stddev: e.stddev,
+            ci95_low: e.ci95.map(|c| c.0),
+            ci95_high: e.ci95.map(|c| c.1),
+            cv: e.cv,
+        }
+    }
+}
+
+/// The [`SummaryEntry`]s of `paths` (see the [module docs](self)): one per (read path,
+/// phase) in the order of their first entries.
+pub fn summarize(paths: &[PathResult]) -> Vec<SummaryEntry> {
+    let mut keys: Vec<(&str, &str)> = Vec::new();
+    for p in paths {
+        if !keys.contains(&(p.read_path.as_str(), p.phase.as_str())) {
+            keys.push((p.read_path.as_str(), p.phase.as_str()));
+        }
+    }
+    keys.into_iter()
+        .map(|(read_path, phase)| {
+            let entries: Vec<&PathResult> =
+                paths.iter().filter(|p| p.read_path == read_path && p.phase == phase).collect();
+            let figures = METRICS
+                .iter()
+                .filter_map(|m| {
+                    let values: Vec<f64> = entries.iter().filter_map(|p| (m.get)(p)).collect();
+                    (!values.is_empty()).then(|| FigureStats::of(m.name, estimate(&values)))
+                })
+                .collect();
+            let ratio_to_copy = if read_path == "copy" {
+                Vec::new()
+            } else {
+                METRICS
+                    .iter()
+                    .filter_map(|m| {
+                        let values: Vec<f64> = entries
+                            .iter()
+                            .filter_map(|p| {
+                                let copy = paths.iter().find(|c| {
+                                    c.read_path == "copy" && c.phase == phase && c.repetition == p.repetition
+                                })?;
+                                match ((m.get)(p), (m.get)(copy)) {
+                                    (Some(x), Some(c)) if c > 0.0 => Some(x / c),
+                                    _ => None,
+                                }
+                            })
+                            .collect();
+                        (!values.is_empty()).then(|| FigureStats::of(m.name, estimate(&values)))
+                    })
+                    .collect()
+            };
+            SummaryEntry {
+                read_path: read_path.to_string(),
+                phase: phase.to_string(),
+                samples: entries.len() as u64,
+                figures,
+                ratio_to_copy,
+            }
+        })
+        .collect()
 }
 
 /// Facts about the machine.
@@ -247,6 +379,8 @@ pub struct PathResult {
     /// `bytes`, `records` and the throughputs are the drain's, end-to-end latency the tail
     /// consumers').
     pub phase: String,
+    /// Which repetition of the run this is, from 0 (`--repeat N`: 0 to N-1).
+    pub repetition: u32,
     /// Measured wall-clock time, s.
     pub seconds: f64,
     /// Record-batch bytes delivered to consumers (all groups), bytes.
@@ -258,9 +392,7 @@ pub struct PathResult {
     /// Throughput, records/s.
     pub records_per_sec: f64,
     /// Record-batch MB/s (1e6 bytes, after compression) the producers wrote over the measured
-    /// interval (`tail` and `mixed`); `null` for `catch_up`. Added within version 2: a file
-    /// written before it may lack the field, which then reads as `null`.
-    #[serde(default)]
+    /// interval (`tail` and `mixed`); `null` for `catch_up` and in a version 2 file.
     pub produced_mb_per_sec: Option<f64>,
     /// CPU of the broker process, s/GB.
     pub broker_cpu: CpuPerGb,
@@ -283,15 +415,11 @@ pub struct PathResult {
     pub fetch_latency: LatencyResult,
     /// Broker-side latency of the Fetches whose response carried no record bytes (long polls
     /// that waited at the log end, fetches woken with nothing for them); `fetch_latency` holds
-    /// the Fetches that returned data. Empty for an external target; absent in files written
-    /// before it (read as empty).
-    #[serde(default = "LatencyResult::empty")]
+    /// the Fetches that returned data. Empty for an external target and in a version 2 file.
     pub fetch_long_poll_latency: LatencyResult,
     /// Fetch requests the embedded broker held (received, not yet answered) when the measured
     /// interval started: 0 in a catch-up (no Fetch of the warmup left); in the tail, consumers
-    /// already waiting at the log end. `null` for an external cluster, and in files written
-    /// before it.
-    #[serde(default)]
+    /// already waiting at the log end. `null` for an external cluster and in a version 2 file.
     pub fetches_in_flight_at_start: Option<u64>,
     /// Client-side: the duration of each consumer `poll` that returned records.
     pub poll_latency: LatencyResult,
@@ -328,6 +456,10 @@ pub fn schema_shape() -> Value {
         "histogram": "histogram",
     });
     let cpu = json!({"user_s_per_gb": "number", "sys_s_per_gb": "number"});
+    let stats = json!([{
+        "metric": "string", "samples": "uint", "mean": "number", "stddev": "number|null",
+        "ci95_low": "number|null", "ci95_high": "number|null", "cv": "number|null",
+    }]);
     json!({
         "schema": "string",
         "schema_version": "uint",
@@ -349,6 +481,7 @@ pub fn schema_shape() -> Value {
         "paths": [{
             "read_path": "string",
             "phase": "string",
+            "repetition": "uint",
             "seconds": "number",
             "bytes": "uint",
             "records": "uint",
@@ -370,6 +503,13 @@ pub fn schema_shape() -> Value {
             "rebalance_ms": "number|null",
             "ratio_to_limits": [{"key": "string", "ratio": "number"}],
         }],
+        "summary": [{
+            "read_path": "string",
+            "phase": "string",
+            "samples": "uint",
+            "figures": stats,
+            "ratio_to_copy": stats,
+        }],
     })
 }
 
@@ -385,11 +525,6 @@ fn describe(v: &Value) -> String {
     }
 }
 
-/// Path fields added within a schema version: a document written before may lack them (they
-/// read as an empty histogram or `null`); when present they are checked as any other.
-const ADDED_WITHIN_VERSION: [&str; 3] =
-    ["fetch_long_poll_latency", "fetches_in_flight_at_start", "produced_mb_per_sec"];
-
 fn walk(shape: &Value, v: &Value, at: &str, problems: &mut Vec<String>) {
     let mut bad = |expected: &str| problems.push(format!("{at}: expected {expected}, found {}", describe(v)));
     match shape {
@@ -398,7 +533,6 @@ fn walk(shape: &Value, v: &Value, at: &str, problems: &mut Vec<String>) {
             for (k, s) in fields {
                 match obj.get(k) {
                     Some(x) => walk(s, x, &format!("{at}/{k}"), problems),
-                    None if ADDED_WITHIN_VERSION.contains(&k.as_str()) => {}
                     None => problems.push(format!("{at}/{k}: missing")),
                 }
             }
@@ -456,7 +590,8 @@ fn walk(shape: &Value, v: &Value, at: &str, problems: &mut Vec<String>) {
 /// with its JSON pointer: wrong `schema` or `schema_version`, a missing or unknown field, a
 /// value of the wrong type, a negative or non-finite number, a histogram that does not
 /// decode, a workload that does not parse, a `residency_before` above 1, an unknown phase,
-/// two entries for the same (read path, phase).
+/// two entries for the same (read path, phase, repetition), a summary interval that does not
+/// hold its mean, two summaries of the same (read path, phase).
 pub fn validate(doc: &Value) -> Result<Results, ValidationError> {
     let mut problems = Vec::new();
     if doc.get("schema").and_then(Value::as_str) != Some(SCHEMA) {
@@ -480,13 +615,41 @@ pub fn validate(doc: &Value) -> Result<Results, ValidationError> {
             {
                 problems.push(format!("/paths/{i}/phase: expected one of catch_up, tail, mixed, found \"{phase}\""));
             }
-            let key = (p.get("read_path"), p.get("phase"));
-            if paths[..i].iter().any(|q| (q.get("read_path"), q.get("phase")) == key) {
+            let key = (p.get("read_path"), p.get("phase"), p.get("repetition"));
+            if paths[..i].iter().any(|q| (q.get("read_path"), q.get("phase"), q.get("repetition")) == key) {
                 problems.push(format!(
-                    "/paths/{i}: a second entry for read path {} phase {}",
+                    "/paths/{i}: a second entry for read path {} phase {} repetition {}",
+                    key.0.map_or("?".into(), describe),
+                    key.1.map_or("?".into(), describe),
+                    key.2.map_or("?".into(), describe)
+                ));
+            }
+        }
+    }
+    if let Some(summary) = doc.get("summary").and_then(Value::as_array) {
+        for (i, s) in summary.iter().enumerate() {
+            let key = (s.get("read_path"), s.get("phase"));
+            if summary[..i].iter().any(|q| (q.get("read_path"), q.get("phase")) == key) {
+                problems.push(format!(
+                    "/summary/{i}: a second summary of read path {} phase {}",
                     key.0.map_or("?".into(), describe),
                     key.1.map_or("?".into(), describe)
                 ));
+            }
+            for list in ["figures", "ratio_to_copy"] {
+                for (j, f) in s.get(list).and_then(Value::as_array).into_iter().flatten().enumerate() {
+                    let num = |k: &str| f.get(k).and_then(Value::as_f64);
+                    let (mean, low, high) = (num("mean"), num("ci95_low"), num("ci95_high"));
+                    // A little slack: the bounds are computed from the same mean in floating point.
+                    let slack = 1e-9 * mean.unwrap_or(0.0).abs();
+                    let outside =
+                        mean.is_some_and(|m| low.is_some_and(|l| l > m + slack) || high.is_some_and(|h| h < m - slack));
+                    if outside || low.is_some() != high.is_some() {
+                        problems.push(format!(
+                            "/summary/{i}/{list}/{j}: expected ci95_low <= mean <= ci95_high (both or neither null)"
+                        ));
+                    }
+                }
             }
         }
     }
@@ -499,9 +662,16 @@ pub fn validate(doc: &Value) -> Result<Results, ValidationError> {
 impl Results {
     /// Parses and validates a results document. Errors: not JSON (with line and column),
     /// or every problem [`validate`] finds.
+    ///
+    /// A version 2 document is read too: converted to version 3 (every entry gets
+    /// `repetition` 0, an empty `fetch_long_poll_latency`, `null` `produced_mb_per_sec` and
+    /// `fetches_in_flight_at_start`; `summary` is empty), then validated.
     pub fn from_json(text: &str) -> Result<Results, ValidationError> {
-        let doc: Value =
+        let mut doc: Value =
             serde_json::from_str(text).map_err(|e| ValidationError { problems: vec![format!("not JSON: {e}")] })?;
+        if doc.get("schema_version").and_then(Value::as_u64) == Some(READABLE_OLD_VERSION.into()) {
+            upgrade_v2(&mut doc);
+        }
         validate(&doc)
     }
 
@@ -522,17 +692,36 @@ impl Results {
     }
 }
 
+/// Converts a version 2 document in place to version 3 (see [`Results::from_json`]); what
+/// is not an object is left for [`validate`] to report.
+fn upgrade_v2(doc: &mut Value) {
+    let Some(obj) = doc.as_object_mut() else { return };
+    obj.insert("schema_version".into(), json!(SCHEMA_VERSION));
+    if let Some(paths) = obj.get_mut("paths").and_then(Value::as_array_mut) {
+        for p in paths.iter_mut().filter_map(Value::as_object_mut) {
+            p.entry("repetition").or_insert(json!(0));
+            // Fields new in version 3: not measured then.
+            p.entry("produced_mb_per_sec").or_insert(Value::Null);
+            p.entry("fetch_long_poll_latency")
+                .or_insert_with(|| serde_json::to_value(LatencyResult::empty()).expect("serializes"));
+            p.entry("fetches_in_flight_at_start").or_insert(Value::Null);
+        }
+    }
+    obj.entry("summary").or_insert(json!([]));
+}
+
 /// The CSV header of [`write_csv`].
-pub const CSV_HEADER: &str = "read_path,phase,seconds,mb_per_sec,records_per_sec,broker_cpu_user_s_per_gb,\
+pub const CSV_HEADER: &str = "read_path,phase,repetition,seconds,mb_per_sec,records_per_sec,broker_cpu_user_s_per_gb,\
 broker_cpu_sys_s_per_gb,consumer_cpu_user_s_per_gb,consumer_cpu_sys_s_per_gb,minor_faults_per_gb,\
 major_faults_per_gb,context_switches_per_gb,residency_before,broker_rss_bytes,fetch_p50_us,fetch_p99_us,\
 fetch_p999_us,fetch_max_us,e2e_corrected_p50_us,e2e_corrected_p99_us,e2e_corrected_p999_us,\
 e2e_corrected_max_us,e2e_raw_p50_us,e2e_raw_p99_us,e2e_raw_p999_us,poll_p50_us,poll_p99_us,rebalance_ms,\
 produced_mb_per_sec";
 
-/// Writes a CSV summary of `results`: [`CSV_HEADER`], then one line per path entry (units as
-/// in [`PathResult`]; an absent `rebalance_ms` or `produced_mb_per_sec` and the percentiles of a latency without
-/// samples, such as end-to-end in a catch-up phase, are empty cells).
+/// Writes a CSV of `results`: [`CSV_HEADER`], then one line per path entry, every repetition
+/// (units as in [`PathResult`]; an absent `rebalance_ms` or `produced_mb_per_sec` and the
+/// percentiles of a latency without samples, such as end-to-end in a catch-up phase, are empty
+/// cells).
 pub fn write_csv(results: &Results, mut out: impl Write) -> io::Result<()> {
     writeln!(out, "{CSV_HEADER}")?;
     // A percentile, or an empty cell when its histogram has no samples.
@@ -545,6 +734,7 @@ pub fn write_csv(results: &Results, mut out: impl Write) -> io::Result<()> {
         let cells = [
             csv_cell(&p.read_path),
             csv_cell(&p.phase),
+            p.repetition.to_string(),
             p.seconds.to_string(),
             p.mb_per_sec.to_string(),
             p.records_per_sec.to_string(),
@@ -578,6 +768,38 @@ pub fn write_csv(results: &Results, mut out: impl Write) -> io::Result<()> {
     Ok(())
 }
 
+/// The CSV header of [`write_summary_csv`].
+pub const SUMMARY_CSV_HEADER: &str = "read_path,phase,of,metric,samples,mean,stddev,ci95_low,ci95_high,cv";
+
+/// Writes the statistics of `results.summary` as CSV: [`SUMMARY_CSV_HEADER`], then one line
+/// per figure: `of` is `value` (the figure itself) or `ratio_to_copy`; `null`s are empty
+/// cells. `fetchbench run` writes it as `<stem>-summary.csv` beside the entries' CSV when the
+/// run has more than one repetition.
+pub fn write_summary_csv(results: &Results, mut out: impl Write) -> io::Result<()> {
+    writeln!(out, "{SUMMARY_CSV_HEADER}")?;
+    let opt = |v: Option<f64>| v.map(|x| x.to_string()).unwrap_or_default();
+    for s in &results.summary {
+        for (of, list) in [("value", &s.figures), ("ratio_to_copy", &s.ratio_to_copy)] {
+            for f in list {
+                let cells = [
+                    csv_cell(&s.read_path),
+                    csv_cell(&s.phase),
+                    of.to_string(),
+                    csv_cell(&f.metric),
+                    f.samples.to_string(),
+                    f.mean.to_string(),
+                    opt(f.stddev),
+                    opt(f.ci95_low),
+                    opt(f.ci95_high),
+                    opt(f.cv),
+                ];
+                writeln!(out, "{}", cells.join(","))?;
+            }
+        }
+    }
+    Ok(())
+}
+
 fn csv_cell(s: &str) -> String {
     if s.contains([',', '"', '\n', '\r']) {
         format!("\"{}\"", s.replace('"', "\"\""))
@@ -588,14 +810,22 @@ fn csv_cell(s: &str) -> String {
 
 /// A results document with plausible figures, scaled by `speed` (1.0 = the reference): the
 /// throughput is multiplied by `speed`, costs and latencies divided by it. For tests, fixtures
-/// and examples of the schema.
+/// and examples of the schema. One repetition: [`example_repeated`] of `[speed]`.
 pub fn example(speed: f64) -> Results {
+    example_repeated(&[speed])
+}
+
+/// As [`example`] with one repetition per element of `speeds` (repetition `r` at
+/// `speeds[r]`), the read paths `copy`, `mmap`, `sendfile` in the rotated order of a repeated
+/// run (repetition `r` starts at path `r mod 3`), and the [`summarize`]d statistics.
+pub fn example_repeated(speeds: &[f64]) -> Results {
     use super::histogram::LatencyRecorder;
-    let workload = Workload::default();
-    let paths = [("copy", 1.0), ("mmap", 1.15), ("sendfile", 1.6)]
-        .into_iter()
-        .flat_map(|(name, factor)| {
-            ["catch_up", "tail"].into_iter().map(move |phase| {
+    let workload = Workload { repeat: speeds.len().max(1) as u32, ..Workload::default() };
+    let mut order = vec![("copy", 1.0), ("mmap", 1.15), ("sendfile", 1.6)];
+    let mut paths = Vec::new();
+    for (repetition, &speed) in speeds.iter().enumerate() {
+        for &(name, factor) in &order {
+            for phase in ["catch_up", "tail"] {
                 let s = speed * factor;
                 let mut fetch = Latency::new();
                 let mut long_poll = Latency::new();
@@ -609,9 +839,10 @@ pub fn example(speed: f64) -> Results {
                     e2e.record(0, (ns / 10).min(1_000), 3 * ns);
                 }
                 let (mb_per_sec, seconds) = if phase == "tail" { (10.24, 60.0) } else { (900.0 * s, 1.2 / s) };
-                PathResult {
+                paths.push(PathResult {
                     read_path: name.to_string(),
                     phase: phase.to_string(),
+                    repetition: repetition as u32,
                     seconds,
                     bytes: (mb_per_sec * 1e6 * seconds) as u64,
                     records: (mb_per_sec * 1e6 * seconds / 1024.0) as u64,
@@ -635,10 +866,12 @@ pub fn example(speed: f64) -> Results {
                     },
                     rebalance_ms: (phase == "catch_up").then_some(120.0 / s),
                     ratio_to_limits: vec![LimitRatio { key: "iperf3_loopback".into(), ratio: mb_per_sec * 1e6 / 4e9 }],
-                }
-            })
-        })
-        .collect();
+                });
+            }
+        }
+        order.rotate_left(1);
+    }
+    let summary = summarize(&paths);
     Results {
         schema: SCHEMA.into(),
         schema_version: SCHEMA_VERSION,
@@ -667,11 +900,12 @@ pub fn example(speed: f64) -> Results {
             }],
         },
         paths,
+        summary,
     }
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -702,7 +936,7 @@ mod tests {
             assert!(e.contains(expected), "{e}\n  does not contain {expected}");
         };
         check(&|d| d["schema"] = json!("other"), "/schema: expected \"fetchbench-results\", found \"other\"");
-        check(&|d| d["schema_version"] = json!(1), "/schema_version: expected 2, found 1");
+        check(&|d| d["schema_version"] = json!(1), "/schema_version: expected 3, found 1");
         check(
             &|d| d["paths"][1]["mb_per_sec"] = json!("fast"),
             "/paths/1/mb_per_sec: expected a finite non-negative number, found \"fast\"",
@@ -731,12 +965,26 @@ mod tests {
                 let first = d["paths"][0].clone();
                 d["paths"].as_array_mut().unwrap().push(first)
             },
-            "/paths/6: a second entry for read path \"copy\" phase \"catch_up\"",
+            "/paths/6: a second entry for read path \"copy\" phase \"catch_up\" repetition 0",
         );
-        let mut older = good.clone();
-        older["paths"][1].as_object_mut().unwrap().remove("produced_mb_per_sec");
-        let older = validate(&older).expect("a version 2 file from before produced_mb_per_sec is valid");
-        assert_eq!(older.paths[1].produced_mb_per_sec, None);
+        check(
+            &|d| {
+                d["paths"][1].as_object_mut().unwrap().remove("produced_mb_per_sec");
+            },
+            "/paths/1/produced_mb_per_sec: missing",
+        );
+        check(
+            &|d| d["summary"][0]["figures"][0]["ci95_low"] = json!(1e12),
+            "/summary/0/figures/0: expected ci95_low <= mean <= ci95_high",
+        );
+        check(
+            &|d| {
+                let first = d["summary"][0].clone();
+                d["summary"].as_array_mut().unwrap().push(first)
+            },
+            "/summary/6: a second summary of read path \"copy\" phase \"catch_up\"",
+        );
+        check(&|d| d["summary"][1]["figures"][0]["cv"] = json!(-0.5), "/summary/1/figures/0/cv: expected a finite");
         check(&|d| d["workload"]["page_cache"] = json!("warm"), "/workload: page_cache: expected one of hot, cold");
         check(&|d| d["workload"]["partitions"] = json!([1, 2]), "/workload: a sweep");
         check(&|d| d["git"]["dirty"] = json!("no"), "/git/dirty: expected true or false");
@@ -750,16 +998,16 @@ mod tests {
     }
 
     #[test]
-    fn files_written_before_the_fetch_split_still_validate() {
+    fn the_fetch_split_fields_are_required_in_version_3_and_checked() {
         let mut doc: Value = serde_json::to_value(example(1.0)).unwrap();
         for p in doc["paths"].as_array_mut().unwrap() {
             let p = p.as_object_mut().unwrap();
             p.remove("fetch_long_poll_latency").unwrap();
             p.remove("fetches_in_flight_at_start").unwrap();
         }
-        let r = validate(&doc).unwrap();
-        assert_eq!(r.paths[0].fetch_long_poll_latency.summary.count, 0);
-        assert_eq!(r.paths[0].fetches_in_flight_at_start, None);
+        let e = validate(&doc).unwrap_err().to_string();
+        assert!(e.contains("/paths/0/fetch_long_poll_latency: missing"), "{e}");
+        assert!(e.contains("/paths/0/fetches_in_flight_at_start: missing"), "{e}");
         // Present, they are checked.
         let mut doc: Value = serde_json::to_value(example(1.0)).unwrap();
         doc["paths"][0]["fetches_in_flight_at_start"] = json!(-1);
@@ -778,9 +1026,110 @@ mod tests {
         assert_eq!(lines.len(), 7);
         let columns = CSV_HEADER.split(',').count();
         assert!(lines.iter().all(|l| l.split(',').count() == columns), "{text}");
-        assert!(lines[1].starts_with("copy,catch_up,"), "{text}");
+        assert!(lines[1].starts_with("copy,catch_up,0,"), "{text}");
         assert!(lines[2].starts_with("copy,tail,") && lines[2].ends_with(",,10.5"), "no rebalance in tail: {text}");
         assert!(lines[1].ends_with(','), "no produced MB/s in catch_up: {text}");
         assert_eq!(csv_cell("a,\"b\""), "\"a,\"\"b\"\"\"");
+    }
+
+    /// `example(1.0)` as a version 2 file would have it: no `repetition`, no `summary`, no
+    /// workload key `repeat`.
+    pub(crate) fn as_version_2(r: &Results) -> Value {
+        let mut doc = serde_json::to_value(r).unwrap();
+        doc["schema_version"] = json!(2);
+        doc.as_object_mut().unwrap().shift_remove("summary");
+        doc["workload"].as_object_mut().unwrap().shift_remove("repeat");
+        for p in doc["paths"].as_array_mut().unwrap() {
+            for field in ["repetition", "produced_mb_per_sec", "fetch_long_poll_latency", "fetches_in_flight_at_start"]
+            {
+                p.as_object_mut().unwrap().shift_remove(field);
+            }
+        }
+        doc
+    }
+
+    #[test]
+    fn version_2_documents_are_read_as_repetition_0() {
+        let v3 = example(1.0);
+        let v2 = as_version_2(&v3);
+        assert!(validate(&v2).unwrap_err().to_string().contains("/schema_version: expected 3, found 2"));
+        let read = Results::from_json(&v2.to_string()).unwrap();
+        assert_eq!(read.schema_version, SCHEMA_VERSION);
+        assert!(read.summary.is_empty());
+        assert!(read.paths.iter().all(|p| p.repetition == 0));
+        let mut expected = v3.paths.clone();
+        for p in &mut expected {
+            p.produced_mb_per_sec = None;
+            p.fetch_long_poll_latency = LatencyResult::empty();
+            p.fetches_in_flight_at_start = None;
+        }
+        assert_eq!(read.paths, expected);
+        assert_eq!(read.workload(), v3.workload());
+        // A version 2 document with a version 3 field is still refused (unknown field).
+        let mut bad = v2.clone();
+        bad["paths"][0]["speed"] = json!(1);
+        assert!(Results::from_json(&bad.to_string())
+            .unwrap_err()
+            .to_string()
+            .contains("/paths/0/speed: unknown field"));
+        // Two entries of one (read path, phase) in a version 2 file are still ambiguous.
+        let mut dup = v2;
+        let first = dup["paths"][0].clone();
+        dup["paths"].as_array_mut().unwrap().push(first);
+        assert!(Results::from_json(&dup.to_string()).unwrap_err().to_string().contains("a second entry"));
+        // The committed baseline of scripts/ci-gate.sh is a version 2 file.
+        let baseline = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/results/baseline.json")).unwrap();
+        if baseline.contains("\"schema_version\": 2") {
+            assert!(Results::from_json(&baseline).is_ok());
+        }
+    }
+
+    #[test]
+    fn the_summary_holds_the_statistics_of_the_repetitions() {
+        let speeds = [0.9, 1.0, 1.1, 0.95, 1.05];
+        let r = example_repeated(&speeds);
+        assert_eq!(r.paths.len(), 5 * 6);
+        assert_eq!(r.summary.len(), 6);
+        assert_eq!(Results::from_json(&r.to_json()).unwrap(), r);
+        // Rotated order: repetition 1 starts with mmap, 2 with sendfile.
+        let firsts: Vec<&str> = r.paths.chunks(6).map(|c| c[0].read_path.as_str()).collect();
+        assert_eq!(firsts, ["copy", "mmap", "sendfile", "copy", "mmap"]);
+        for s in &r.summary {
+            assert_eq!(s.samples, 5);
+            let entries: Vec<&PathResult> =
+                r.paths.iter().filter(|p| p.read_path == s.read_path && p.phase == s.phase).collect();
+            let mb = s.figures.iter().find(|f| f.metric == "mb_per_sec").unwrap();
+            let mean = entries.iter().map(|p| p.mb_per_sec).sum::<f64>() / 5.0;
+            assert!((mb.mean - mean).abs() < 1e-9 * mean, "{mb:?}");
+            for f in s.figures.iter().chain(&s.ratio_to_copy) {
+                let (lo, hi) = (f.ci95_low.unwrap(), f.ci95_high.unwrap());
+                assert!(lo <= f.mean && f.mean <= hi, "{f:?}");
+            }
+            assert_eq!(s.figures.iter().any(|f| f.metric == "rebalance_ms"), s.phase == "catch_up");
+            if s.read_path == "copy" {
+                assert!(s.ratio_to_copy.is_empty());
+            } else if s.phase == "catch_up" {
+                // Every path scales with the repetition's speed: the ratio to copy is exact.
+                let ratio = s.ratio_to_copy.iter().find(|f| f.metric == "mb_per_sec").unwrap();
+                let factor = if s.read_path == "mmap" { 1.15 } else { 1.6 };
+                assert!((ratio.mean - factor).abs() < 1e-9 && ratio.cv.unwrap() < 1e-9, "{ratio:?}");
+            }
+        }
+        // The catch-up MB/s of copy: 900 * speeds, mean 900, sample sd 900 * 0.0791 (by hand).
+        let copy = &r.summary[0].figures[0];
+        assert_eq!((r.summary[0].read_path.as_str(), copy.metric.as_str()), ("copy", "mb_per_sec"));
+        assert!((copy.mean - 900.0).abs() < 1e-9);
+        let sd = 900.0 * (0.025f64 / 4.0).sqrt();
+        assert!((copy.stddev.unwrap() - sd).abs() < 1e-9 && (copy.cv.unwrap() - sd / 900.0).abs() < 1e-12);
+        // One repetition: means only.
+        let one = example(1.0);
+        assert!(one.summary.iter().flat_map(|s| &s.figures).all(|f| f.ci95_low.is_none() && f.cv.is_none()));
+        let mut out = Vec::new();
+        write_summary_csv(&r, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let columns = SUMMARY_CSV_HEADER.split(',').count();
+        assert!(text.lines().all(|l| l.split(',').count() == columns), "{text}");
+        assert!(text.lines().nth(1).unwrap().starts_with("copy,catch_up,value,mb_per_sec,5,900,"), "{text}");
+        assert!(text.contains("mmap,catch_up,ratio_to_copy,mb_per_sec,5,"), "{text}");
     }
 }

@@ -17,10 +17,19 @@
 //!    backlog), [`super::tail`] (producers at a rate, consumers at the head) and
 //!    [`super::mixed`] (both at once). External: the
 //!    phases run once, read path `external`.
+//!
+//!    **Repeats** (`repeat` / `--repeat N`): step 2 runs N times over the same backlog (written
+//!    once); repetition `r` (0-based) takes the read paths in the workload's order rotated left
+//!    by `r` (`copy, mmap, sendfile` then `mmap, sendfile, copy`, ...), so a drift of the
+//!    machine over the run (page cache, thermals, neighbours) spreads over every path instead
+//!    of weighing on the last one. Each entry carries its `repetition`; groups get ids of their
+//!    own per repetition. External: the phases run N times.
 //! 3. **Results**: machine limits (`--limits FILE`, else `scripts/baseline-limits.sh` with a
 //!    short setting when fio and iperf3 are installed; see [`super::limits`]) and each path's
-//!    ratio to them; `<results-dir>/<UTC time>-<name>.json` (schema of [`super::results`],
-//!    validated before writing), `.csv` and `.svg` ([`super::chart`]); a table on stdout.
+//!    ratio to them; the statistics over the repetitions ([`super::results::summarize`]);
+//!    `<results-dir>/<UTC time>-<name>.json` (schema of [`super::results`], validated before
+//!    writing), `.csv` (one line per entry), with repeats `-summary.csv` (the statistics) and
+//!    `.svg` ([`super::chart`]; of repetition 0); a table on stdout.
 //!
 //! Ctrl-C stops the current phase: what was measured is written, with `interrupted: true`,
 //! and the command exits 130; a second Ctrl-C kills the process.
@@ -76,6 +85,10 @@ pub struct RunArgs {
     /// Do not measure or load machine limits.
     #[arg(long, conflicts_with = "limits")]
     pub no_limits: bool,
+    /// Measure every read path N times (rotating their order), for means with 95% confidence
+    /// intervals; overrides the workload's `repeat`.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub repeat: Option<u32>,
     /// Tests only: every producer of the tail phase stalls `AT_MS:LENGTH_MS` once.
     #[arg(long, hide = true, value_parser = parse_stall)]
     pub producer_stall: Option<Stall>,
@@ -195,6 +208,9 @@ pub fn run_one(args: &RunArgs, w: &Workload, command: &[String]) -> anyhow::Resu
         w.log_dir = Some(d.clone());
     }
     w.name = run_name(&w);
+    if let Some(n) = args.repeat {
+        w.repeat = n; // the results' workload says how many repetitions ran
+    }
     check_supported(&w, args)?;
     let progress = Progress::new(args);
     let mut notes = Vec::new();
@@ -231,17 +247,26 @@ pub fn run_one(args: &RunArgs, w: &Workload, command: &[String]) -> anyhow::Resu
              (all clients); the topics created stay on the cluster"
                 .into(),
         );
-        let t = Target {
-            w: &w,
-            backlog: &backlog,
-            read_path: "external".into(),
-            bootstrap: bootstrap.clone(),
-            broker: None,
-            interrupted: &INTERRUPTED,
-            group_prefix: format!("fetchbench-run-{}", unix_secs()),
-            pin_clients: pinning.as_ref().map(|(_, c)| c.clone()),
-        };
-        run_phases(&t, None, args, &progress, &mut paths, &mut notes)?;
+        let stamp = unix_secs();
+        for r in 0..w.repeat {
+            if INTERRUPTED.load(Ordering::SeqCst) {
+                break;
+            }
+            let t = Target {
+                w: &w,
+                backlog: &backlog,
+                read_path: "external".into(),
+                bootstrap: bootstrap.clone(),
+                broker: None,
+                interrupted: &INTERRUPTED,
+                group_prefix: repetition_prefix(format!("fetchbench-run-{stamp}"), r),
+                pin_clients: pinning.as_ref().map(|(_, c)| c.clone()),
+            };
+            let (p0, n0) = (paths.len(), notes.len());
+            let outcome = run_phases(&t, None, args, &progress, &mut paths, &mut notes);
+            mark_repetition(&w, r, &mut paths[p0..], &mut notes[n0..]);
+            outcome?;
+        }
     } else {
         let dir = TempDir::new()?;
         let backlog = match &w.log_dir {
@@ -275,17 +300,24 @@ pub fn run_one(args: &RunArgs, w: &Workload, command: &[String]) -> anyhow::Resu
                 b
             }
         };
-        for &kind in &w.read_paths {
+        for (r, kind) in repetition_order(&w.read_paths, w.repeat) {
             if INTERRUPTED.load(Ordering::SeqCst) {
                 break;
             }
             if kind == ReadPathKind::Null {
-                notes.push("read path null: skipped: it sends zeros, which consumers cannot decode".into());
+                if r == 0 {
+                    notes.push("read path null: skipped: it sends zeros, which consumers cannot decode".into());
+                }
                 continue;
             }
             if let Err(e) = kind.probe() {
-                notes.push(format!("read path {}: skipped: {}", kind.name(), e.reason));
+                if r == 0 {
+                    notes.push(format!("read path {}: skipped: {}", kind.name(), e.reason));
+                }
                 continue;
+            }
+            if w.repeat > 1 {
+                progress.step(format!("repetition {}/{}: {}", r + 1, w.repeat, kind.name()));
             }
             let mut config = BrokerConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)), dir.path(), kind);
             config.group_initial_rebalance_delay_ms = 0;
@@ -313,10 +345,12 @@ pub fn run_one(args: &RunArgs, w: &Workload, command: &[String]) -> anyhow::Resu
                 bootstrap: broker.local_addr().to_string(),
                 broker: Some(&broker),
                 interrupted: &INTERRUPTED,
-                group_prefix: format!("fetchbench-run-{}", kind.name()),
+                group_prefix: repetition_prefix(format!("fetchbench-run-{}", kind.name()), r),
                 pin_clients: pinning.as_ref().map(|(_, c)| c.clone()),
             };
+            let (p0, n0) = (paths.len(), notes.len());
             let outcome = run_phases(&t, Some(dir.path()), args, &progress, &mut paths, &mut notes);
+            mark_repetition(&w, r, &mut paths[p0..], &mut notes[n0..]);
             broker.shutdown().with_context(|| format!("read path {}: stopping the broker", kind.name()))?;
             outcome?;
         }
@@ -346,6 +380,7 @@ pub fn run_one(args: &RunArgs, w: &Workload, command: &[String]) -> anyhow::Resu
         notes: notes.clone(),
         workload: Results::workload_value(&w),
         limits,
+        summary: results::summarize(&paths),
         paths,
     };
     let doc = serde_json::to_value(&results)?;
@@ -368,7 +403,45 @@ pub fn run_one(args: &RunArgs, w: &Workload, command: &[String]) -> anyhow::Resu
     Ok(results)
 }
 
-/// The JSON, CSV and SVG of `results` in `dir` as `<date>-<name>.*`; returns their paths.
+/// `(repetition, read path)` in the order a run measures them: repetition `r` (0 to
+/// `repeat - 1`) takes `read_paths` rotated left by `r mod len`.
+pub fn repetition_order(read_paths: &[ReadPathKind], repeat: u32) -> Vec<(u32, ReadPathKind)> {
+    let mut out = Vec::new();
+    for r in 0..repeat {
+        let mut order = read_paths.to_vec();
+        if !order.is_empty() {
+            let by = r as usize % order.len();
+            order.rotate_left(by);
+        }
+        out.extend(order.into_iter().map(|k| (r, k)));
+    }
+    out
+}
+
+/// Group ids of repetition `r`: the path's prefix, with `-r<r>` after the first repetition.
+fn repetition_prefix(prefix: String, r: u32) -> String {
+    if r == 0 {
+        prefix
+    } else {
+        format!("{prefix}-r{r}")
+    }
+}
+
+/// Sets `repetition` on the entries of repetition `r` and, in a repeated run, says which
+/// repetition its notes are from.
+fn mark_repetition(w: &Workload, r: u32, paths: &mut [PathResult], notes: &mut [String]) {
+    for p in paths {
+        p.repetition = r;
+    }
+    if w.repeat > 1 {
+        for n in notes {
+            *n = format!("repetition {r}: {n}");
+        }
+    }
+}
+
+/// The JSON, CSV and SVG of `results` in `dir` as `<date>-<name>.*` (and `-summary.csv`
+/// when an entry was repeated); returns their paths.
 fn write_files(results: &Results, dir: &Path, date: &str, name: &str) -> anyhow::Result<Vec<PathBuf>> {
     fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     // `<date>-<name>`, or `<date>-<name>-2`, ... when a run of the same second has it: the
@@ -397,8 +470,20 @@ fn write_files(results: &Results, dir: &Path, date: &str, name: &str) -> anyhow:
     let mut csv = Vec::new();
     results::write_csv(results, &mut csv)?;
     fs::write(&csv_path, csv).with_context(|| format!("writing {}", csv_path.display()))?;
-    super::chart::write_svg(results, &svg_path).with_context(|| format!("writing {}", svg_path.display()))?;
-    Ok(vec![json_path, csv_path, svg_path])
+    let mut written = vec![json_path, csv_path];
+    if results.summary.iter().any(|s| s.samples > 1) {
+        let summary_path = dir.join(format!("{stem}-summary.csv"));
+        let mut csv = Vec::new();
+        results::write_summary_csv(results, &mut csv)?;
+        fs::write(&summary_path, csv).with_context(|| format!("writing {}", summary_path.display()))?;
+        written.push(summary_path);
+    }
+    // The chart draws one bar per entry: the first repetition's.
+    let mut first = results.clone();
+    first.paths.retain(|p| p.repetition == 0);
+    super::chart::write_svg(&first, &svg_path).with_context(|| format!("writing {}", svg_path.display()))?;
+    written.push(svg_path);
+    Ok(written)
 }
 
 /// Runs the workload's phases on `t`, appending results and notes (prefixed by the path).
@@ -604,12 +689,16 @@ pub struct SweepRunArgs {
     /// Do not measure or load machine limits.
     #[arg(long, conflicts_with = "limits")]
     pub no_limits: bool,
+    /// Measure every read path of every grid point N times (see `fetchbench run --repeat`).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub repeat: Option<u32>,
 }
 
 /// `fetchbench sweep`: runs every grid point of the workload in turn (each writes its own
 /// results files, labelled with its swept values), then prints and writes a summary
-/// (`<date>-<name>-sweep.csv`: label, read path, phase, MB/s, records/s, broker CPU s/GB,
-/// e2e corrected p99 ms, the date of the point's results files). The points run quietly (their
+/// (`<date>-<name>-sweep.csv`: label, read path, phase, repetition, MB/s, records/s, broker
+/// CPU s/GB, e2e corrected p99 ms, the date of the point's results files; one line per entry,
+/// so per repetition). The points run quietly (their
 /// tables and notes are in their results files); the summary goes to stdout. Exit codes as
 /// `fetchbench run`.
 pub fn sweep_main(args: SweepArgs) -> ExitCode {
@@ -635,6 +724,7 @@ fn sweep(args: &SweepArgs) -> anyhow::Result<bool> {
         bootstrap: args.run.bootstrap.clone(),
         limits: args.run.limits.clone(),
         no_limits: args.run.no_limits,
+        repeat: args.run.repeat,
         producer_stall: None,
         preloaded_limits: None,
     };
@@ -651,7 +741,7 @@ fn sweep(args: &SweepArgs) -> anyhow::Result<bool> {
     }
     // Limits once for the whole sweep (they are the machine's, not the point's).
     let mut summary = String::from(
-        "label,read_path,phase,mb_per_sec,records_per_sec,broker_cpu_s_per_gb,e2e_corrected_p99_ms,results_date\n",
+        "label,read_path,phase,repetition,mb_per_sec,records_per_sec,broker_cpu_s_per_gb,e2e_corrected_p99_ms,results_date\n",
     );
     let mut interrupted = false;
     for (i, point) in points.iter().enumerate() {
@@ -668,10 +758,11 @@ fn sweep(args: &SweepArgs) -> anyhow::Result<bool> {
         let r = run_one(&run_args, &point, &command).with_context(|| format!("sweep point {}: {label}", i + 1))?;
         for p in &r.paths {
             summary += &format!(
-                "\"{}\",{},{},{:.1},{:.0},{:.4},{:.3},{}\n",
+                "\"{}\",{},{},{},{:.1},{:.0},{:.4},{:.3},{}\n",
                 label.replace('"', "\"\""),
                 p.read_path,
                 p.phase,
+                p.repetition,
                 p.mb_per_sec,
                 p.records_per_sec,
                 p.broker_cpu.user_s_per_gb + p.broker_cpu.sys_s_per_gb,
@@ -707,16 +798,111 @@ fn short_latency(us: f64, count: u64) -> String {
 /// The results as a table: read path and phase, MB/s, records/s, broker CPU s/GB (user+sys),
 /// broker-side fetch latency p50/p99/p99.9, end-to-end (corrected) p50/p99/p99.9/max,
 /// rebalance ms, and the ratio to the loopback TCP limit (iperf3; else the fastest limit)
-/// when limits are known.
+/// when limits are known. A run with repeats gets, below that table of every entry, the
+/// statistics table of [`summary_table`].
 pub fn table(r: &Results) -> String {
+    let mut out = entries_table(r);
+    if r.summary.iter().any(|s| s.samples > 1) {
+        out.push('\n');
+        out += &summary_table(r);
+    }
+    out
+}
+
+/// `mean ± half-width of the 95% interval` (the upper half: the lower bound may be clamped at
+/// 0), or the mean alone for one sample; `decimals` digits.
+fn mean_ci(f: Option<&results::FigureStats>, decimals: usize) -> String {
+    match f {
+        None => "-".into(),
+        Some(f) => match f.ci95_high {
+            Some(high) => format!("{:.decimals$} ± {:.decimals$}", f.mean, high - f.mean),
+            None => format!("{:.decimals$}", f.mean),
+        },
+    }
+}
+
+/// `mean [low, high]` of a ratio, or the mean alone for one sample.
+fn ratio_ci(f: Option<&results::FigureStats>) -> String {
+    match f {
+        None => "-".into(),
+        Some(f) => match (f.ci95_low, f.ci95_high) {
+            (Some(l), Some(h)) => format!("{:.3} [{l:.3}, {h:.3}]", f.mean),
+            _ => format!("{:.3}", f.mean),
+        },
+    }
+}
+
+/// The coefficient of variation as a percentage, `-` when there is none.
+fn cv_pct(f: Option<&results::FigureStats>) -> String {
+    f.and_then(|f| f.cv).map_or("-".into(), |cv| format!("{:.1}%", cv * 100.0))
+}
+
+/// The statistics over the repetitions, one line per (read path, phase): the number of
+/// samples; MB/s and broker CPU s/GB (user + sys) as `mean ± half-width` of the 95%
+/// confidence interval (Student's t) with their coefficient of variation; the ratio of both to
+/// `copy` (per repetition, then averaged) as `mean [low, high]`.
+pub fn summary_table(r: &Results) -> String {
+    let header = [
+        "read path",
+        "phase",
+        "n",
+        "MB/s (mean ± 95% CI)",
+        "cv",
+        "broker CPU s/GB",
+        "cv",
+        "MB/s / copy [95% CI]",
+        "CPU / copy [95% CI]",
+    ]
+    .map(String::from)
+    .to_vec();
+    let mut rows = vec![header];
+    for s in &r.summary {
+        let fig = |list: &'_ [results::FigureStats], m: &str| list.iter().find(|f| f.metric == m).cloned();
+        let (mb, cpu) = (fig(&s.figures, "mb_per_sec"), fig(&s.figures, "broker_cpu_s_per_gb"));
+        let (rmb, rcpu) = (fig(&s.ratio_to_copy, "mb_per_sec"), fig(&s.ratio_to_copy, "broker_cpu_s_per_gb"));
+        rows.push(vec![
+            s.read_path.clone(),
+            s.phase.clone(),
+            s.samples.to_string(),
+            mean_ci(mb.as_ref(), 1),
+            cv_pct(mb.as_ref()),
+            mean_ci(cpu.as_ref(), 3),
+            cv_pct(cpu.as_ref()),
+            ratio_ci(rmb.as_ref()),
+            ratio_ci(rcpu.as_ref()),
+        ]);
+    }
+    format_rows(rows)
+}
+
+/// Columns padded to their widest cell (counted in characters): the first two left-aligned,
+/// the others right-aligned.
+fn format_rows(rows: Vec<Vec<String>>) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
+    let columns = rows.first().map_or(0, Vec::len);
+    let widths: Vec<usize> =
+        (0..columns).map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0)).collect();
+    for row in rows {
+        let cells: Vec<String> = row
+            .iter()
+            .enumerate()
+            .map(|(i, c)| if i < 2 { format!("{c:<w$}", w = widths[i]) } else { format!("{c:>w$}", w = widths[i]) })
+            .collect();
+        let _ = writeln!(out, "{}", cells.join("  ").trim_end());
+    }
+    out
+}
+
+/// The table of every entry (see [`table`]); with repeats, a `rep` column after the phase.
+fn entries_table(r: &Results) -> String {
     // The loopback TCP limit (iperf3) is the ceiling of a consumer over loopback; without it,
     // the fastest figure.
     let usable = || r.limits.figures.iter().filter(|f| f.bytes_per_sec.is_some_and(|b| b > 0.0));
     let best_limit = usable().find(|f| f.key == "iperf3_loopback").or_else(|| {
         usable().max_by(|a, b| a.bytes_per_sec.partial_cmp(&b.bytes_per_sec).unwrap_or(std::cmp::Ordering::Equal))
     });
+    let repeated = r.paths.iter().any(|p| p.repetition > 0);
     let mut header: Vec<String> = [
         "read path",
         "phase",
@@ -731,6 +917,9 @@ pub fn table(r: &Results) -> String {
     .to_vec();
     if let Some(l) = best_limit {
         header.push(format!("x {}", l.label));
+    }
+    if repeated {
+        header.insert(2, "rep".into());
     }
     let mut rows = vec![header.clone()];
     for p in &r.paths {
@@ -750,18 +939,12 @@ pub fn table(r: &Results) -> String {
             let ratio = p.ratio_to_limits.iter().find(|x| x.key == l.key).map(|x| x.ratio);
             row.push(ratio.map_or("-".into(), |x| format!("{x:.2}")));
         }
+        if repeated {
+            row.insert(2, p.repetition.to_string());
+        }
         rows.push(row);
     }
-    let widths: Vec<usize> = (0..header.len()).map(|i| rows.iter().map(|r| r[i].len()).max().unwrap_or(0)).collect();
-    for row in rows {
-        let cells: Vec<String> = row
-            .iter()
-            .enumerate()
-            .map(|(i, c)| if i < 2 { format!("{c:<w$}", w = widths[i]) } else { format!("{c:>w$}", w = widths[i]) })
-            .collect();
-        let _ = writeln!(out, "{}", cells.join("  ").trim_end());
-    }
-    out
+    format_rows(rows)
 }
 
 /// `YYYY-MM-DDTHH:MM:SSZ` of `t`.

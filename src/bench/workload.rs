@@ -32,6 +32,7 @@
 //! | `page_cache` | `hot` (the backlog is in the page cache) or `cold` (dropped before each path) | | `"hot"` |
 //! | `cpu_pinning` | `auto` (broker and clients on separate CPUs when at least 2 are allowed: the first half for the broker), `none`, or `broker=CPUS;clients=CPUS` with Linux cpu lists (`0`, `1-3`, `0,2`) | | `"auto"` |
 //! | `client` | the client library: `native` (fetchbench's own) or `librdkafka` | | `"native"` |
+//! | `repeat` | repetitions of the measurements, >= 1: every read path's phases run this many times, repetition `r` taking the read paths in the order rotated by `r` (the backlog is written once); `--repeat N` wins over it | | `1` |
 //! | `label` | set by [`expand_sweep`]: the swept values of this grid point, `"key=value"` | list | `[]` |
 //! | `[consumer_config]` | Kafka consumer configs by their Kafka names (`"fetch.min.bytes" = 1`), passed to the client; values are kept as strings | table | empty |
 //! | `[producer_config]` | Kafka producer configs by their Kafka names (`"linger.ms" = "0"`), over the harness's (Kafka 4's defaults: `acks=all`, `linger.ms=5`, `batch.size=16384`, idempotent); values are kept as strings (the producers are fetchbench's own with either `client`) | table | empty |
@@ -123,7 +124,7 @@ pub enum WorkloadError {
 }
 
 /// The top-level keys, in the documented order (also the order sweep axes vary in).
-pub const KEYS: [&str; 23] = [
+pub const KEYS: [&str; 24] = [
     "name",
     "topics",
     "partitions",
@@ -144,6 +145,7 @@ pub const KEYS: [&str; 23] = [
     "page_cache",
     "cpu_pinning",
     "client",
+    "repeat",
     "label",
     "consumer_config",
     "producer_config",
@@ -349,6 +351,8 @@ pub struct Workload {
     pub cpu_pinning: CpuPinning,
     /// `client`.
     pub client: Client,
+    /// `repeat`: repetitions of every read path's phases (>= 1).
+    pub repeat: u32,
     /// `[consumer_config]`: Kafka consumer config name -> value.
     pub consumer_config: BTreeMap<String, String>,
     /// `[producer_config]`: Kafka producer config name -> value (checked at load).
@@ -383,6 +387,7 @@ impl Default for Workload {
             page_cache: PageCache::Hot,
             cpu_pinning: CpuPinning::Auto,
             client: Client::Native,
+            repeat: 1,
             consumer_config: BTreeMap::new(),
             producer_config: BTreeMap::new(),
             label: Vec::new(),
@@ -559,6 +564,7 @@ impl Workload {
                     _ => return Err(invalid(key, "one of native, librdkafka", v)),
                 }
             }
+            "repeat" => self.repeat = count(key, v, 1)?,
             "label" => {
                 let mut label = Vec::new();
                 for item in list(key, v, "a list of key=value strings")? {
@@ -784,6 +790,7 @@ impl Workload {
                 Client::Librdkafka => "librdkafka",
             }),
         );
+        t.insert("repeat".into(), Value::Integer(self.repeat.into()));
         t.insert("label".into(), Value::Array(self.label.iter().map(|l| s(l)).collect()));
         let mut cc: Table = self.consumer_config.iter().map(|(k, v)| (k.clone(), s(v))).collect();
         for axis in &self.sweep {
@@ -1094,6 +1101,17 @@ mod tests {
         let e = err("rate = []");
         assert!(e.starts_with("rate: expected a value or a non-empty list"), "{e}");
         assert!(err("partitions = ").starts_with("not valid TOML"));
+    }
+
+    #[test]
+    fn repeat_is_a_count_from_1() {
+        assert_eq!(Workload::default().repeat, 1);
+        let w = Workload::parse("repeat = 5").unwrap();
+        assert_eq!(w.repeat, 5);
+        assert_eq!(Workload::parse(&w.to_toml()).unwrap(), w);
+        let e = err("repeat = 0");
+        assert!(e.starts_with("repeat: expected an integer from 1"), "{e}");
+        assert!(err("repeat = \"3\"").starts_with("repeat: expected an integer from 1"));
     }
 
     #[test]

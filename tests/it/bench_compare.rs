@@ -1,6 +1,8 @@
 //! `fetchbench compare` on the committed results fixtures (fixtures/results/, made by
 //! `bench::compare`'s `results_fixtures_are_current` test): exit 1 on a regression, 0 within
-//! the threshold, 2 on bad input.
+//! the threshold, 2 on bad input; on repeated results written here from
+//! `results::example_repeated` (deterministic spread and shift): Welch's t-test; on a version 2
+//! file: the threshold rule.
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -78,13 +80,22 @@ fn ci_gate_exits_with_the_comparison_verdict() {
             .unwrap()
     };
     let base = "fixtures/results/base.json";
-    let out = gate(&["--skip-run", "fixtures/results/slower-20pct.json", "--baseline", base]);
+    let out = gate(&["--skip-run", "fixtures/results/slower-20pct.json", "--baseline", base, "--attempts", "3"]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("REGRESSION") && stdout.contains("beyond 10.0%"), "the compare table: {stdout}");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("ci-gate: FAILED: the regression showed in all 3 attempts"), "{}", text(&out));
     assert_eq!(stderr.matches("attempt ").count(), 3, "three attempts: {}", text(&out));
+    // By default one attempt: the repeats of one run carry the noise.
+    let out = gate(&["--skip-run", "fixtures/results/slower-20pct.json", "--baseline", base]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("ci-gate: FAILED: a regression beyond 10%"), "{}", text(&out));
+    assert_eq!(stderr.matches("attempt ").count(), 1, "one attempt: {}", text(&out));
+    let out = gate(&["--skip-run", "fixtures/results/within-2pct.json", "--baseline", base, "--repeat", "0"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--repeat: expected a positive integer"), "{}", text(&out));
     // Only the gated metrics count: major faults are 0 in both files, never a regression.
     let out = gate(&[
         "--skip-run",
@@ -150,4 +161,92 @@ fn ci_gate_workload_is_short_and_resolved() {
     assert_eq!(w.consumers_per_group, 2);
     let paths: Vec<&str> = w.read_paths.iter().map(|p| p.name()).collect();
     assert_eq!(paths, ["copy", "mmap", "sendfile", "uring-splice"]);
+}
+
+/// Repeated results with a deterministic spread of +-12% (sample sd 9.5%) per file, written
+/// into `dir`: `base` at speed 1, `slower` 20% slower (the same deviations in another order),
+/// `noise` the same deviations in a third order (no shift).
+fn repeated_files(dir: &std::path::Path) -> [PathBuf; 3] {
+    use fetchbench::bench::results::example_repeated;
+    let spread = [-0.12, -0.06, 0.0, 0.06, 0.12];
+    let speeds = |scale: f64, order: [usize; 5]| order.map(|i| scale * (1.0 + spread[i]));
+    let files = [
+        ("repeated-base.json", speeds(1.0, [0, 1, 2, 3, 4])),
+        ("repeated-slower-20pct.json", speeds(0.8, [3, 0, 4, 2, 1])),
+        ("repeated-noise.json", speeds(1.0, [4, 2, 0, 1, 3])),
+    ];
+    files.map(|(name, s)| {
+        let p = dir.join(name);
+        std::fs::write(&p, example_repeated(&s).to_json()).unwrap();
+        p
+    })
+}
+
+/// The test: a real 20% regression with 5 samples each is flagged (Welch's t-test,
+/// named with its p-value), noise of the same spread with no shift is not, also through
+/// `scripts/ci-gate.sh`.
+#[test]
+fn repeated_samples_are_judged_by_welchs_t_test() {
+    let dir = tempfile::tempdir().unwrap();
+    let [base, slower, noise] = repeated_files(dir.path());
+    let run = |b: &PathBuf, n: &PathBuf| {
+        Command::new(env!("CARGO_BIN_EXE_fetchbench")).arg("compare").arg(b).arg(n).output().unwrap()
+    };
+    let out = run(&base, &slower);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let copy_mb = stdout.lines().find(|l| l.starts_with("copy/catch_up") && l.contains(" mb_per_sec ")).unwrap();
+    assert!(copy_mb.contains("5/5") && copy_mb.contains("welch t-test, p = 0.00"), "{copy_mb}");
+    assert!(copy_mb.ends_with("REGRESSION"), "{copy_mb}");
+    assert!(stdout.contains("one-sided Welch t-test significant at alpha 0.05"), "{stdout}");
+    assert!(stdout.contains("mb_per_sec 1.600 [1.600, 1.600]"), "within-run ratios with intervals: {stdout}");
+
+    let out = run(&base, &noise);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("no regression beyond 10.0%") && !stdout.contains("REGRESSION"), "{stdout}");
+    assert!(stdout.contains("welch t-test, p = 0.500"), "{stdout}");
+
+    let root = env!("CARGO_MANIFEST_DIR");
+    let gate = |new: &PathBuf| {
+        Command::new("bash")
+            .arg("scripts/ci-gate.sh")
+            .arg("--skip-run")
+            .arg(new)
+            .arg("--baseline")
+            .arg(&base)
+            .current_dir(root)
+            .env("FETCHBENCH_BIN", env!("CARGO_BIN_EXE_fetchbench"))
+            .output()
+            .unwrap()
+    };
+    let out = gate(&slower);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("welch t-test"), "{}", text(&out));
+    assert_eq!(gate(&noise).status.code(), Some(0));
+}
+
+/// A version 2 results file (the committed `base-v2.json`, as the harness wrote them before
+/// repeats) still compares, by the threshold rule, against version 2 and 3 files.
+#[test]
+fn version_2_files_still_compare() {
+    let out = compare("base-v2.json", "slower-20pct.json", &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("threshold rule alone") && stdout.contains("REGRESSION"), "{stdout}");
+    assert!(!stdout.contains("welch"), "{stdout}");
+    assert!(!stdout.contains("the workloads differ"), "{stdout}");
+    let out = compare("base-v2.json", "base-v2.json", &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let out = compare("base.json", "base-v2.json", &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let dir = tempfile::tempdir().unwrap();
+    let [_, slower, _] = repeated_files(dir.path());
+    let out = Command::new(env!("CARGO_BIN_EXE_fetchbench"))
+        .arg("compare")
+        .arg(fixture("base-v2.json"))
+        .arg(&slower)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "1 sample against 5: the threshold rule: {}", text(&out));
 }

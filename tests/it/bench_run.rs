@@ -104,6 +104,72 @@ read_paths = ["copy", "sendfile"]
     assert_eq!(csv.lines().count(), 5, "{csv}");
 }
 
+/// `--repeat 3` (over the workload's `repeat = 2`: the flag wins): every read path measured 3
+/// times in a rotated order over one backlog, each entry with its repetition; a summary per
+/// path whose 95% intervals hold their means, the means those of the entries; the summary CSV
+/// and the statistics table.
+#[test]
+fn repeats_give_rotated_entries_and_intervals_around_the_means() {
+    let dir = tempfile::tempdir().unwrap();
+    let workload = write_workload(
+        dir.path(),
+        r#"
+name = "repeats"
+partitions = 2
+record_size = "1KiB"
+backlog = "1MiB"
+consumers_per_group = 1
+phases = ["catch_up"]
+warmup = 0
+read_paths = ["copy", "sendfile"]
+repeat = 2
+"#,
+    );
+    let results_dir = dir.path().join("results");
+    let out = fetchbench()
+        .args(["run", "--no-limits", "--repeat", "3", "--results-dir"])
+        .arg(&results_dir)
+        .arg(&workload)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let r = only_results(&results_dir);
+    assert_eq!(r.workload().unwrap().repeat, 3, "the results say how many repetitions ran");
+    let entries: Vec<(&str, u32)> = r.paths.iter().map(|p| (p.read_path.as_str(), p.repetition)).collect();
+    assert_eq!(
+        entries,
+        [("copy", 0), ("sendfile", 0), ("sendfile", 1), ("copy", 1), ("copy", 2), ("sendfile", 2)],
+        "rotated order"
+    );
+    assert!(r.paths.iter().all(|p| p.phase == "catch_up" && p.records == 1024), "{:?}", r.paths);
+    assert_eq!(r.summary.len(), 2);
+    for s in &r.summary {
+        assert_eq!(s.samples, 3, "{s:?}");
+        let values: Vec<f64> = r.paths.iter().filter(|p| p.read_path == s.read_path).map(|p| p.mb_per_sec).collect();
+        let mb = s.figures.iter().find(|f| f.metric == "mb_per_sec").unwrap();
+        let mean = values.iter().sum::<f64>() / 3.0;
+        assert!((mb.mean - mean).abs() <= 1e-9 * mean, "{mb:?} vs {values:?}");
+        assert!(mb.ci95_low.is_some(), "{mb:?}");
+        for f in s.figures.iter().chain(&s.ratio_to_copy) {
+            match (f.ci95_low, f.ci95_high) {
+                (Some(lo), Some(hi)) => assert!(lo <= f.mean && f.mean <= hi, "{f:?}"),
+                // A figure some repetitions lack (a ratio to a copy figure of 0): one sample.
+                _ => assert!(f.samples < 2, "{f:?}"),
+            }
+        }
+        assert_eq!(s.ratio_to_copy.is_empty(), s.read_path == "copy", "{s:?}");
+    }
+    let json = files(&results_dir, "json");
+    let stem = json[0].file_stem().unwrap().to_string_lossy().to_string();
+    let summary_csv = std::fs::read_to_string(results_dir.join(format!("{stem}-summary.csv"))).unwrap();
+    assert!(summary_csv.starts_with("read_path,phase,of,metric,samples,mean,"), "{summary_csv}");
+    assert!(summary_csv.contains("sendfile,catch_up,ratio_to_copy,mb_per_sec,3,"), "{summary_csv}");
+    let csv = std::fs::read_to_string(json[0].with_extension("csv")).unwrap();
+    assert_eq!(csv.lines().count(), 7, "a line per entry: {csv}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("MB/s (mean ± 95% CI)") && stdout.contains(" ± "), "{stdout}");
+}
+
 /// The issue's coordinated-omission test, through the real tail phase: every producer stalls 1 s
 /// inside a 1,000 records/s open-loop schedule. Measured from the intended send times, the
 /// records due during the stall waited up to a second: p99.9 is at least ~500 ms. Measured from
