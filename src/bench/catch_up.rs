@@ -253,8 +253,8 @@ pub(crate) fn catch_up_with(t: &Target<'_>, hooks: &dyn DrainHooks) -> anyhow::R
     for t in threads {
         match t.join() {
             Ok(Ok(r)) => reports.push(r),
-            Ok(Err(e)) => error = error.or(Some(e)),
-            Err(_) => error = error.or(Some(anyhow!("a consumer thread panicked"))),
+            Ok(Err(e)) => error = Some(cause_first(error, e)),
+            Err(_) => error = Some(cause_first(error, anyhow!("a consumer thread panicked"))),
         }
     }
     let proc_end = Usage::now(UsageWho::RUSAGE_SELF);
@@ -333,13 +333,31 @@ pub(crate) fn join_error<T>(
     let mut first = None;
     for t in threads {
         if let Ok(Err(te)) = t.join() {
-            first = first.or(Some(te));
+            first = Some(cause_first(first, te));
         }
     }
     match first {
-        // The thread's own error is the cause; `e` only says the run stopped.
+        // A thread's own error is the cause; `e` only says the run stopped (but says more than
+        // a thread that stopped because of it).
+        Some(te) if te.downcast_ref::<Stopped>().is_some() => e,
         Some(te) => te,
         None => e,
+    }
+}
+
+/// The error a thread returns when it stopped because another part of the run failed: not a
+/// cause, only its echo.
+#[derive(Debug, thiserror::Error)]
+#[error("stopped: another part of the run failed")]
+pub(crate) struct Stopped;
+
+/// Of the error kept so far and a new one, the one to report: the first that is not a
+/// [`Stopped`] (a thread that gave up because another failed must not hide that one's error).
+pub(crate) fn cause_first(kept: Option<anyhow::Error>, new: anyhow::Error) -> anyhow::Error {
+    match kept {
+        Some(k) if k.downcast_ref::<Stopped>().is_some() && new.downcast_ref::<Stopped>().is_none() => new,
+        Some(k) => k,
+        None => new,
     }
 }
 
@@ -447,7 +465,7 @@ fn settle(c: &mut Consumer, sh: &Shared) -> anyhow::Result<()> {
     let deadline = Instant::now() + limit;
     while c.fetch_in_flight() {
         if sh.failed.load(Ordering::SeqCst) {
-            bail!("stopped: another part of the run failed");
+            return Err(Stopped.into());
         }
         if Instant::now() > deadline {
             bail!("a Fetch sent before the drain was not answered within {} ms", limit.as_millis());
@@ -594,7 +612,7 @@ pub(crate) fn join_until_stable(
     let mut group_stable = false;
     loop {
         if s.failed.load(Ordering::SeqCst) {
-            return Err(anyhow!("stopped: another part of the run failed"));
+            return Err(Stopped.into());
         }
         let _ = c.poll(Duration::from_millis(20))?;
         let assignment = c.assignment();
@@ -753,7 +771,7 @@ impl Gate {
         self.arrived.fetch_add(1, Ordering::SeqCst);
         while self.arrived.load(Ordering::SeqCst) < self.parties {
             if failed.load(Ordering::SeqCst) {
-                bail!("stopped: another part of the run failed");
+                return Err(Stopped.into());
             }
             std::thread::sleep(Duration::from_micros(100));
         }
@@ -774,6 +792,20 @@ mod tests {
         let mut d = GroupDeliveries::new(dense);
         let out = seq.iter().map(|&(p, o, g)| d.deliver(&t(), p, o, g).map_err(|e| e.to_string())).collect();
         (out, d.redelivered)
+    }
+
+    #[test]
+    fn join_error_reports_the_cause_not_a_thread_that_stopped_because_of_it() {
+        let spawn = |r: fn() -> anyhow::Result<()>| std::thread::spawn(r);
+        // Thread 0 gave up at a gate because thread 1 failed: thread 1's error is the cause.
+        let threads = vec![spawn(|| Err(Stopped.into())), spawn(|| Err(anyhow!("offset commit failed")))];
+        assert_eq!(join_error(threads, anyhow!("main")).to_string(), "offset commit failed");
+        // Only echoes: the main thread's reason.
+        let threads = vec![spawn(|| Err(Stopped.into())), spawn(|| Ok(()))];
+        assert_eq!(join_error(threads, anyhow!("did not become stable")).to_string(), "did not become stable");
+        assert_eq!(cause_first(Some(Stopped.into()), anyhow!("x")).to_string(), "x");
+        assert_eq!(cause_first(Some(anyhow!("x")), Stopped.into()).to_string(), "x");
+        assert_eq!(cause_first(Some(anyhow!("x")), anyhow!("y")).to_string(), "x");
     }
 
     #[test]
