@@ -6,16 +6,26 @@
 //! [`describe_workload`]), then `results.date` and the machine (`cpu_model`, `nproc`); and
 //! three panels, each saying on its value axis whether higher or lower is better:
 //!
-//! - top left: throughput of each read path in the `catch_up` phase, bars;
+//! - top left: throughput of each read path in the `catch_up` phase, then in the `mixed`
+//!   phase (its drain's MB/s; bars lighter, labelled `<read path> mixed`), bars;
 //! - top right: broker CPU of the same entries, CPU seconds per GB (1e9 bytes), `user` and
-//!   `sys` stacked;
+//!   `sys` stacked (for `mixed`, per GB of the drain's and the tail records' bytes);
 //! - bottom: latency percentile curves, one per read path, latency on a log axis against the
 //!   percentile on the usual log "1/(1-q)" axis (ticks at 0%, 50%, 90%, 99%, 99.9%, 99.99%).
-//!   The curves are the `tail` phase's end-to-end latency (coordinated omission corrected as
-//!   solid lines, raw as lighter thin lines) when any tail entry has samples; otherwise the
-//!   `catch_up` phase's broker-side Fetch latency, or its consumer `poll` latency when no
-//!   Fetch latency was recorded (an external target). The panel's title says which; it says
-//!   "no latency samples" when every histogram is empty.
+//!   The curves are the end-to-end latency of the `tail` entries and of the `mixed` entries'
+//!   tail records (`<read path> mixed`, dashed when tail curves are drawn too), coordinated
+//!   omission corrected as solid lines, raw as lighter thin lines, when any such entry has
+//!   samples; otherwise the `catch_up` phase's broker-side Fetch latency, or its consumer
+//!   `poll` latency when no Fetch latency was recorded (an external target). The panel's
+//!   title says which; it says "no latency samples" when every histogram is empty.
+//!
+//! A repeated run (`--repeat N`: several entries of a (read path, phase)) draws one bar per
+//! (read path, phase): the mean over the repetitions, with the 95% confidence interval of the
+//! mean (Student's t, from `results.summary`, see [`super::results::summarize`]) as an error
+//! bar, and a legend "mean of N runs, bars: 95% CI". Its latency curves are those of the
+//! repetitions' histograms merged (HdrHistogram add: percentiles of all the values together,
+//! never an average of percentiles), and the panel's title ends "histograms of N runs
+//! merged". With one repetition there are no error bars and no such notes.
 //!
 //! Values are written by magnitude with 3 significant digits ([`format_value`]): throughput
 //! in B/s, KB/s, MB/s or GB/s (decimal: 1 KB = 1e3 bytes, as MB everywhere in fetchbench),
@@ -41,11 +51,12 @@ use std::path::Path;
 use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint, Ranged};
 use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
+use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::histogram::{HistogramError, Latency, LOWEST_NS};
-use super::results::{LatencyResult, PathResult, Results};
+use super::results::{summarize, FigureStats, LatencyResult, PathResult, Results};
 use super::workload::{Client, Compression, PageCache, Phase, Rate, Workload};
 
 /// Width of the chart, pixels.
@@ -75,6 +86,13 @@ pub const OTHER_COLORS: [RGBColor; 2] = [RGBColor(188, 189, 34), RGBColor(23, 19
 pub const CPU_USER_COLOR: RGBColor = RGBColor(64, 64, 64);
 /// The broker CPU panel's `sys` stack (light gray).
 pub const CPU_SYS_COLOR: RGBColor = RGBColor(176, 176, 176);
+/// The error bars (95% confidence intervals) of a repeated run's bars (near-black).
+pub const ERROR_BAR_COLOR: RGBColor = RGBColor(32, 32, 32);
+/// The phases drawn as bars, in this order: those whose throughput is a drain's (`mixed`:
+/// its catch-up groups' drain while the producers write).
+const BAR_PHASES: [&str; 2] = ["catch_up", "mixed"];
+/// The phases whose end-to-end latency is drawn, in this order (`mixed`: its tail records').
+const E2E_PHASES: [&str; 2] = ["tail", "mixed"];
 
 /// Why a chart could not be drawn.
 #[derive(Debug, thiserror::Error)]
@@ -127,10 +145,10 @@ pub fn render_svg(results: &Results) -> Result<String, ChartError> {
         let body = body.titled(&subtitle, ("sans-serif", 15).into_font()).map_err(draw_err)?;
         let (top, bottom) = body.split_vertically(HEIGHT as i32 * 2 / 5);
         let (left, right) = top.split_horizontally(WIDTH as i32 / 2);
-        let catch_up: Vec<&PathResult> = results.paths.iter().filter(|p| p.phase == "catch_up").collect();
+        let bars = bars(results);
         let colors = Palette::of(results);
-        draw_throughput(&left, &catch_up, &colors)?;
-        draw_cpu(&right, &catch_up)?;
+        draw_throughput(&left, &bars, &colors)?;
+        draw_cpu(&right, &bars)?;
         draw_latency(&bottom, &latency, &colors)?;
         root.present().map_err(draw_err)?;
     }
@@ -387,10 +405,11 @@ fn clean(x: f64) -> f64 {
     }
 }
 
-/// An upper bound for an axis showing values up to `max` (room for the labels above bars).
-fn axis_max(max: f64) -> f64 {
+/// An upper bound for an axis showing values up to `max` (room for the labels above bars,
+/// and for a legend box of three lines when `legend`).
+fn axis_max(max: f64, legend: bool) -> f64 {
     if max > 0.0 {
-        max * 1.2
+        max * if legend { 1.45 } else { 1.2 }
     } else {
         1.0
     }
@@ -404,25 +423,186 @@ fn draw_empty(area: &DrawingArea<SVGBackend, Shift>, caption: &str, message: &st
     inner.draw(&Text::new(message.to_string(), (w as i32 / 2, h as i32 / 2), style)).map_err(draw_err)
 }
 
-/// Bars of `mb_per_sec` for the catch-up entries, each labelled with its value; the axis in
-/// the unit of the largest ([`Quantity::Throughput`]).
-fn draw_throughput(
-    area: &DrawingArea<SVGBackend, Shift>,
-    entries: &[&PathResult],
-    colors: &Palette,
-) -> Result<(), ChartError> {
-    let caption = "catch_up throughput";
-    if entries.is_empty() {
-        return draw_empty(area, caption, "no catch_up entries");
+/// A figure of one bar: the mean over the repetitions (the value itself for one) and the
+/// 95% confidence interval of the mean (`None` for one repetition), all [`clean`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct BarValue {
+    mean: f64,
+    ci95: Option<(f64, f64)>,
+}
+
+impl BarValue {
+    fn one(v: f64) -> BarValue {
+        BarValue { mean: clean(v), ci95: None }
     }
-    let values: Vec<f64> = entries.iter().map(|p| clean(p.mb_per_sec)).collect();
-    let max = values.iter().copied().fold(0.0, f64::max);
+
+    /// From a summary's figure (0 when the summary lacks it).
+    fn of(f: Option<&FigureStats>) -> BarValue {
+        match f {
+            Some(f) => BarValue {
+                mean: clean(f.mean),
+                ci95: f.ci95_low.zip(f.ci95_high).map(|(lo, hi)| (clean(lo), clean(hi))),
+            },
+            None => BarValue { mean: 0.0, ci95: None },
+        }
+    }
+
+    /// The top of the bar with its error bar.
+    fn top(&self) -> f64 {
+        self.ci95.map_or(self.mean, |(_, hi)| hi.max(self.mean))
+    }
+}
+
+/// One bar of the bar panels: a (read path, phase of [`BAR_PHASES`]) over its repetitions.
+#[derive(Clone, Debug, PartialEq)]
+struct Bar {
+    read_path: String,
+    phase: String,
+    /// Repetitions the figures are over.
+    samples: u64,
+    /// Throughput, MB/s (`mb_per_sec`).
+    mb_per_sec: BarValue,
+    /// Broker CPU, s/GB: the means of `user` and `sys`.
+    cpu_user: f64,
+    cpu_sys: f64,
+    /// Their sum (`broker_cpu_s_per_gb`), with its interval.
+    cpu: BarValue,
+}
+
+impl Bar {
+    /// The bar's axis label: the read path, `<read path> mixed` for a mixed entry.
+    fn label(&self) -> String {
+        if self.phase == "catch_up" {
+            self.read_path.clone()
+        } else {
+            format!("{} {}", self.read_path, self.phase)
+        }
+    }
+}
+
+/// The bars of `results`: one per (read path, phase) of [`BAR_PHASES`], phase by phase, read
+/// paths in order of first appearance. One entry gives its own figures; several (a repeated
+/// run) give the mean and 95% interval of their [`results.summary`](Results::summary) entry,
+/// or of [`summarize`] when the file has none that covers exactly these entries.
+fn bars(results: &Results) -> Vec<Bar> {
+    let mut bars = Vec::new();
+    for phase in BAR_PHASES {
+        let mut names: Vec<&str> = Vec::new();
+        for p in results.paths.iter().filter(|p| p.phase == phase) {
+            if !names.contains(&p.read_path.as_str()) {
+                names.push(&p.read_path);
+            }
+        }
+        for name in names {
+            let entries: Vec<&PathResult> =
+                results.paths.iter().filter(|p| p.phase == phase && p.read_path == name).collect();
+            let bar = if let [p] = entries.as_slice() {
+                let (user, sys) = (clean(p.broker_cpu.user_s_per_gb), clean(p.broker_cpu.sys_s_per_gb));
+                Bar {
+                    read_path: name.to_string(),
+                    phase: phase.to_string(),
+                    samples: 1,
+                    mb_per_sec: BarValue::one(p.mb_per_sec),
+                    cpu_user: user,
+                    cpu_sys: sys,
+                    cpu: BarValue::one(user + sys),
+                }
+            } else {
+                let n = entries.len() as u64;
+                let summary = results
+                    .summary
+                    .iter()
+                    .find(|s| s.read_path == name && s.phase == phase && s.samples == n)
+                    .cloned()
+                    .or_else(|| {
+                        let owned: Vec<PathResult> = entries.iter().map(|p| (*p).clone()).collect();
+                        summarize(&owned).into_iter().next()
+                    });
+                let figure =
+                    |metric: &str| summary.as_ref().and_then(|s| s.figures.iter().find(|f| f.metric == metric));
+                Bar {
+                    read_path: name.to_string(),
+                    phase: phase.to_string(),
+                    samples: n,
+                    mb_per_sec: BarValue::of(figure("mb_per_sec")),
+                    cpu_user: BarValue::of(figure("broker_cpu_user_s_per_gb")).mean,
+                    cpu_sys: BarValue::of(figure("broker_cpu_sys_s_per_gb")).mean,
+                    cpu: BarValue::of(figure("broker_cpu_s_per_gb")),
+                }
+            };
+            bars.push(bar);
+        }
+    }
+    bars
+}
+
+/// A bar panel's caption: `<phases> <what>`, with `mixed_note` after it when a mixed bar is
+/// shown (`catch_up throughput`, `catch_up and mixed throughput (mixed: its drain)`).
+fn bar_caption(bars: &[Bar], what: &str, mixed_note: &str) -> String {
+    let has = |phase: &str| bars.iter().any(|b| b.phase == phase);
+    match (has("catch_up"), has("mixed")) {
+        (_, false) => format!("catch_up {what}"),
+        (false, true) => format!("mixed {what} ({mixed_note})"),
+        (true, true) => format!("catch_up and mixed {what} (mixed: {mixed_note})"),
+    }
+}
+
+/// `N runs` (or `N-M runs` when the bars differ) when some bar is over more than one
+/// repetition, for the error bars' legend: `mean of 3 runs, bars: 95% CI`.
+fn runs_legend(counts: impl Iterator<Item = u64> + Clone) -> Option<String> {
+    let (lo, hi) = counts.fold((u64::MAX, 0), |(lo, hi), n| (lo.min(n), hi.max(n)));
+    (hi > 1).then(|| {
+        let n = if lo == hi { hi.to_string() } else { format!("{lo}-{hi}") };
+        format!("mean of {n} runs, bars: 95% CI")
+    })
+}
+
+/// An error bar from `lo` to `hi` at `x` (an I shape, caps 0.2 bars wide).
+fn error_bar(x: f64, (lo, hi): (f64, f64)) -> PathElement<(f64, f64)> {
+    let points = vec![(x - 0.1, hi), (x + 0.1, hi), (x, hi), (x, lo), (x - 0.1, lo), (x + 0.1, lo)];
+    PathElement::new(points, ERROR_BAR_COLOR.stroke_width(2))
+}
+
+/// The legend mark of the error bars.
+fn error_bar_mark((x, y): (i32, i32)) -> PathElement<(i32, i32)> {
+    let points = vec![(x + 3, y - 6), (x + 11, y - 6), (x + 7, y - 6), (x + 7, y + 6), (x + 3, y + 6), (x + 11, y + 6)];
+    PathElement::new(points, ERROR_BAR_COLOR.stroke_width(2))
+}
+
+/// Draws the error bars of `values` (scaled by `1 / size`), one per value with an interval,
+/// labelled `legend` in the series labels.
+fn draw_error_bars<'a>(
+    chart: &mut ChartContext<'a, SVGBackend<'a>, Cartesian2d<Ticked, RangedCoordf64>>,
+    values: &[BarValue],
+    size: f64,
+    legend: &str,
+) -> Result<(), ChartError> {
+    let elements: Vec<_> = values
+        .iter()
+        .enumerate()
+        .filter_map(|(i, v)| v.ci95.map(|(lo, hi)| error_bar(i as f64, (lo / size, hi / size))))
+        .collect();
+    chart.draw_series(elements).map_err(draw_err)?.label(legend).legend(error_bar_mark);
+    Ok(())
+}
+
+/// Bars of `mb_per_sec` (the means, with 95% error bars in a repeated run), each labelled with
+/// its value; the axis in the unit of the largest ([`Quantity::Throughput`]). Mixed bars are
+/// lighter.
+fn draw_throughput(area: &DrawingArea<SVGBackend, Shift>, bars: &[Bar], colors: &Palette) -> Result<(), ChartError> {
+    let caption = bar_caption(bars, "throughput", "its drain");
+    if bars.is_empty() {
+        return draw_empty(area, &caption, "no catch_up entries");
+    }
+    let values: Vec<BarValue> = bars.iter().map(|b| b.mb_per_sec).collect();
+    let legend = runs_legend(bars.iter().map(|b| b.samples));
+    let max = values.iter().map(BarValue::top).fold(0.0, f64::max);
     let (size, unit) = Quantity::Throughput.unit(max);
-    let top = axis_max(max / size);
-    let n = entries.len();
-    let names: Vec<String> = entries.iter().map(|p| p.read_path.clone()).collect();
+    let top = axis_max(max / size, legend.is_some());
+    let n = bars.len();
+    let names: Vec<String> = bars.iter().map(Bar::label).collect();
     let mut chart = ChartBuilder::on(area)
-        .caption(caption, ("sans-serif", 18))
+        .caption(&caption, ("sans-serif", 18))
         .margin(10)
         .x_label_area_size(30)
         .y_label_area_size(60)
@@ -438,36 +618,66 @@ fn draw_throughput(
         .draw()
         .map_err(draw_err)?;
     chart
-        .draw_series(entries.iter().zip(&values).enumerate().map(|(i, (p, v))| {
+        .draw_series(bars.iter().zip(&values).enumerate().map(|(i, (b, v))| {
             let x = i as f64;
-            Rectangle::new([(x - 0.3, 0.0), (x + 0.3, *v / size)], colors.color(&p.read_path).filled())
+            Rectangle::new([(x - 0.3, 0.0), (x + 0.3, v.mean / size)], bar_style(colors.color(&b.read_path), b))
         }))
         .map_err(draw_err)?;
+    if let Some(legend) = &legend {
+        draw_error_bars(&mut chart, &values, size, legend)?;
+    }
     let label = ("sans-serif", 14).into_font().color(&BLACK).pos(Pos::new(HPos::Center, VPos::Bottom));
     chart
-        .draw_series(
-            values
-                .iter()
-                .enumerate()
-                .map(|(i, v)| Text::new(format_value(*v, Quantity::Throughput), (i as f64, *v / size), label.clone())),
-        )
+        .draw_series(values.iter().enumerate().map(|(i, v)| {
+            Text::new(format_value(v.mean, Quantity::Throughput), (i as f64, v.top() / size), label.clone())
+        }))
         .map_err(draw_err)?;
+    if legend.is_some() {
+        draw_legend(&mut chart, SeriesLabelPosition::UpperRight)?;
+    }
     Ok(())
 }
 
-/// Stacked bars of broker CPU (`user` below, `sys` above), s/GB, for the catch-up entries.
-fn draw_cpu(area: &DrawingArea<SVGBackend, Shift>, entries: &[&PathResult]) -> Result<(), ChartError> {
-    let caption = "catch_up broker CPU";
-    if entries.is_empty() {
-        return draw_empty(area, caption, "no catch_up entries");
+/// A bar's fill: its read path's colour, lighter for a mixed entry.
+fn bar_style(color: RGBColor, bar: &Bar) -> ShapeStyle {
+    if bar.phase == "catch_up" {
+        color.filled()
+    } else {
+        color.mix(0.55).filled()
     }
-    let cpu: Vec<(f64, f64)> =
-        entries.iter().map(|p| (clean(p.broker_cpu.user_s_per_gb), clean(p.broker_cpu.sys_s_per_gb))).collect();
-    let top = axis_max(cpu.iter().map(|(u, s)| u + s).fold(0.0, f64::max));
-    let n = entries.len();
-    let names: Vec<String> = entries.iter().map(|p| p.read_path.clone()).collect();
+}
+
+/// The series labels of a panel, at `position`.
+fn draw_legend<'a>(
+    chart: &mut ChartContext<'a, SVGBackend<'a>, Cartesian2d<Ticked, RangedCoordf64>>,
+    position: SeriesLabelPosition,
+) -> Result<(), ChartError> {
+    chart
+        .configure_series_labels()
+        .position(position)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 14))
+        .draw()
+        .map_err(draw_err)
+}
+
+/// Stacked bars of broker CPU (`user` below, `sys` above; the means in a repeated run, with
+/// a 95% error bar of their sum), s/GB.
+fn draw_cpu(area: &DrawingArea<SVGBackend, Shift>, bars: &[Bar]) -> Result<(), ChartError> {
+    let caption = bar_caption(bars, "broker CPU", "per GB of drain + tail");
+    if bars.is_empty() {
+        return draw_empty(area, &caption, "no catch_up entries");
+    }
+    let cpu: Vec<(f64, f64)> = bars.iter().map(|b| (b.cpu_user, b.cpu_sys)).collect();
+    let totals: Vec<BarValue> = bars.iter().map(|b| b.cpu).collect();
+    let legend = runs_legend(bars.iter().map(|b| b.samples));
+    let tops = cpu.iter().zip(&totals).map(|((u, s), t)| (u + s).max(t.top()));
+    let top = axis_max(tops.fold(0.0, f64::max), legend.is_some());
+    let n = bars.len();
+    let names: Vec<String> = bars.iter().map(Bar::label).collect();
     let mut chart = ChartBuilder::on(area)
-        .caption(caption, ("sans-serif", 18))
+        .caption(&caption, ("sans-serif", 18))
         .margin(10)
         .x_label_area_size(30)
         .y_label_area_size(60)
@@ -499,22 +709,16 @@ fn draw_cpu(area: &DrawingArea<SVGBackend, Shift>, entries: &[&PathResult]) -> R
         .map_err(draw_err)?
         .label("sys")
         .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], sys_color.filled()));
+    if let Some(legend) = &legend {
+        draw_error_bars(&mut chart, &totals, 1.0, legend)?;
+    }
     let label = ("sans-serif", 14).into_font().color(&BLACK).pos(Pos::new(HPos::Center, VPos::Bottom));
     chart
-        .draw_series(
-            cpu.iter().enumerate().map(|(i, (u, s))| {
-                Text::new(format_value(u + s, Quantity::CpuPerGb), (i as f64, u + s), label.clone())
-            }),
-        )
+        .draw_series(cpu.iter().zip(&totals).enumerate().map(|(i, ((u, s), t))| {
+            Text::new(format_value(u + s, Quantity::CpuPerGb), (i as f64, (u + s).max(t.top())), label.clone())
+        }))
         .map_err(draw_err)?;
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .label_font(("sans-serif", 14))
-        .draw()
-        .map_err(draw_err)?;
+    draw_legend(&mut chart, SeriesLabelPosition::UpperRight)?;
     Ok(())
 }
 
@@ -530,15 +734,20 @@ fn index_label(names: &[String], x: f64) -> String {
 
 /// The latency panel's data: its title and curves.
 struct LatencyPanel {
-    title: &'static str,
+    title: String,
     curves: Vec<Curve>,
 }
 
 /// One percentile curve: (nines, latency us) points.
 struct Curve {
     read_path: String,
+    /// The legend's text: the read path, `<read path> mixed` for a mixed entry, ` raw` after
+    /// a raw curve.
+    label: String,
     /// `true` for the raw (not corrected) end-to-end view, drawn lighter.
     raw: bool,
+    /// `true` for a mixed entry's curve when tail curves are drawn too.
+    dashed: bool,
     points: Vec<(f64, f64)>,
 }
 
@@ -563,40 +772,104 @@ fn curve_points(latency: &Latency) -> Vec<(f64, f64)> {
         .collect()
 }
 
-/// Chooses the latency panel's data (see the [module docs](self)) and decodes its histograms.
+/// The histogram `which` (`get`) of the entries of `phase`, merged per read path (HdrHistogram
+/// add, so the percentiles are those of every repetition's values together, never an average
+/// of percentiles): (read path, merged histogram, entries merged), read paths in order of
+/// first appearance.
+fn merged(
+    results: &Results,
+    phase: &str,
+    which: &'static str,
+    get: fn(&PathResult) -> &LatencyResult,
+) -> Result<Vec<(String, Latency, usize)>, ChartError> {
+    let mut out: Vec<(String, Latency, usize)> = Vec::new();
+    for p in results.paths.iter().filter(|p| p.phase == phase) {
+        let h = decode(p, which, get(p))?;
+        match out.iter_mut().find(|(name, _, _)| *name == p.read_path) {
+            Some((_, merged, n)) => {
+                merged.merge(&h);
+                *n += 1;
+            }
+            None => out.push((p.read_path.clone(), h, 1)),
+        }
+    }
+    Ok(out)
+}
+
+/// `, histograms of N runs merged` (`N-M` when the curves differ) when a curve merges more
+/// than one repetition.
+fn merged_note(counts: &[usize]) -> String {
+    let (lo, hi) = counts.iter().fold((usize::MAX, 0), |(lo, hi), n| (lo.min(*n), hi.max(*n)));
+    match hi {
+        0 | 1 => String::new(),
+        _ if lo == hi => format!(", histograms of {hi} runs merged"),
+        _ => format!(", histograms of {lo}-{hi} runs merged"),
+    }
+}
+
+/// Chooses the latency panel's data (see the [module docs](self)) and decodes its histograms,
+/// those of the repetitions of a (read path, phase) merged into one curve ([`merged`]).
 fn latency_curves(results: &Results) -> Result<LatencyPanel, ChartError> {
-    let mut tail = Vec::new();
-    for p in results.paths.iter().filter(|p| p.phase == "tail") {
-        let corrected = decode(p, "end_to_end_latency.corrected", &p.end_to_end_latency.corrected)?;
-        let raw = decode(p, "end_to_end_latency.raw", &p.end_to_end_latency.raw)?;
-        if corrected.count() > 0 {
-            tail.push(Curve { read_path: p.read_path.clone(), raw: false, points: curve_points(&corrected) });
-        }
-        if raw.count() > 0 {
-            tail.push(Curve { read_path: p.read_path.clone(), raw: true, points: curve_points(&raw) });
+    let mut e2e = Vec::new();
+    let mut counts = Vec::new();
+    let mut phases = Vec::new();
+    for phase in E2E_PHASES {
+        let corrected = merged(results, phase, "end_to_end_latency.corrected", |p| &p.end_to_end_latency.corrected)?;
+        let raw = merged(results, phase, "end_to_end_latency.raw", |p| &p.end_to_end_latency.raw)?;
+        for ((name, corrected, n), (_, raw, _)) in corrected.into_iter().zip(raw) {
+            let label = if phase == "tail" { name.clone() } else { format!("{name} {phase}") };
+            let curve = |raw: bool, label: String, h: &Latency| Curve {
+                read_path: name.clone(),
+                label,
+                raw,
+                dashed: phase == "mixed",
+                points: curve_points(h),
+            };
+            if corrected.count() > 0 {
+                e2e.push(curve(false, label.clone(), &corrected));
+                counts.push(n);
+                if !phases.contains(&phase) {
+                    phases.push(phase);
+                }
+            }
+            if raw.count() > 0 {
+                e2e.push(curve(true, format!("{label} raw"), &raw));
+            }
         }
     }
-    if tail.iter().any(|c| !c.raw) {
-        return Ok(LatencyPanel { title: "tail end-to-end latency (corrected solid, raw light)", curves: tail });
-    }
-    let mut fetch = Vec::new();
-    let mut poll = Vec::new();
-    for p in results.paths.iter().filter(|p| p.phase == "catch_up") {
-        let f = decode(p, "fetch_latency", &p.fetch_latency)?;
-        if f.count() > 0 {
-            fetch.push(Curve { read_path: p.read_path.clone(), raw: false, points: curve_points(&f) });
+    if !phases.is_empty() {
+        let what = match phases.as_slice() {
+            ["tail"] => "tail end-to-end latency (corrected solid, raw light",
+            ["mixed"] => "mixed end-to-end latency of the tail records (corrected solid, raw light",
+            _ => "tail and mixed end-to-end latency (corrected solid, raw light; mixed dashed",
+        };
+        if phases.len() == 1 {
+            e2e.iter_mut().for_each(|c| c.dashed = false);
         }
-        let l = decode(p, "poll_latency", &p.poll_latency)?;
-        if l.count() > 0 {
-            poll.push(Curve { read_path: p.read_path.clone(), raw: false, points: curve_points(&l) });
-        }
+        return Ok(LatencyPanel { title: format!("{what}){}", merged_note(&counts)), curves: e2e });
     }
+    let fetch = merged(results, "catch_up", "fetch_latency", |p| &p.fetch_latency)?;
+    let poll = merged(results, "catch_up", "poll_latency", |p| &p.poll_latency)?;
+    let curves = |hists: Vec<(String, Latency, usize)>| -> (Vec<Curve>, Vec<usize>) {
+        hists
+            .into_iter()
+            .filter(|(_, h, _)| h.count() > 0)
+            .map(|(name, h, n)| {
+                let points = curve_points(&h);
+                (Curve { read_path: name.clone(), label: name, raw: false, dashed: false, points }, n)
+            })
+            .unzip()
+    };
+    let (fetch, fetch_counts) = curves(fetch);
+    let (poll, poll_counts) = curves(poll);
     Ok(if !fetch.is_empty() {
-        LatencyPanel { title: "catch_up broker Fetch latency (no tail samples)", curves: fetch }
+        let title = format!("catch_up broker Fetch latency (no tail samples){}", merged_note(&fetch_counts));
+        LatencyPanel { title, curves: fetch }
     } else if !poll.is_empty() {
-        LatencyPanel { title: "catch_up consumer poll latency (no tail or Fetch samples)", curves: poll }
+        let title = format!("catch_up consumer poll latency (no tail or Fetch samples){}", merged_note(&poll_counts));
+        LatencyPanel { title, curves: poll }
     } else {
-        LatencyPanel { title: "latency", curves: Vec::new() }
+        LatencyPanel { title: "latency".into(), curves: Vec::new() }
     })
 }
 
@@ -622,14 +895,14 @@ fn draw_latency(
     colors: &Palette,
 ) -> Result<(), ChartError> {
     if panel.curves.is_empty() {
-        return draw_empty(area, panel.title, "no latency samples");
+        return draw_empty(area, &panel.title, "no latency samples");
     }
     let values = panel.curves.iter().flat_map(|c| c.points.iter().map(|p| p.1));
     let (lo, hi) = values.fold((f64::INFINITY, 0.0f64), |(lo, hi), v| (lo.min(v), hi.max(v)));
     let (lo, hi) = (lo / 1.5, hi * 1.5);
     let ticks = [0.0, 2f64.log10(), 1.0, 2.0, 3.0, 4.0];
     let mut chart = ChartBuilder::on(area)
-        .caption(panel.title, ("sans-serif", 18))
+        .caption(&panel.title, ("sans-serif", 18))
         .margin(10)
         .margin_right(40)
         .x_label_area_size(40)
@@ -647,16 +920,20 @@ fn draw_latency(
         .map_err(draw_err)?;
     for curve in &panel.curves {
         let color = colors.color(&curve.read_path);
-        let (style, label) = if curve.raw {
-            (color.mix(0.4).stroke_width(1), format!("{} raw", curve.read_path))
+        let style = if curve.raw { color.mix(0.4).stroke_width(1) } else { color.stroke_width(2) };
+        if curve.dashed {
+            chart
+                .draw_series(std::iter::once(DashedPathElement::new(curve.points.clone(), 8, 5, style)))
+                .map_err(draw_err)?
+                .label(curve.label.clone())
+                .legend(move |(x, y)| DashedPathElement::new(vec![(x, y), (x + 20, y)], 8, 4, style));
         } else {
-            (color.stroke_width(2), curve.read_path.clone())
-        };
-        chart
-            .draw_series(std::iter::once(PathElement::new(curve.points.clone(), style)))
-            .map_err(draw_err)?
-            .label(label)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+            chart
+                .draw_series(std::iter::once(PathElement::new(curve.points.clone(), style)))
+                .map_err(draw_err)?
+                .label(curve.label.clone())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+        }
     }
     chart
         .configure_series_labels()
@@ -672,7 +949,7 @@ fn draw_latency(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::results::{example, LatencyResult};
+    use crate::bench::results::{example, example_repeated, LatencyResult};
 
     fn empty_latency() -> LatencyResult {
         LatencyResult::of(&Latency::new())
@@ -708,6 +985,131 @@ mod tests {
         assert!(svg.contains(">\nGB/s (higher is better)\n</text>"), "throughput axis");
         assert!(svg.contains(">\nCPU s/GB (lower is better)\n</text>"), "CPU axis");
         assert!(svg.contains(">\nlatency (lower is better)\n</text>"), "latency axis");
+        // One repetition: no means, error bars or merged curves.
+        assert!(!svg.contains("95% CI") && !svg.contains("#202020") && !svg.contains("merged"));
+    }
+
+    /// The mixed entries of `results`: each catch_up entry at half its throughput, with the
+    /// end-to-end latency of the tail entry of its read path and repetition.
+    fn mixed_entries(results: &Results) -> Vec<PathResult> {
+        results
+            .paths
+            .iter()
+            .filter(|p| p.phase == "catch_up")
+            .map(|p| {
+                let tail = results
+                    .paths
+                    .iter()
+                    .find(|t| t.phase == "tail" && t.read_path == p.read_path && t.repetition == p.repetition)
+                    .unwrap();
+                PathResult {
+                    phase: "mixed".into(),
+                    mb_per_sec: p.mb_per_sec / 2.0,
+                    produced_mb_per_sec: Some(10.5),
+                    end_to_end_latency: tail.end_to_end_latency.clone(),
+                    ..p.clone()
+                }
+            })
+            .collect()
+    }
+
+    /// A repeated run: one bar per read path (the mean) with its 95% error bar, one curve per
+    /// read path and view (the repetitions' histograms merged), and the chart says so.
+    #[test]
+    fn repeats_draw_means_with_intervals_and_merged_curves() {
+        let results = example_repeated(&[1.0, 1.3, 0.8]);
+        let svg = render_svg(&results).unwrap();
+        assert_clean(&svg);
+        for name in ["copy", "mmap", "sendfile"] {
+            let labels = svg.matches(&format!(">\n{name}\n</text>")).count();
+            assert_eq!(labels, 3, "{name}: a bar in each bar panel, one legend entry");
+            assert_eq!(svg.matches(&format!(">\n{name} raw\n</text>")).count(), 1, "{name}: one raw curve");
+        }
+        // sendfile's mean: 900 * 1.6 * (1.0 + 1.3 + 0.8) / 3 = 1488 MB/s.
+        assert!(svg.contains(">\n1.49 GB/s\n</text>"), "mean label");
+        assert_eq!(svg.matches(">\nmean of 3 runs, bars: 95% CI\n</text>").count(), 2, "bar panels' legends");
+        // 3 error bars in each bar panel, and the two legend marks.
+        assert_eq!(svg.matches("stroke=\"#202020\"").count(), 3 + 3 + 2);
+        assert!(svg
+            .contains(">\ntail end-to-end latency (corrected solid, raw light), histograms of 3 runs merged\n</text>"));
+    }
+
+    /// The bars are the summary's means and intervals (or [`summarize`]'s without one), the
+    /// curves those of the merged histograms, not of repetition 0.
+    #[test]
+    fn bars_are_the_summary_and_curves_the_merged_histograms() {
+        let results = example_repeated(&[1.0, 1.3, 0.8]);
+        let drawn = bars(&results);
+        let keys: Vec<(&str, &str, u64)> =
+            drawn.iter().map(|b| (b.read_path.as_str(), b.phase.as_str(), b.samples)).collect();
+        assert_eq!(keys, [("copy", "catch_up", 3), ("mmap", "catch_up", 3), ("sendfile", "catch_up", 3)]);
+        for b in &drawn {
+            let s = results.summary.iter().find(|s| s.read_path == b.read_path && s.phase == "catch_up").unwrap();
+            let figure = |m: &str| s.figures.iter().find(|f| f.metric == m).unwrap();
+            let mb = figure("mb_per_sec");
+            assert_eq!(
+                b.mb_per_sec,
+                BarValue { mean: mb.mean, ci95: Some((mb.ci95_low.unwrap(), mb.ci95_high.unwrap())) }
+            );
+            let values: Vec<f64> = results
+                .paths
+                .iter()
+                .filter(|p| p.read_path == b.read_path && p.phase == "catch_up")
+                .map(|p| p.mb_per_sec)
+                .collect();
+            let mean = values.iter().sum::<f64>() / 3.0;
+            let (lo, hi) = b.mb_per_sec.ci95.unwrap();
+            assert!((b.mb_per_sec.mean - mean).abs() < 1e-9 * mean && lo < mean && mean < hi, "{b:?} {values:?}");
+            let cpu = figure("broker_cpu_s_per_gb");
+            assert_eq!(b.cpu.mean, cpu.mean);
+            assert!((b.cpu_user + b.cpu_sys - cpu.mean).abs() < 1e-9, "{b:?}");
+            assert!(b.cpu.ci95.is_some_and(|(lo, hi)| lo < cpu.mean && cpu.mean < hi), "{b:?}");
+        }
+        let mut bare = results.clone();
+        bare.summary.clear();
+        assert_eq!(bars(&bare), drawn, "without a summary, the same statistics");
+
+        let panel = latency_curves(&results).unwrap();
+        assert_eq!(panel.curves.len(), 6, "corrected and raw per read path");
+        let tails = || results.paths.iter().filter(|p| p.read_path == "copy" && p.phase == "tail");
+        let mut all = Latency::new();
+        for p in tails() {
+            all.merge(&Latency::decode(&p.end_to_end_latency.corrected.histogram).unwrap());
+        }
+        assert_eq!(all.count(), 3_000);
+        let curve = panel.curves.iter().find(|c| c.label == "copy").unwrap();
+        assert_eq!(curve.points, curve_points(&all));
+        let first = tails().find(|p| p.repetition == 0).unwrap();
+        let first = Latency::decode(&first.end_to_end_latency.corrected.histogram).unwrap();
+        assert_ne!(curve.points, curve_points(&first), "not repetition 0's curve");
+    }
+
+    /// Mixed entries are bars (their drain's MB/s, lighter) and end-to-end curves (dashed when
+    /// tail curves are drawn too), each named `<read path> mixed`.
+    #[test]
+    fn mixed_entries_are_drawn_and_named() {
+        let mut results = example(1.0);
+        let mixed = mixed_entries(&results);
+        results.paths.extend(mixed.clone());
+        let svg = render_svg(&results).unwrap();
+        assert_clean(&svg);
+        assert!(svg.contains(">\ncatch_up and mixed throughput (mixed: its drain)\n</text>"), "throughput caption");
+        assert!(svg.contains(">\ncatch_up and mixed broker CPU (mixed: per GB of drain + tail)\n</text>"));
+        assert_eq!(svg.matches(">\ncopy mixed\n</text>").count(), 3, "two bar labels and a legend entry");
+        assert!(svg.contains(">\ncopy mixed raw\n</text>"));
+        assert!(svg.contains(">\n450 MB/s\n</text>"), "copy's mixed drain");
+        assert!(
+            svg.contains(">\ntail and mixed end-to-end latency (corrected solid, raw light; mixed dashed)\n</text>")
+        );
+        assert!(svg.contains(">\ncopy\n</text>"), "the catch_up bars keep their names");
+
+        results.paths = mixed;
+        let svg = render_svg(&results).unwrap();
+        assert_clean(&svg);
+        assert!(svg.contains(">\nmixed throughput (its drain)\n</text>"), "throughput caption");
+        assert!(svg.contains(">\nmixed broker CPU (per GB of drain + tail)\n</text>"));
+        assert!(svg.contains(">\nmixed end-to-end latency of the tail records (corrected solid, raw light)\n</text>"));
+        assert!(!svg.contains("no catch_up entries") && svg.contains(">\nsendfile mixed\n</text>"));
     }
 
     #[test]
