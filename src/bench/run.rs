@@ -29,7 +29,8 @@
 //!    ratio to them; the statistics over the repetitions ([`super::results::summarize`]);
 //!    `<results-dir>/<UTC time>-<name>.json` (schema of [`super::results`], validated before
 //!    writing), `.csv` (one line per entry), with repeats `-summary.csv` (the statistics) and
-//!    `.svg` ([`super::chart`]; of repetition 0); a table on stdout.
+//!    `.svg` ([`super::chart`]; with repeats the means, 95% intervals and merged histograms); a
+//!    table on stdout.
 //!
 //! Ctrl-C stops the current phase: what was measured is written, with `interrupted: true`,
 //! and the command exits 130; a second Ctrl-C kills the process.
@@ -478,10 +479,8 @@ fn write_files(results: &Results, dir: &Path, date: &str, name: &str) -> anyhow:
         fs::write(&summary_path, csv).with_context(|| format!("writing {}", summary_path.display()))?;
         written.push(summary_path);
     }
-    // The chart draws one bar per entry: the first repetition's.
-    let mut first = results.clone();
-    first.paths.retain(|p| p.repetition == 0);
-    super::chart::write_svg(&first, &svg_path).with_context(|| format!("writing {}", svg_path.display()))?;
+    // Every repetition: the chart draws the means with their intervals and merged histograms.
+    super::chart::write_svg(results, &svg_path).with_context(|| format!("writing {}", svg_path.display()))?;
     written.push(svg_path);
     Ok(written)
 }

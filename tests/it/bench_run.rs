@@ -107,7 +107,7 @@ read_paths = ["copy", "sendfile"]
 /// `--repeat 3` (over the workload's `repeat = 2`: the flag wins): every read path measured 3
 /// times in a rotated order over one backlog, each entry with its repetition; a summary per
 /// path whose 95% intervals hold their means, the means those of the entries; the summary CSV
-/// and the statistics table.
+/// and the statistics table; the chart of the means, their intervals and merged histograms.
 #[test]
 fn repeats_give_rotated_entries_and_intervals_around_the_means() {
     let dir = tempfile::tempdir().unwrap();
@@ -168,6 +168,12 @@ repeat = 2
     assert_eq!(csv.lines().count(), 7, "a line per entry: {csv}");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("MB/s (mean ± 95% CI)") && stdout.contains(" ± "), "{stdout}");
+    // The chart: one bar per path (the mean of all 3 repetitions, with its interval), one
+    // Fetch latency curve per path from the repetitions' merged histograms.
+    let svg = std::fs::read_to_string(json[0].with_extension("svg")).unwrap();
+    assert_eq!(svg.matches(">\nmean of 3 runs, bars: 95% CI\n</text>").count(), 2, "{svg}");
+    assert!(svg.contains("catch_up broker Fetch latency (no tail samples), histograms of 3 runs merged"), "{svg}");
+    assert_eq!(svg.matches(">\nsendfile\n</text>").count(), 3, "two bar labels and a legend entry: {svg}");
 }
 
 /// The coordinated-omission test, through the real tail phase: every producer stalls 1 s
