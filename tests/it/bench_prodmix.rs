@@ -3,12 +3,11 @@
 //! (producers at a rate while a group drains the backlog, one results entry).
 
 use std::path::Path;
-use std::process::Stdio;
-use std::time::{Duration, Instant};
 
 use fetchbench::log::segment::{Segment, SegmentConfig};
 
-use crate::bench_run::{fetchbench, free_port, only_results, text, write_workload, Serve};
+use crate::bench_run::{fetchbench, only_results, text, write_workload};
+use crate::serve_process::ServeProcess;
 
 /// Records per batch of every batch in the partition directory `dir` (one segment).
 fn records_per_batch(dir: &Path) -> Vec<i64> {
@@ -26,23 +25,20 @@ fn records_per_batch(dir: &Path) -> Vec<i64> {
 fn producer_config_shapes_the_batches_in_the_log() {
     let dir = tempfile::tempdir().unwrap();
     let logs = dir.path().join("logs");
-    let port = free_port();
-    let serve = Serve(
-        fetchbench()
-            .args(["serve", "--read-path", "copy", "-X", "group.initial.rebalance.delay.ms=0", "--listen"])
-            .arg(format!("127.0.0.1:{port}"))
-            .arg("--log-dir")
-            .arg(&logs)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
+    let serve = ServeProcess::start(
+        dir.path(),
+        "serve",
+        &[
+            "--read-path",
+            "copy",
+            "-X",
+            "group.initial.rebalance.delay.ms=0",
+            "--listen",
+            "127.0.0.1:0",
+            "--log-dir",
+            logs.to_str().unwrap(),
+        ],
     );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "serve did not listen");
-        std::thread::sleep(Duration::from_millis(50));
-    }
     let workload = write_workload(
         dir.path(),
         r#"
@@ -63,7 +59,7 @@ duration = "1s"
     let results_dir = dir.path().join("results");
     let out = fetchbench()
         .args(["run", "--no-limits", "--bootstrap"])
-        .arg(format!("127.0.0.1:{port}"))
+        .arg(serve.addr.to_string())
         .arg("--results-dir")
         .arg(&results_dir)
         .arg(&workload)
