@@ -14,7 +14,7 @@ use super::results::{CpuPerGb, EndToEnd, LatencyResult, PathResult};
 use super::usage::{pin_current_thread, residency, rss_bytes, threads_usage, Usage};
 use super::workload::{PageCache, Phase, Workload};
 use crate::broker::BrokerHandle;
-use crate::client::consumer::{Consumer, ConsumerConfig, TopicPartition};
+use crate::client::consumer::{Consumer, ConsumerConfig, ConsumerError};
 
 /// How long one path's drain may take before the run fails.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(600);
@@ -377,26 +377,50 @@ fn member(
     if let Some(cpus) = pin {
         pin_current_thread(cpus)?;
     }
+    // No commit before the drain's start positions: a rebalance during the join or the warmup
+    // must not commit a warmup position that a new owner would then resume the drain at.
+    let auto_commit = config.enable_auto_commit;
     let mut c = Consumer::new(config)?;
+    c.set_enable_auto_commit(false);
     let topic_refs: Vec<&str> = topics.iter().map(String::as_str).collect();
     c.subscribe(&topic_refs)?;
     // Records polled before the group is stable are dropped (positions reset below).
     let stability = Stability { members: &sh.members, stable: &sh.stable, groups: sh.groups, failed: &sh.failed };
     join_until_stable(&mut c, m, group, per_group, partitions_total, &stability)?;
-    let assignment = c.assignment();
-    let generation = c.generation();
-    let warm_passes = if warmup.is_zero() { 0 } else { warm_up(&mut c, &assignment, warmup, sh)? };
+    let mut assignment = c.assignment();
+    let mut generation = c.generation();
+    let warm_passes = if warmup.is_zero() { 0 } else { warm_up(&mut c, warmup, sh)? };
     // No Fetch of the warmup (or of the join) may still be out when the drain starts: a
     // pipelined Fetch parked at the log end would hold the first measured one for up to
-    // fetch.max.wait.ms.
-    settle(&mut c, sh)?;
-    if !assignment.is_empty() {
-        c.seek_to_beginning(&assignment)?;
-        // A partition that moves in a rebalance resumes at the committed offset: from here,
-        // the drain's start.
-        c.commit_sync()?;
-        c.resume(&assignment)?;
+    // fetch.max.wait.ms. A rebalance during the warmup or the settle (a new generation or
+    // assignment): back to a stable membership, then settle again.
+    loop {
+        settle(&mut c, sh)?;
+        if c.generation() == generation && c.assignment() == assignment {
+            // The current assignment (no poll since the check, so it cannot have changed).
+            if assignment.is_empty() {
+                break;
+            }
+            c.seek_to_beginning(&assignment)?;
+            // A partition that moves in a rebalance resumes at the committed offset: from
+            // here, the drain's start. A commit refused for a rebalance (Kafka's
+            // CommitFailedException: REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION,
+            // UNKNOWN_MEMBER_ID) sends the member back to rejoin.
+            match c.commit_sync() {
+                Ok(()) => {
+                    c.resume(&assignment)?;
+                    break;
+                }
+                Err(ConsumerError::CommitFailed { partitions })
+                    if partitions.iter().all(|(_, _, code)| [22, 25, 27].contains(code)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        rejoin(&mut c, m, group, sh)?;
+        assignment = c.assignment();
+        generation = c.generation();
     }
+    c.set_enable_auto_commit(auto_commit);
     sh.ready.wait(&sh.failed)?;
     let start = Usage::now(UsageWho::RUSAGE_THREAD);
     sh.go.wait(&sh.failed)?;
@@ -477,37 +501,68 @@ fn settle(c: &mut Consumer, sh: &Shared) -> anyhow::Result<()> {
 
 /// Warmup of one member: drains its partitions from the log start again and again (the same
 /// connections, read path state, socket buffers and broker mappings the measured drain will
-/// use) until `warmup` has passed, stopping mid-pass at the deadline. Returns the complete
-/// passes.
-fn warm_up(c: &mut Consumer, assignment: &[TopicPartition], warmup: Duration, sh: &Shared) -> anyhow::Result<u32> {
-    if assignment.is_empty() {
-        return Ok(0);
-    }
+/// use) until `warmup` has passed, stopping mid-pass at the deadline. A rebalance (a new
+/// generation or assignment after a poll) stops the pass; the next one starts on the current
+/// assignment. Returns the complete passes.
+fn warm_up(c: &mut Consumer, warmup: Duration, sh: &Shared) -> anyhow::Result<u32> {
     let deadline = Instant::now() + warmup;
-    c.seek_to_end(assignment)?;
-    let mut ends = Vec::new();
-    for tp in assignment {
-        ends.push(c.position(tp)?);
-    }
     let mut passes = 0;
-    loop {
-        c.seek_to_beginning(assignment)?;
-        c.resume(assignment)?;
+    'pass: loop {
+        let assignment = c.assignment();
+        let generation = c.generation();
+        c.seek_to_end(&assignment)?;
+        let mut ends = Vec::new();
+        for tp in &assignment {
+            ends.push(c.position(tp)?);
+        }
+        c.seek_to_beginning(&assignment)?;
+        c.resume(&assignment)?;
         loop {
             if Instant::now() >= deadline || sh.failed.load(Ordering::SeqCst) || sh.stop.load(Ordering::SeqCst) {
-                c.pause(assignment)?;
+                let now = c.assignment();
+                c.pause(&now)?;
                 return Ok(passes);
             }
             let _ = c.poll(Duration::from_millis(100))?;
-            let mut done = true;
+            if c.generation() != generation || c.assignment() != assignment {
+                continue 'pass;
+            }
+            let mut done = !assignment.is_empty();
             for (tp, end) in assignment.iter().zip(&ends) {
                 done &= c.position(tp)? >= *end;
             }
             if done {
                 passes += 1;
-                break;
+                continue 'pass;
             }
         }
+    }
+}
+
+/// Member `m` of `group` after a rebalance before the drain: polls (its partitions paused, what
+/// is polled dropped) until it is in a generation again and its assignment held over a poll,
+/// and records that in the stability table.
+///
+/// Errors: the consumer's; "stopped" when the run failed elsewhere; not back within 60 s.
+fn rejoin(c: &mut Consumer, m: usize, group: usize, sh: &Shared) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut last = (-1, Vec::new());
+    loop {
+        if sh.failed.load(Ordering::SeqCst) {
+            return Err(Stopped.into());
+        }
+        if Instant::now() > deadline {
+            bail!("member {m} of group {group} did not rejoin within 60 s after a rebalance before the drain");
+        }
+        let _ = c.poll(Duration::from_millis(20))?;
+        let assignment = c.assignment();
+        c.pause(&assignment)?;
+        let now = (c.generation(), assignment);
+        sh.members.lock().expect("not poisoned")[m] = (group, now.0, now.1.len());
+        if now.0 > 0 && now == last {
+            return Ok(());
+        }
+        last = now;
     }
 }
 

@@ -85,3 +85,44 @@ read_paths = ["copy", "sendfile"]
         }
     }
 }
+
+/// A rebalance before the measured drain (the reviewer's repro): `max.poll.interval.ms = 5`
+/// makes the group rebalance during the warmup and the settle. The members must go back to a
+/// stable group and use their current assignment, not the one they joined with (before the fix:
+/// "bench-0-0 is not assigned to this consumer" and no results).
+#[test]
+fn a_rebalance_during_the_warmup_does_not_abort_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let workload = write_workload(
+        dir.path(),
+        r#"
+name = "warm-rebalance"
+partitions = 4
+record_size = "1KiB"
+backlog = "16MiB"
+consumer_groups = 2
+consumers_per_group = 3
+phases = ["catch_up"]
+warmup = "1s"
+read_paths = ["copy"]
+
+[consumer_config]
+"max.poll.interval.ms" = "5"
+"fetch.max.wait.ms" = "20"
+"max.partition.fetch.bytes" = "65536"
+"#,
+    );
+    for run in 0..2 {
+        let results_dir = dir.path().join(format!("results-{run}"));
+        let out = fetchbench()
+            .args(["run", "--no-limits", "--results-dir"])
+            .arg(&results_dir)
+            .arg(&workload)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "run {run}:\n{}", text(&out));
+        let results = only_results(&results_dir);
+        let p = &results.paths[0];
+        assert_eq!(p.records, 2 * 16384, "run {run}: every record once per group: {p:?}");
+    }
+}

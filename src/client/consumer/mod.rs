@@ -701,6 +701,14 @@ impl Consumer {
         self.listener = Some(listener);
     }
 
+    /// Turns `enable.auto.commit` on or off from now on: the timer commits in `poll`, the
+    /// commit before a rebalance revokes partitions (Kafka's `ConsumerCoordinator.onJoinPrepare`)
+    /// and the one in [`Self::close`]. Used by the harness so the positions of its warmup are
+    /// never committed.
+    pub fn set_enable_auto_commit(&mut self, on: bool) {
+        self.config.enable_auto_commit = on;
+    }
+
     /// The partitions currently assigned, sorted.
     pub fn assignment(&self) -> Vec<TopicPartition> {
         self.fetcher.partitions.keys().cloned().collect()
