@@ -695,11 +695,19 @@ impl Workload {
         let known: Vec<&str> =
             CONFIG_KEYS.iter().copied().filter(|k| !["bootstrap.servers", "client.id"].contains(k)).collect();
         if let Some((name, value)) = self.producer_config.iter().find(|(k, _)| !known.contains(&k.as_str())) {
-            return bad(
-                name,
-                &format!("a Kafka producer config name fetchbench's producer has: {}", known.join(", ")),
-                value,
-            );
+            // The error names the unknown key, not its value.
+            let expected = if name == "transactional.id" {
+                "no transactional.id: transactions are not supported by fetchbench's producer yet (it writes \
+                 with a null transactional id, InitProducerId for idempotence only)"
+                    .to_string()
+            } else {
+                format!("a Kafka producer config name fetchbench's producer has: {}", known.join(", "))
+            };
+            return Err(WorkloadError::Invalid {
+                key: format!("producer_config.{name}"),
+                expected,
+                found: format!("the name {name:?} (= {value:?})"),
+            });
         }
         let pairs: Vec<(&String, &String)> = self.producer_config.iter().collect();
         match ProducerConfig::new("localhost:9092").apply_pairs(&pairs) {
@@ -1178,6 +1186,15 @@ mod tests {
         let e = err("[producer_config]\n\"linger.msec\" = 1");
         assert!(e.starts_with("producer_config.linger.msec: expected a Kafka producer config name"), "{e}");
         assert!(e.contains("linger.ms, compression.type"), "{e}");
+        assert!(e.ends_with("found the name \"linger.msec\" (= \"1\")"), "{e}");
+        let e = err("[producer_config]\n\"transactional.id\" = \"tx1\"");
+        assert!(
+            e.starts_with(
+                "producer_config.transactional.id: expected no transactional.id: transactions are not supported"
+            ),
+            "{e}"
+        );
+        assert!(e.ends_with("found the name \"transactional.id\" (= \"tx1\")"), "{e}");
         let e = err("[producer_config]\n\"client.id\" = \"x\"");
         assert!(e.starts_with("producer_config.client.id: expected a config the harness does not set"), "{e}");
         let e = err("[producer_config]\n\"Linger Ms\" = 1");
