@@ -710,8 +710,27 @@ impl Workload {
             });
         }
         let pairs: Vec<(&String, &String)> = self.producer_config.iter().collect();
-        match ProducerConfig::new("localhost:9092").apply_pairs(&pairs) {
-            Ok(_) => Ok(()),
+        let mut probe = ProducerConfig::new("localhost:9092");
+        match probe.apply_pairs(&pairs) {
+            Ok(_) => {
+                // One record of the workload (its value alone: the least it takes) must fit, or
+                // every send fails at run time.
+                let size = crate::client::producer::record_size_upper_bound(None, None, &[])
+                    .saturating_add(usize::try_from(self.record_size).unwrap_or(usize::MAX));
+                match probe.check_record_size(size) {
+                    Ok(()) => Ok(()),
+                    Err(ProducerError::RecordTooLarge { limit, setting, .. }) => bad(
+                        setting,
+                        &format!(
+                            "at least one record of the workload: {size} bytes (record_size plus record \
+                             overhead){}",
+                            if setting == "max.request.size" { " plus a 61-byte batch header" } else { "" }
+                        ),
+                        &limit.to_string(),
+                    ),
+                    Err(other) => bad("producer_config", &other.to_string(), ""),
+                }
+            }
             Err(ProducerError::Config { key, value, .. }) if key == "enable.idempotence" && value == "true" => bad(
                 &key,
                 "false, or acks = all and max.in.flight.requests.per.connection <= 5 (idempotence needs both, KIP-98)",
@@ -1195,6 +1214,19 @@ mod tests {
             "{e}"
         );
         assert!(e.ends_with("found the name \"transactional.id\" (= \"tx1\")"), "{e}");
+        // Values refused at load that would only fail at run time.
+        let e = err("record_size = \"1KiB\"\n[producer_config]\n\"max.request.size\" = \"1000\"");
+        assert!(e.starts_with("producer_config.max.request.size: expected at least one record of the workload"), "{e}");
+        let e = err("record_size = \"1KiB\"\n[producer_config]\n\"buffer.memory\" = \"512\"");
+        assert!(e.starts_with("producer_config.buffer.memory: expected at least one record of the workload"), "{e}");
+        let e = err("[producer_config]\n\"delivery.timeout.ms\" = \"1000\"\n\"linger.ms\" = \"5\"");
+        assert!(
+            e.starts_with("producer_config.delivery.timeout.ms: expected a value equal to or larger than linger.ms + request.timeout.ms (30005)"),
+            "{e}"
+        );
+        // Only the default is raised (Kafka's configureDeliveryTimeout).
+        let w = Workload::parse("[producer_config]\n\"request.timeout.ms\" = \"200000\"").unwrap();
+        assert_eq!(w.producer_config_for("h:1", "c").unwrap().delivery_timeout_ms, 200_005);
         let e = err("[producer_config]\n\"client.id\" = \"x\"");
         assert!(e.starts_with("producer_config.client.id: expected a config the harness does not set"), "{e}");
         let e = err("[producer_config]\n\"Linger Ms\" = 1");

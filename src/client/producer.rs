@@ -169,6 +169,7 @@ impl ProducerConfig {
             });
         }
         c.settle_idempotence(pairs.iter().any(|(k, _)| k.as_ref().trim() == "enable.idempotence"))?;
+        c.settle_delivery_timeout(pairs.iter().any(|(k, _)| k.as_ref().trim() == "delivery.timeout.ms"))?;
         Ok(c)
     }
 
@@ -183,7 +184,50 @@ impl ProducerConfig {
         for (k, v) in pairs {
             self.set(k.as_ref(), v.as_ref())?;
         }
-        self.settle_idempotence(pairs.iter().any(|(k, _)| k.as_ref().trim() == "enable.idempotence"))
+        self.settle_idempotence(pairs.iter().any(|(k, _)| k.as_ref().trim() == "enable.idempotence"))?;
+        self.settle_delivery_timeout(pairs.iter().any(|(k, _)| k.as_ref().trim() == "delivery.timeout.ms"))
+    }
+
+    /// Kafka's delivery-timeout rule (`KafkaProducer.configureDeliveryTimeout`):
+    /// `delivery.timeout.ms` must be at least `linger.ms + request.timeout.ms`. Set explicitly
+    /// (`explicit`) below that, it is refused (Kafka's ConfigException "delivery.timeout.ms
+    /// should be equal to or larger than linger.ms + request.timeout.ms"); the default is raised
+    /// to the sum instead.
+    fn settle_delivery_timeout(&mut self, explicit: bool) -> Result<(), ProducerError> {
+        let least = self.linger_ms.saturating_add(self.request_timeout_ms);
+        if self.delivery_timeout_ms < least {
+            if explicit {
+                return Err(ProducerError::Config {
+                    key: "delivery.timeout.ms".into(),
+                    value: self.delivery_timeout_ms.to_string(),
+                    reason: format!(
+                        "expected a value equal to or larger than linger.ms + request.timeout.ms ({least}), as Kafka's ProducerConfig"
+                    ),
+                });
+            }
+            self.delivery_timeout_ms = least;
+        }
+        Ok(())
+    }
+
+    /// Whether a record of `size` bytes (its upper bound in a batch, see
+    /// [`record_size_upper_bound`]) can be sent with this config, as `KafkaProducer.ensureValidRecordSize`:
+    /// its batch (the record plus a batch header) within `max.request.size`, the record within
+    /// `buffer.memory` (the whole buffer cannot hold it).
+    ///
+    /// Errors: [`ProducerError::RecordTooLarge`] naming the setting.
+    pub fn check_record_size(&self, size: usize) -> Result<(), ProducerError> {
+        if size + HEADER_SIZE > self.max_request_size {
+            return Err(ProducerError::RecordTooLarge {
+                size,
+                limit: self.max_request_size,
+                setting: "max.request.size",
+            });
+        }
+        if size > self.buffer_memory {
+            return Err(ProducerError::RecordTooLarge { size, limit: self.buffer_memory, setting: "buffer.memory" });
+        }
+        Ok(())
     }
 
     /// Sets one config by its Kafka name (one of [`CONFIG_KEYS`]; surrounding spaces of name
@@ -562,7 +606,9 @@ impl OpenBatch {
 }
 
 /// Upper bound of a record's encoded size (Kafka's `DefaultRecord.sizeInUpperBound`).
-fn record_size_upper_bound(key: Option<&[u8]>, value: Option<&[u8]>, headers: &[Header<'_>]) -> usize {
+/// The most bytes a record with this key, value and headers takes in a v2 batch (varint
+/// fields at their widest).
+pub fn record_size_upper_bound(key: Option<&[u8]>, value: Option<&[u8]>, headers: &[Header<'_>]) -> usize {
     let mut size = 5 + 1 + 10 + 5 + 5 + 5 + 5;
     size += key.map_or(0, <[u8]>::len) + value.map_or(0, <[u8]>::len);
     for h in headers {
@@ -874,16 +920,7 @@ impl Producer {
     ) -> Result<DeliveryHandle, ProducerError> {
         let config = &self.shared.config;
         let size = record_size_upper_bound(key, value, headers);
-        if size + HEADER_SIZE > config.max_request_size {
-            return Err(ProducerError::RecordTooLarge {
-                size,
-                limit: config.max_request_size,
-                setting: "max.request.size",
-            });
-        }
-        if size > config.buffer_memory {
-            return Err(ProducerError::RecordTooLarge { size, limit: config.buffer_memory, setting: "buffer.memory" });
-        }
+        config.check_record_size(size)?;
         let timestamp = timestamp.unwrap_or_else(now_ms);
         let st = self.shared.lock();
         if st.closing || st.sender_dead {
