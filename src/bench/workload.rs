@@ -636,6 +636,19 @@ impl Workload {
                 return bad("rate", "at least 0.001 records/s at this record_size", format!("\"{mb} MB/s\""));
             }
         }
+        // Keys the harness owns: it sets them per member (one group per consumer group of the
+        // workload, a client id per member); a shared group.instance.id would fence the members
+        // (KIP-345 static membership). Refused, as in [producer_config].
+        for harness in ["bootstrap.servers", "group.id", "client.id", "group.instance.id"] {
+            if let Some(value) = self.consumer_config.get(harness) {
+                return bad(
+                    &format!("consumer_config.{harness}"),
+                    "a config the harness does not set itself (it sets bootstrap.servers, group.id and client.id \
+                     per member; static membership, group.instance.id, is not supported by the harness)",
+                    format!("{value:?}"),
+                );
+            }
+        }
         // fetchbench's consumer takes Kafka's names: an unknown name or a bad value is refused
         // here, not after the backlog was written. (librdkafka's names are kcat's to check.)
         if self.client == Client::Native {
@@ -1161,6 +1174,13 @@ mod tests {
         assert_eq!(e, "consumer_config.max.poll.records: expected an integer from 1 to 2147483647, found \"0\"");
         let e = err("[consumer_config]\n\"check.crcs\" = \"yes\"");
         assert_eq!(e, "consumer_config.check.crcs: expected true or false, found \"yes\"");
+        for key in ["group.id", "client.id", "bootstrap.servers", "group.instance.id"] {
+            let e = err(&format!("[consumer_config]\n\"{key}\" = \"x\""));
+            assert!(
+                e.starts_with(&format!("consumer_config.{key}: expected a config the harness does not set")),
+                "{e}"
+            );
+        }
         let e = err("[consumer_config]\n\"fetch.min.bytez\" = 1");
         assert!(
             e.starts_with("consumer_config.fetch.min.bytez: expected a consumer config name fetchbench knows (known: "),
