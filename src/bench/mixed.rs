@@ -121,9 +121,10 @@ impl DrainHooks for Interval<'_> {
 /// Measures the mixed phase on `t` (see the module docs). Returns the path's result and notes.
 ///
 /// Errors: as the tail phase (record_size below 16 bytes, producer or consumer errors, records
-/// lost or duplicated) and the catch-up phase (a drain error; a
-/// [`super::catch_up::Rebalanced`] drain is returned as such, so the caller may run it again);
-/// a client other than native.
+/// lost or duplicated) and the catch-up phase (a drain error; a rebalance during the drain is
+/// not an error: members resume at the committed positions and each group's deliveries are
+/// checked at-least-once across generations, redeliveries not counted); a client other than
+/// native.
 pub(crate) fn mixed(t: &Target<'_>, dir: Option<&Path>) -> anyhow::Result<(PathResult, Vec<String>)> {
     let w = t.w;
     tail::check(w)?;
