@@ -333,6 +333,14 @@ pub fn compare_gated(base: &Results, new: &Results, threshold: f64, gated: Optio
     if new.git.dirty {
         notes.push("the new results come from a working tree with uncommitted changes".into());
     }
+    for (side, r) in [("base", base), ("new", new)] {
+        if r.interrupted {
+            notes.push(format!(
+                "the {side} run was interrupted (Ctrl-C): its entries cover part of a phase, and phases or paths \
+                 it did not reach are missing"
+            ));
+        }
+    }
     if rows.iter().any(|r| r.test == Test::Threshold) {
         notes.push(format!(
             "entries with fewer than 2 samples on a side (a run without --repeat, a version 2 file) are judged by \
@@ -741,6 +749,24 @@ mod tests {
         assert_eq!(e.samples, 5);
         assert!((e.mean - 1.15).abs() < 1e-9 && e.ci95.is_some(), "{e:?}");
         assert!(report.table().contains("mb_per_sec 1.150 [1.150, 1.150]"), "{}", report.table());
+    }
+
+    #[test]
+    fn an_interrupted_run_is_noted() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/results");
+        let text = std::fs::read_to_string(dir.join("base-v2.json")).unwrap();
+        assert!(text.contains("\"interrupted\": false"));
+        let tmp = tempfile::tempdir().unwrap();
+        let cut = tmp.path().join("interrupted.json");
+        std::fs::write(&cut, text.replace("\"interrupted\": false", "\"interrupted\": true")).unwrap();
+        let (whole, cut) = (load(&dir.join("base-v2.json")).unwrap(), load(&cut).unwrap());
+        let noted =
+            |r: &Report, side: &str| r.notes.iter().any(|n| n.contains(&format!("the {side} run was interrupted")));
+        let report = compare(&whole, &cut, 0.10);
+        assert!(noted(&report, "new") && !noted(&report, "base"), "{:?}", report.notes);
+        let report = compare(&cut, &whole, 0.10);
+        assert!(noted(&report, "base") && !noted(&report, "new"), "{:?}", report.notes);
+        assert!(!noted(&compare(&whole, &whole, 0.10), "base"));
     }
 
     #[test]

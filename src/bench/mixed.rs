@@ -182,12 +182,13 @@ pub(crate) fn mixed(t: &Target<'_>, dir: Option<&Path>) -> anyhow::Result<(PathR
     let clients = end_mark.clients.minus(start.clients);
     let brk = if t.broker.is_some() { process.minus_part(clients) } else { Usage::default() };
     let clients = if t.broker.is_some() { clients } else { process };
-    notes.push(format!(
+    let interval_at = notes.len();
+    let interval_note = format!(
         "interval {seconds:.3} s (drain start to its end): CPU, faults and context switches are per GB of all \
          bytes served in it ({} drain + {tail_bytes} tail record-batch bytes); end-to-end latency over {} tail \
          records",
         drain.bytes, out.records
-    ));
+    );
     if dir.is_none() {
         notes.push("tail bytes are record value bytes (the external cluster's log is not visible)".into());
     }
@@ -226,5 +227,9 @@ pub(crate) fn mixed(t: &Target<'_>, dir: Option<&Path>) -> anyhow::Result<(PathR
         poll_latency: drain.poll_latency,
         ..per_gb
     };
+    // An interrupted run drops an entry that measured nothing: no note about its window then.
+    if !(interrupted && super::run::measured_nothing(&result)) {
+        notes.insert(interval_at, interval_note);
+    }
     Ok((result, notes))
 }
