@@ -48,8 +48,12 @@ enum Command {
     /// Consume a topic with fetchbench's consumer, one record per line like kcat (`--count`:
     /// throughput only); see `client::consume_cmd`.
     Consume(fetchbench::client::consume_cmd::ConsumeArgs),
-    /// Compare two results files of `fetchbench run` side by side with ratios; flags metrics
-    /// that moved the wrong way beyond `--threshold`. Exit 0 none, 1 a regression, 2 bad input.
+    /// Compare two results files of `fetchbench run` side by side with ratios. A metric is a
+    /// regression when it moved the wrong way by more than `--threshold` and, when both files
+    /// have 2 or more repetitions (`run --repeat`), a one-sided Welch t-test finds it worse at
+    /// alpha 0.05; with one sample on a side the threshold alone decides. Every metric is gated
+    /// unless `--metrics` names some (each test can flag noise: gate few). Exit 0 none, 1 a
+    /// regression, 2 bad input.
     Compare(fetchbench::bench::compare::CompareArgs),
     /// Run a workload (the default one without a file): per read path, an embedded broker
     /// (or `--bootstrap` a cluster), a catch-up read of the backlog and a tail read behind a

@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use crate::bench_run::{fetchbench, only_results, text, write_workload};
+use crate::bench_run::{run_ok, write_workload};
 
 /// A warmup with `fetch.max.wait.ms = 5000`: each warm pass ends with a pipelined Fetch parked
 /// at the log end for 5 s. It must be answered before the drain starts: the broker holds no
@@ -30,11 +30,7 @@ read_paths = ["copy"]
 "fetch.max.wait.ms" = "5000"
 "#,
     );
-    let results_dir = dir.path().join("results");
-    let out =
-        fetchbench().args(["run", "--no-limits", "--results-dir"]).arg(&results_dir).arg(&workload).output().unwrap();
-    assert!(out.status.success(), "{}", text(&out));
-    let results = only_results(&results_dir);
+    let results = run_ok(&workload, &dir.path().join("results"), "the run");
     let p = &results.paths[0];
     assert_eq!(p.records, 2048, "{p:?}");
     assert_eq!(p.fetches_in_flight_at_start, Some(0), "{p:?}");
@@ -69,15 +65,8 @@ read_paths = ["copy", "sendfile"]
     );
     let started = Instant::now();
     for run in 0..5 {
-        let results_dir = dir.path().join(format!("results-{run}"));
-        let out = fetchbench()
-            .args(["run", "--no-limits", "--results-dir"])
-            .arg(&results_dir)
-            .arg(&workload)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "run {run} failed ({:?} in):\n{}", started.elapsed(), text(&out));
-        let results = only_results(&results_dir);
+        let what = format!("run {run} ({:?} in)", started.elapsed());
+        let results = run_ok(&workload, &dir.path().join(format!("results-{run}")), &what);
         assert_eq!(results.paths.len(), 2);
         for p in &results.paths {
             assert_eq!(p.records, 16384, "run {run}: every record once: {p:?}");
@@ -113,17 +102,7 @@ read_paths = ["copy"]
 "max.partition.fetch.bytes" = "65536"
 "#,
     );
-    for run in 0..1 {
-        let results_dir = dir.path().join(format!("results-{run}"));
-        let out = fetchbench()
-            .args(["run", "--no-limits", "--results-dir"])
-            .arg(&results_dir)
-            .arg(&workload)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "run {run}:\n{}", text(&out));
-        let results = only_results(&results_dir);
-        let p = &results.paths[0];
-        assert_eq!(p.records, 2 * 16384, "run {run}: every record once per group: {p:?}");
-    }
+    let results = run_ok(&workload, &dir.path().join("results"), "the run");
+    let p = &results.paths[0];
+    assert_eq!(p.records, 2 * 16384, "every record once per group: {p:?}");
 }

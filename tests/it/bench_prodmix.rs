@@ -6,7 +6,7 @@ use std::path::Path;
 
 use fetchbench::log::segment::{Segment, SegmentConfig};
 
-use crate::bench_run::{fetchbench, only_results, text, write_workload};
+use crate::bench_run::{fetchbench, only_results, run_ok, text, write_workload};
 use crate::serve_process::ServeProcess;
 
 /// Records per batch of every batch in the partition directory `dir` (one segment).
@@ -109,11 +109,7 @@ read_paths = ["copy"]
 "max.partition.fetch.bytes" = 16384
 "#,
     );
-    let results_dir = dir.path().join("results");
-    let out =
-        fetchbench().args(["run", "--no-limits", "--results-dir"]).arg(&results_dir).arg(&workload).output().unwrap();
-    assert!(out.status.success(), "{}", text(&out));
-    let results = only_results(&results_dir);
+    let results = run_ok(&workload, &dir.path().join("results"), "the mixed run");
     let paths: Vec<(&str, &str)> = results.paths.iter().map(|p| (p.read_path.as_str(), p.phase.as_str())).collect();
     assert_eq!(paths, [("copy", "mixed")]);
     let p = &results.paths[0];

@@ -38,6 +38,15 @@ pub(crate) fn only_results(dir: &Path) -> Results {
     Results::from_json(&std::fs::read_to_string(&json[0]).unwrap()).unwrap()
 }
 
+/// `fetchbench run --no-limits --results-dir RESULTS WORKLOAD`, which must succeed; its one
+/// results file (validated). `what` prefixes the failure message.
+pub(crate) fn run_ok(workload: &Path, results_dir: &Path, what: &str) -> Results {
+    let out =
+        fetchbench().args(["run", "--no-limits", "--results-dir"]).arg(results_dir).arg(workload).output().unwrap();
+    assert!(out.status.success(), "{what} failed:\n{}", text(&out));
+    only_results(results_dir)
+}
+
 /// Writes `text` as `dir/workload.toml`.
 pub(crate) fn write_workload(dir: &Path, text: &str) -> PathBuf {
     let p = dir.join("workload.toml");
