@@ -30,7 +30,7 @@ read_paths = ["copy"]
 "fetch.max.wait.ms" = "5000"
 "#,
     );
-    let results = run_ok(&workload, &dir.path().join("results"), "the run");
+    let results = run_ok(&workload, &dir.path().join("results"), &[], "the run");
     let p = &results.paths[0];
     assert_eq!(p.records, 2048, "{p:?}");
     assert_eq!(p.fetches_in_flight_at_start, Some(0), "{p:?}");
@@ -66,7 +66,7 @@ read_paths = ["copy", "sendfile"]
     let started = Instant::now();
     for run in 0..5 {
         let what = format!("run {run} ({:?} in)", started.elapsed());
-        let results = run_ok(&workload, &dir.path().join(format!("results-{run}")), &what);
+        let results = run_ok(&workload, &dir.path().join(format!("results-{run}")), &[], &what);
         assert_eq!(results.paths.len(), 2);
         for p in &results.paths {
             assert_eq!(p.records, 16384, "run {run}: every record once: {p:?}");
@@ -102,7 +102,7 @@ read_paths = ["copy"]
 "max.partition.fetch.bytes" = "65536"
 "#,
     );
-    let results = run_ok(&workload, &dir.path().join("results"), "the run");
+    let results = run_ok(&workload, &dir.path().join("results"), &[], "the run");
     let p = &results.paths[0];
     assert_eq!(p.records, 2 * 16384, "every record once per group: {p:?}");
 }

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use fetchbench::log::segment::{Segment, SegmentConfig};
 
-use crate::bench_run::{fetchbench, only_results, run_ok, text, write_workload};
+use crate::bench_run::{run_ok, write_workload};
 use crate::serve_process::ServeProcess;
 
 /// Records per batch of every batch in the partition directory `dir` (one segment).
@@ -56,18 +56,9 @@ duration = "1s"
 "batch.size" = "2048"
 "#,
     );
-    let results_dir = dir.path().join("results");
-    let out = fetchbench()
-        .args(["run", "--no-limits", "--bootstrap"])
-        .arg(serve.addr.to_string())
-        .arg("--results-dir")
-        .arg(&results_dir)
-        .arg(&workload)
-        .output()
-        .unwrap();
+    let bootstrap = serve.addr.to_string();
+    let results = run_ok(&workload, &dir.path().join("results"), &["--bootstrap", &bootstrap], "the tail run");
     drop(serve);
-    assert!(out.status.success(), "{}", text(&out));
-    let results = only_results(&results_dir);
     let w = results.workload().unwrap();
     assert_eq!(w.producer_config["linger.ms"], "1000", "the results carry the producer configs");
     let tail = &results.paths[0];
@@ -109,7 +100,7 @@ read_paths = ["copy"]
 "max.partition.fetch.bytes" = 16384
 "#,
     );
-    let results = run_ok(&workload, &dir.path().join("results"), "the mixed run");
+    let results = run_ok(&workload, &dir.path().join("results"), &[], "the mixed run");
     let paths: Vec<(&str, &str)> = results.paths.iter().map(|p| (p.read_path.as_str(), p.phase.as_str())).collect();
     assert_eq!(paths, [("copy", "mixed")]);
     let p = &results.paths[0];

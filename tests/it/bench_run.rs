@@ -38,11 +38,17 @@ pub(crate) fn only_results(dir: &Path) -> Results {
     Results::from_json(&std::fs::read_to_string(&json[0]).unwrap()).unwrap()
 }
 
-/// `fetchbench run --no-limits --results-dir RESULTS WORKLOAD`, which must succeed; its one
-/// results file (validated). `what` prefixes the failure message.
-pub(crate) fn run_ok(workload: &Path, results_dir: &Path, what: &str) -> Results {
-    let out =
-        fetchbench().args(["run", "--no-limits", "--results-dir"]).arg(results_dir).arg(workload).output().unwrap();
+/// `fetchbench run --no-limits ARGS --results-dir RESULTS WORKLOAD`, which must succeed; its
+/// one results file (validated). `what` prefixes the failure message.
+pub(crate) fn run_ok(workload: &Path, results_dir: &Path, args: &[&str], what: &str) -> Results {
+    let out = fetchbench()
+        .args(["run", "--no-limits"])
+        .args(args)
+        .arg("--results-dir")
+        .arg(results_dir)
+        .arg(workload)
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{what} failed:\n{}", text(&out));
     only_results(results_dir)
 }
@@ -310,18 +316,9 @@ warmup = 0
 duration = "1s"
 "#,
     );
-    let results_dir = dir.path().join("results");
-    let out = fetchbench()
-        .args(["run", "--no-limits", "--bootstrap"])
-        .arg(format!("127.0.0.1:{port}"))
-        .arg("--results-dir")
-        .arg(&results_dir)
-        .arg(&workload)
-        .output()
-        .unwrap();
+    let bootstrap = format!("127.0.0.1:{port}");
+    let results = run_ok(&workload, &dir.path().join("results"), &["--bootstrap", &bootstrap], "the external run");
     drop(serve);
-    assert!(out.status.success(), "{}", text(&out));
-    let results = only_results(&results_dir);
     assert_eq!(results.target, format!("bootstrap:127.0.0.1:{port}"));
     let paths: Vec<(&str, &str)> = results.paths.iter().map(|p| (p.read_path.as_str(), p.phase.as_str())).collect();
     assert_eq!(paths, [("external", "catch_up"), ("external", "tail")]);

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use fetchbench::bench::workload::Workload;
 
-use crate::bench_run::{fetchbench, only_results, text, write_workload};
+use crate::bench_run::{fetchbench, only_results, run_ok, text, write_workload};
 
 /// `payload_file` is a workload property ("values are cut from this file instead of generated
 /// bytes"): the tail phase's producers must use it too. With an incompressible payload and
@@ -51,15 +51,7 @@ read_paths = ["copy"]
             payload_path.display()
         ),
     );
-    let results_dir = dir.path().join("results");
-    let out = fetchbench()
-        .args(["run", "--no-limits", "--quiet", "--results-dir"])
-        .arg(&results_dir)
-        .arg(&workload)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", text(&out));
-    let r = only_results(&results_dir);
+    let r = run_ok(&workload, &dir.path().join("results"), &["--quiet"], "the run");
     let tail = r.paths.iter().find(|p| p.phase == "tail").expect("a tail entry");
     assert!(tail.records > 0, "{tail:?}");
     let per_record = tail.bytes as f64 / tail.records as f64;
