@@ -27,6 +27,7 @@ mod groups;
 mod idempotence;
 mod index_corpus;
 mod kcat;
+mod layering;
 mod log_engine;
 mod producer;
 mod protocol_corpus;
