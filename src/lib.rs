@@ -34,6 +34,8 @@
 //! - [`client`]: fetchbench's own Kafka clients: a version-negotiating connection, the load
 //!   producer, the consumer (assign or group membership, assignors), and the admin queries behind
 //!   `fetchbench groups`.
+//! - [`metrics`]: metric types shared by broker and harness (the [`metrics::Latency`]
+//!   HdrHistogram); the bottom layer, importing nothing of the crate.
 //! - [`bench`](mod@bench): the benchmark harness: workload files with sweeps, latency histograms with
 //!   coordinated-omission correction, the results JSON schema and `fetchbench compare`.
 #![forbid(unsafe_op_in_unsafe_fn)]
@@ -42,5 +44,6 @@ pub mod bench;
 pub mod broker;
 pub mod client;
 pub mod log;
+pub mod metrics;
 pub mod protocol;
 pub mod read_path;

@@ -9,12 +9,13 @@ use anyhow::{anyhow, bail};
 use nix::sys::resource::UsageWho;
 
 use super::backlog::Backlog;
-use super::histogram::{Latency, LatencyRecorder};
+use super::histogram::LatencyRecorder;
 use super::results::{CpuPerGb, EndToEnd, LatencyResult, PathResult};
 use super::usage::{pin_current_thread, residency, rss_bytes, threads_usage, Usage};
 use super::workload::{PageCache, Phase, Workload};
 use crate::broker::BrokerHandle;
 use crate::client::consumer::{Consumer, ConsumerConfig, ConsumerError};
+use crate::metrics::Latency;
 
 /// How long one path's drain may take before the run fails.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(600);

@@ -55,9 +55,9 @@ use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use super::histogram::{HistogramError, Latency, LOWEST_NS};
 use super::results::{summarize, FigureStats, LatencyResult, PathResult, Results};
 use super::workload::{Client, Compression, PageCache, Phase, Rate, Workload};
+use crate::metrics::{HistogramError, Latency, LOWEST_NS};
 
 /// Width of the chart, pixels.
 pub const WIDTH: u32 = 1200;

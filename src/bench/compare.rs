@@ -30,10 +30,10 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use super::histogram::Summary;
 use super::results::{LatencyResult, PathResult, Results, ValidationError};
 use super::stats::{estimate, welch, Estimate};
 use super::workload::Workload;
+use crate::metrics::Summary;
 
 /// The significance level of the one-sided Welch t-test (a 5% chance of flagging a metric
 /// that did not get worse, per metric and entry).

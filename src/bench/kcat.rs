@@ -34,12 +34,13 @@ use anyhow::{anyhow, bail};
 use nix::sys::resource::UsageWho;
 
 use super::catch_up::{Measured, Target};
-use super::histogram::{Latency, LatencyRecorder};
+use super::histogram::LatencyRecorder;
 use super::results::PathResult;
 use super::tail::{mono_ns, TailMemberReport, TailMembers, TailShared, INTENDED_HEADER, SENT_HEADER};
 use super::usage::{residency, Usage};
 use super::workload::Phase;
 use crate::client::consumer::{Consumer, ConsumerConfig, TopicPartition};
+use crate::metrics::Latency;
 
 /// How long one path's drain may take before the run fails.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(600);

@@ -49,11 +49,11 @@ use anyhow::{anyhow, bail};
 use nix::sys::resource::UsageWho;
 
 use super::catch_up::{catch_up_with, DrainHooks, Measured, Target};
-use super::histogram::Latency;
 use super::results::PathResult;
 use super::tail::{self, mono_ns, Producers, TailRig, TailShared, CLIENT_THREADS};
 use super::usage::{threads_usage, Usage};
 use super::workload::{Client, Phase};
+use crate::metrics::Latency;
 
 /// The state at one bound of the interval.
 #[derive(Clone, Copy)]

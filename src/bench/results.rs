@@ -57,9 +57,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::compare::METRICS;
-use super::histogram::{Latency, Summary};
 use super::stats::{estimate, Estimate};
 use super::workload::Workload;
+use crate::metrics::{Latency, Summary};
 
 /// The `schema` field of every results file.
 pub const SCHEMA: &str = "fetchbench-results";

@@ -45,13 +45,14 @@ use nix::sys::resource::UsageWho;
 
 use super::backlog::{Backlog, Payload};
 use super::catch_up::{join_error, join_until_stable, Measured, Stability, Target};
-use super::histogram::{Latency, LatencyRecorder, OpenLoopSchedule};
+use super::histogram::{LatencyRecorder, OpenLoopSchedule};
 use super::results::PathResult;
 use super::usage::{pin_current_thread, residency, threads_usage, Usage};
 use super::workload::{Client, KeyDistribution, Phase, Workload};
 use crate::client::consumer::{Consumer, ConsumerConfig, OffsetReset};
 use crate::client::producer::{Producer, ProducerConfig};
 use crate::log::batch::Header;
+use crate::metrics::Latency;
 
 /// Thread-name prefixes of the client threads (consumers and their heartbeat threads,
 /// producer loops, producer senders).

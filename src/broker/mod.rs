@@ -57,10 +57,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::bench::histogram::Latency;
 use crate::log::checkpoint::TopicId;
 use crate::log::manager::LogManager;
 use crate::log::{LogConfig, LogError};
+use crate::metrics::Latency;
 use crate::protocol::frame::DEFAULT_SOCKET_REQUEST_MAX_BYTES;
 use crate::read_path::{ReadPathConfig, ReadPathKind};
 
