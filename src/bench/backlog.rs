@@ -299,8 +299,7 @@ fn describe_copy(src: &Path, dst: &Path) -> anyhow::Result<Backlog> {
                 "log_dir {}: topic {t} has partitions {ps:?} but not {missing:?}: those are served empty",
                 src.display()
             );
-            crate::broker::ensure_topic_id(&mut logs, t)
-                .with_context(|| format!("log_dir {}: topic id of {t}", src.display()))?;
+            logs.ensure_topic_id(t).with_context(|| format!("log_dir {}: topic id of {t}", src.display()))?;
         }
         topics.push((t.clone(), count));
     }

@@ -57,7 +57,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::log::checkpoint::TopicId;
 use crate::log::manager::LogManager;
 use crate::log::{LogConfig, LogError};
 use crate::metrics::Latency;
@@ -581,45 +580,6 @@ impl Shared {
         counts.total += 1;
         *counts.per_ip.entry(ip).or_insert(0) += 1;
         Ok(ConnectionSlot { shared: Arc::clone(shared), ip })
-    }
-}
-
-/// Returns the topic id of `topic` (KIP-516): the one in any partition's `partition.metadata`,
-/// else a new random one, written to every partition of the topic that lacks it.
-///
-/// Errors: [`LogError::Io`] writing `partition.metadata`.
-pub fn ensure_topic_id(logs: &mut LogManager, topic: &str) -> Result<TopicId, LogError> {
-    let existing = logs.logs().filter(|((t, _), _)| t == topic).find_map(|(_, log)| log.topic_id());
-    let id = match existing {
-        Some(id) if !id.is_zero() => id,
-        _ => random_topic_id(),
-    };
-    for ((t, _), log) in logs.logs_mut() {
-        if t == topic && log.topic_id() != Some(id) && !log.is_read_only() {
-            log.set_topic_id(id)?;
-        }
-    }
-    Ok(id)
-}
-
-/// A random version-4 UUID from the kernel's random source, never [`TopicId::ZERO`] nor
-/// [`TopicId::METADATA_TOPIC_ID`] (Kafka's `Uuid.randomUuid` skips reserved ids too).
-fn random_topic_id() -> TopicId {
-    let mut bytes = [0u8; 16];
-    loop {
-        let read = std::fs::File::open("/dev/urandom").and_then(|mut f| io::Read::read_exact(&mut f, &mut bytes));
-        if let Err(e) = read {
-            tracing::warn!("reading /dev/urandom failed ({e}); topic id from the clock");
-            let nanos =
-                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(1);
-            bytes = (nanos ^ (u128::from(std::process::id()) << 64)).to_be_bytes();
-        }
-        bytes[6] = (bytes[6] & 0x0f) | 0x40;
-        bytes[8] = (bytes[8] & 0x3f) | 0x80;
-        let id = TopicId(bytes);
-        if id != TopicId::ZERO && id != TopicId::METADATA_TOPIC_ID {
-            return id;
-        }
     }
 }
 

@@ -6,14 +6,13 @@
 //! partition logs found. Creating a topic creates its partition logs `0..num_partitions`
 //! (each a directory with an empty first segment) with the topic's [`LogConfig`], then gives
 //! the topic a topic id (KIP-516), written to every partition's `partition.metadata` (Kafka's
-//! `PartitionMetadataFile`), so the id survives restarts ([`ensure_topic_id`]).
+//! `PartitionMetadataFile`), so the id survives restarts ([`LogManager::ensure_topic_id`]).
 //!
 //! Validation follows Kafka 4's `ReplicationControlManager.createTopics`: the name
 //! (`Topic.validate`), names that collide on `.` / `_` (`Topic.hasCollisionChars`, both are
 //! `_` in metric names), an existing topic. Kafka's controller creates a topic atomically; here
 //! a failure half way (a disk error on partition 3 of 5) leaves the partitions already made.
 
-use crate::broker::ensure_topic_id;
 use crate::log::checkpoint::TopicId;
 use crate::log::manager::{validate_topic_name, LogManager, CLUSTER_METADATA_TOPIC};
 use crate::log::{LogConfig, LogError};
@@ -122,7 +121,7 @@ pub fn create(
     for partition in 0..num_partitions {
         logs.get_or_create(topic, partition, config.clone())?;
     }
-    let id = ensure_topic_id(logs, topic)?;
+    let id = logs.ensure_topic_id(topic)?;
     tracing::info!("created topic {topic} with {num_partitions} partitions, topic id {}", uuid::Uuid::from_bytes(id.0));
     Ok(id)
 }

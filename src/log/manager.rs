@@ -33,7 +33,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use super::checkpoint::{
-    self, read_offset_checkpoint, write_offset_checkpoint, OffsetCheckpoint, CLEAN_SHUTDOWN_MARKER,
+    self, read_offset_checkpoint, write_offset_checkpoint, OffsetCheckpoint, TopicId, CLEAN_SHUTDOWN_MARKER,
     LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_OFFSET_CHECKPOINT,
 };
 use super::partition::{now_ms, parse_topic_partition, DamagedFile, LoadReport, OpenOptions, PartitionLog};
@@ -272,6 +272,25 @@ impl LogManager {
         Ok(self.logs.get_mut(&key).expect("inserted"))
     }
 
+    /// Returns the topic id of `topic` (KIP-516): the one in any partition's `partition.metadata`,
+    /// else a new random one, written to every partition of the topic that lacks it (a partition
+    /// directory open read-only is left as it is).
+    ///
+    /// Errors: [`LogError::Io`] writing `partition.metadata`.
+    pub fn ensure_topic_id(&mut self, topic: &str) -> Result<TopicId, LogError> {
+        let existing = self.logs().filter(|((t, _), _)| t == topic).find_map(|(_, log)| log.topic_id());
+        let id = match existing {
+            Some(id) if !id.is_zero() => id,
+            _ => random_topic_id(),
+        };
+        for ((t, _), log) in self.logs_mut() {
+            if t == topic && log.topic_id() != Some(id) && !log.is_read_only() {
+                log.set_topic_id(id)?;
+            }
+        }
+        Ok(id)
+    }
+
     /// A new producer id for an idempotent producer (InitProducerId without a transactional id),
     /// unique across restarts: taken from a block of 1000 persisted in `producer-id-block` before
     /// use, each block starting above the largest producer id in any partition's producer state
@@ -331,6 +350,27 @@ impl LogManager {
         }
         checkpoint::write_atomically(&self.dir.join(CLEAN_SHUTDOWN_MARKER), b"")?;
         Ok(())
+    }
+}
+
+/// A random version-4 UUID from the kernel's random source, never [`TopicId::ZERO`] nor
+/// [`TopicId::METADATA_TOPIC_ID`] (Kafka's `Uuid.randomUuid` skips reserved ids too).
+fn random_topic_id() -> TopicId {
+    let mut bytes = [0u8; 16];
+    loop {
+        let read = std::fs::File::open("/dev/urandom").and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes));
+        if let Err(e) = read {
+            tracing::warn!("reading /dev/urandom failed ({e}); topic id from the clock");
+            let nanos =
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(1);
+            bytes = (nanos ^ (u128::from(std::process::id()) << 64)).to_be_bytes();
+        }
+        bytes[6] = (bytes[6] & 0x0f) | 0x40;
+        bytes[8] = (bytes[8] & 0x3f) | 0x80;
+        let id = TopicId(bytes);
+        if id != TopicId::ZERO && id != TopicId::METADATA_TOPIC_ID {
+            return id;
+        }
     }
 }
 

@@ -26,7 +26,7 @@ use kafka_protocol::protocol::StrBytes;
 use crate::broker::coordinator::storage::offsets_topic_config;
 use crate::broker::coordinator::OFFSETS_TOPIC;
 use crate::broker::handler::offset_for_leader_epoch::current_leader_epoch;
-use crate::broker::{ensure_topic_id, errors, topics, Shared, CLUSTER_ID, NODE_ID};
+use crate::broker::{errors, topics, Shared, CLUSTER_ID, NODE_ID};
 use crate::log::manager::{validate_topic_name, LogManager};
 
 /// Answers a Metadata request, creating topics as described in the module docs.
@@ -115,7 +115,7 @@ fn describe_or_create(shared: &Shared, logs: &mut LogManager, name: &str, allow_
 
 /// The metadata of an existing topic: its partitions in index order, topic id ensured.
 fn describe(logs: &mut LogManager, name: &str) -> MetadataResponseTopic {
-    let topic_id = match ensure_topic_id(logs, name) {
+    let topic_id = match logs.ensure_topic_id(name) {
         Ok(id) => uuid::Uuid::from_bytes(id.0),
         Err(e) => {
             tracing::warn!("topic id of {name}: {e}");
