@@ -31,34 +31,22 @@ use std::net::TcpStream;
 use std::os::fd::AsFd;
 use std::time::Instant;
 
-use bytes::BytesMut;
 use kafka_protocol::messages::{ApiKey, RequestKind};
 
-use super::handler::{self, api_versions};
-use super::Shared;
-use crate::protocol::fetch_response::FetchResponseFrame;
+use super::coordinator::handlers::set_client_host;
+use super::handler::api_versions;
+use super::handler::dispatch::dispatch;
+use super::response::Response;
+use super::shared::Shared;
 use crate::protocol::frame::{self, DecodedRequest, ProtocolError};
 use crate::read_path::AnyReadPath;
-
-/// What a handler produced for one request.
-#[derive(Debug)]
-pub enum Response {
-    /// Nothing to send (Produce with acks=0).
-    None,
-    /// Close the connection without answering (the request cannot be answered in its protocol).
-    Close,
-    /// A whole response frame (size prefix included), encoded by `kafka-protocol`.
-    Encoded(BytesMut),
-    /// A hand-framed Fetch response whose record sets move through the read path.
-    Fetch(FetchResponseFrame),
-}
 
 /// Serves `stream` until the peer closes it, it sends something that cannot be answered, or an
 /// I/O error occurs. Errors are logged (with the peer address), never returned: one connection's
 /// failure is nobody else's business.
 pub fn serve(mut stream: TcpStream, shared: &Shared) {
     let peer = stream.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "?".into());
-    crate::broker::coordinator::handlers::set_client_host(stream.peer_addr().ok());
+    set_client_host(stream.peer_addr().ok());
     if shared.is_shutting_down() {
         return;
     }
@@ -94,7 +82,7 @@ pub fn serve(mut stream: TcpStream, shared: &Shared) {
                 if matches!(request.body, RequestKind::Fetch(_)) {
                     in_flight = Some(shared.fetch_in_flight());
                 }
-                handler::dispatch(shared, request)
+                dispatch(shared, request)
             }
             Err(ProtocolError::UnsupportedVersion { api_key, api_version, correlation_id, .. })
                 if api_key == ApiKey::ApiVersions as i16 =>

@@ -33,9 +33,11 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 
 use super::group::{JoinRequest, MemberRef, SyncRequest};
+use super::runtime::CommittedOffset;
 use super::storage::LogStorage;
-use super::CommittedOffset;
-use crate::broker::{errors, Shared, NODE_ID};
+use crate::broker::errors;
+use crate::broker::node::NODE_ID;
+use crate::broker::shared::Shared;
 
 thread_local! {
     /// The peer of the connection this thread serves (one thread per connection), as Kafka

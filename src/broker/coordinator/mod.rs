@@ -8,6 +8,14 @@
 //! - [`runtime`]: [`GroupCoordinator`], every group and committed offset behind one lock, the
 //!   waits of parked JoinGroup / SyncGroup requests, the timers, and the records written to
 //!   (and replayed from) `__consumer_offsets`.
+//! - [`handlers`]: the group APIs on the wire (FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
+//!   LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups), each a
+//!   call on the broker's [`GroupCoordinator`].
+//! - [`storage`]: [`LogStorage`](storage::LogStorage), the coordinator's records appended to the
+//!   broker's own `__consumer_offsets` log, and their replay at start-up.
+//!
+//! The coordinator's configuration comes from the broker's `group.*` / `offsets.*` settings
+//! ([`BrokerConfig::coordinator_config`](crate::broker::BrokerConfig::coordinator_config)).
 
 pub mod group;
 pub mod handlers;
@@ -15,25 +23,6 @@ pub mod runtime;
 pub mod storage;
 
 pub use runtime::{CommittedOffset, CoordinatorConfig, GroupCoordinator, OffsetsStorage};
-
-impl crate::broker::BrokerConfig {
-    /// The group coordinator's configuration from the broker's `group.*` and `offsets.*`
-    /// settings (the rest at Kafka's defaults).
-    pub fn coordinator_config(&self) -> CoordinatorConfig {
-        CoordinatorConfig {
-            group: group::GroupConfig {
-                min_session_timeout_ms: self.group_min_session_timeout_ms,
-                max_session_timeout_ms: self.group_max_session_timeout_ms,
-                max_size: usize::try_from(self.group_max_size).unwrap_or(0),
-                initial_rebalance_delay_ms: i64::from(self.group_initial_rebalance_delay_ms),
-            },
-            offsets_topic_num_partitions: self.offsets_topic_num_partitions.max(1),
-            offsets_retention_ms: i64::from(self.offsets_retention_minutes) * 60_000,
-            offsets_retention_check_interval_ms: i64::from(self.offsets_retention_check_interval_ms),
-            offset_metadata_max_bytes: usize::try_from(self.offset_metadata_max_bytes).unwrap_or(0),
-        }
-    }
-}
 
 /// Kafka's default `offsets.topic.num.partitions`.
 pub const DEFAULT_OFFSETS_TOPIC_NUM_PARTITIONS: i32 = 50;

@@ -5,8 +5,10 @@
 //! `offsets.topic.num.partitions` partitions, `cleanup.policy=compact`,
 //! `segment.bytes=offsets.topic.segment.bytes` (100 MiB), the broker's other log defaults.
 
-use crate::broker::coordinator::{OffsetsStorage, OFFSETS_TOPIC};
-use crate::broker::{errors, topics, Shared};
+use super::runtime::OffsetsStorage;
+use crate::broker::coordinator::OFFSETS_TOPIC;
+use crate::broker::shared::Shared;
+use crate::broker::{errors, topics};
 use crate::log::batch::mixed::MixedBatches;
 use crate::log::batch::{BatchBuilder, Compression};
 use crate::log::config::CleanupPolicy;

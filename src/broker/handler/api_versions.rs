@@ -15,9 +15,8 @@
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse, ResponseKind};
 
-use super::encode;
-use crate::broker::connection::Response;
 use crate::broker::errors;
+use crate::broker::response::{encode, Response};
 
 /// The APIs with a handler and the versions the handler implements, inclusive: Produce v3-v13
 /// and Fetch v4-v18 (topics by name below v13, by topic id from v13, KIP-516); ListOffsets v1-v10;

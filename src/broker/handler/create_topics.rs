@@ -49,8 +49,10 @@ use kafka_protocol::messages::create_topics_response::{CreatableTopicConfigs, Cr
 use kafka_protocol::messages::{CreateTopicsRequest, CreateTopicsResponse};
 use kafka_protocol::protocol::StrBytes;
 
+use crate::broker::errors;
+use crate::broker::node::NODE_ID;
+use crate::broker::shared::Shared;
 use crate::broker::topics::{self, TopicError, MAX_PARTITIONS_PER_TOPIC};
-use crate::broker::{errors, Shared, NODE_ID};
 use crate::log::config::{ConfigSource, TOPIC_CONFIG_KEYS};
 use crate::log::manager::LogManager;
 use crate::log::{LogConfig, LogError};

@@ -46,9 +46,10 @@ use std::time::Instant;
 
 use kafka_protocol::messages::FetchRequest;
 
-use crate::broker::connection::Response;
 use crate::broker::handler::offset_for_leader_epoch::check_current_leader_epoch;
-use crate::broker::{delayed_fetch, errors, topics, Shared};
+use crate::broker::response::Response;
+use crate::broker::shared::Shared;
+use crate::broker::{delayed_fetch, errors, topics};
 use crate::log::PartitionLog;
 use crate::protocol::fetch_response::{FetchResponse, FetchableTopic, PartitionData, FIRST_TOPIC_ID_VERSION};
 

@@ -16,7 +16,8 @@
 
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse};
 
-use crate::broker::{errors, Shared};
+use crate::broker::errors;
+use crate::broker::shared::Shared;
 
 /// Answers an InitProducerId request (see the module docs).
 pub fn handle(shared: &Shared, request: &InitProducerIdRequest, _version: i16) -> InitProducerIdResponse {

@@ -25,8 +25,9 @@
 use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
 use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 
+use crate::broker::errors;
 use crate::broker::handler::offset_for_leader_epoch::{self, epoch_for_offset, leader_epochs};
-use crate::broker::{errors, Shared};
+use crate::broker::shared::Shared;
 use crate::log::partition::{EARLIEST_TIMESTAMP, LATEST_TIMESTAMP};
 use crate::log::PartitionLog;
 

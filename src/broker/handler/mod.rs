@@ -1,84 +1,23 @@
 //! One handler per Kafka API, and the dispatch from a decoded request to it.
 //!
-//! Each handler takes the request body and version and returns the response body; this module
-//! checks the version against what the broker serves ([`api_versions::served_range`]) and
-//! encodes the answer. A request for an API or version the broker does not serve closes the
-//! connection, as Kafka does (except ApiVersions, which is answered; KIP-511).
+//! Each handler takes the request body and version and returns the response body (Produce and
+//! Fetch return what the connection must do: [`Response`](crate::broker::response::Response));
+//! [`dispatch`] checks the version against what the broker serves
+//! ([`api_versions::served_range`]), runs the handler and encodes the answer. A request for an API
+//! or version the broker does not serve closes the connection, as Kafka does (except
+//! ApiVersions, which is answered; KIP-511). The group APIs' handlers are the coordinator's
+//! ([`coordinator::handlers`](crate::broker::coordinator::handlers)).
+//!
+//! - [`dispatch`]: API key -> handler (Kafka's `KafkaApis`).
+//! - [`api_versions`], [`metadata`], [`create_topics`], [`produce`], [`fetch`], [`list_offsets`],
+//!   [`offset_for_leader_epoch`], [`init_producer_id`]: one file per API.
 
 pub mod api_versions;
 pub mod create_topics;
+pub mod dispatch;
 pub mod fetch;
 pub mod init_producer_id;
 pub mod list_offsets;
 pub mod metadata;
 pub mod offset_for_leader_epoch;
 pub mod produce;
-
-use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
-
-use super::connection::Response;
-use super::Shared;
-use crate::broker::coordinator::handlers as groups;
-use crate::protocol::frame::{self, DecodedRequest};
-
-/// Runs the handler of `request` and returns what to send back.
-pub fn dispatch(shared: &Shared, request: DecodedRequest) -> Response {
-    let version = request.api_version();
-    let correlation_id = request.correlation_id();
-    let api_key = request.api_key;
-    let Some((min, max)) = api_versions::served_range(api_key) else {
-        tracing::warn!("{api_key:?} (v{version}, correlation id {correlation_id}) is not implemented; closing");
-        return Response::Close;
-    };
-    if version < min || version > max {
-        if api_key == ApiKey::ApiVersions {
-            return api_versions::unsupported_version_response(correlation_id);
-        }
-        tracing::warn!("{api_key:?} v{version} is not served (served {min}..={max}); closing");
-        return Response::Close;
-    }
-    let client_id = request.header.client_id.as_deref().unwrap_or("").to_string();
-    let body = match request.body {
-        RequestKind::ApiVersions(r) => ResponseKind::ApiVersions(api_versions::handle(&r, version)),
-        RequestKind::Metadata(r) => ResponseKind::Metadata(metadata::handle(shared, &r, version)),
-        RequestKind::CreateTopics(r) => ResponseKind::CreateTopics(create_topics::handle(shared, &r, version)),
-        RequestKind::OffsetForLeaderEpoch(r) => {
-            ResponseKind::OffsetForLeaderEpoch(offset_for_leader_epoch::handle(shared, &r, version))
-        }
-        RequestKind::FindCoordinator(r) => ResponseKind::FindCoordinator(groups::find_coordinator(shared, &r, version)),
-        RequestKind::JoinGroup(r) => ResponseKind::JoinGroup(groups::join_group(shared, &r, version, &client_id)),
-        RequestKind::SyncGroup(r) => ResponseKind::SyncGroup(groups::sync_group(shared, &r, version)),
-        RequestKind::Heartbeat(r) => ResponseKind::Heartbeat(groups::heartbeat(shared, &r, version)),
-        RequestKind::LeaveGroup(r) => ResponseKind::LeaveGroup(groups::leave_group(shared, &r, version)),
-        RequestKind::OffsetCommit(r) => ResponseKind::OffsetCommit(groups::offset_commit(shared, &r, version)),
-        RequestKind::OffsetFetch(r) => ResponseKind::OffsetFetch(groups::offset_fetch(shared, &r, version)),
-        RequestKind::ListGroups(r) => ResponseKind::ListGroups(groups::list_groups(shared, &r, version)),
-        RequestKind::DescribeGroups(r) => ResponseKind::DescribeGroups(groups::describe_groups(shared, &r, version)),
-        RequestKind::DeleteGroups(r) => ResponseKind::DeleteGroups(groups::delete_groups(shared, &r, version)),
-        RequestKind::ListOffsets(r) => ResponseKind::ListOffsets(list_offsets::handle(shared, &r, version)),
-        RequestKind::Produce(r) => match produce::handle(shared, &r, version) {
-            produce::Outcome::Respond(resp) => ResponseKind::Produce(resp),
-            produce::Outcome::NoResponse => return Response::None,
-            produce::Outcome::Close => return Response::Close,
-        },
-        RequestKind::Fetch(r) => return fetch::handle(shared, &r, version, correlation_id),
-        RequestKind::InitProducerId(r) => ResponseKind::InitProducerId(init_producer_id::handle(shared, &r, version)),
-        _ => {
-            tracing::warn!("{api_key:?} has no handler; closing");
-            return Response::Close;
-        }
-    };
-    encode(api_key, version, correlation_id, &body)
-}
-
-/// Encodes a `kafka-protocol` response; an encoding failure (a bug: a field set that the version
-/// cannot carry) is logged and closes the connection.
-pub fn encode(api_key: ApiKey, version: i16, correlation_id: i32, body: &ResponseKind) -> Response {
-    match frame::encode_response(api_key, version, correlation_id, body) {
-        Ok(bytes) => Response::Encoded(bytes),
-        Err(e) => {
-            tracing::error!("{e}; closing");
-            Response::Close
-        }
-    }
-}

@@ -25,7 +25,8 @@
 use kafka_protocol::messages::offset_for_leader_epoch_response::{EpochEndOffset, OffsetForLeaderTopicResult};
 use kafka_protocol::messages::{OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse};
 
-use crate::broker::{errors, Shared};
+use crate::broker::errors;
+use crate::broker::shared::Shared;
 use crate::log::checkpoint::EpochEntry;
 use crate::log::PartitionLog;
 

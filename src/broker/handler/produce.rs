@@ -25,7 +25,8 @@ use kafka_protocol::messages::produce_response::{PartitionProduceResponse, Topic
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use kafka_protocol::protocol::StrBytes;
 
-use crate::broker::{errors, Shared};
+use crate::broker::errors;
+use crate::broker::shared::Shared;
 use crate::log::batch::{BatchBoundaries, BatchHeader};
 use crate::log::config::TimestampType;
 use crate::log::partition::now_ms;

@@ -1,0 +1,260 @@
+//! [`Shared`]: the broker state every connection thread and handler gets, the one place where
+//! the broker's locks live (see the lock order in the [module docs](super)): the log directory
+//! ([`LogManager`] behind a mutex), the group coordinator, the long-poll wakeup, the connection
+//! counts of `max.connections` / `max.connections.per.ip`, and the Fetch latency histograms
+//! ([`FetchLatencies`]) with the count of Fetch requests in flight.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use super::config::BrokerConfig;
+use super::coordinator::runtime::GroupCoordinator;
+use super::delayed_fetch::FetchWakeup;
+use crate::log::manager::LogManager;
+use crate::metrics::Latency;
+
+/// This machine's host name (`/proc/sys/kernel/hostname`), `localhost` when unreadable.
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+/// State shared by every connection thread.
+#[derive(Debug)]
+pub struct Shared {
+    /// The configuration the broker started with.
+    pub config: BrokerConfig,
+    /// The address actually bound (advertised in Metadata).
+    pub local_addr: SocketAddr,
+    logs: Mutex<Option<LogManager>>,
+    shutting_down: AtomicBool,
+    connection_panics: AtomicU64,
+    fetch_wakeup: FetchWakeup,
+    connections: Mutex<ConnectionCounts>,
+    coordinator: GroupCoordinator,
+    /// Total times of consumer Fetches answered since the last take, split by whether the
+    /// response carried record bytes (see [`Shared::take_fetch_latencies`]); locked once per
+    /// Fetch response.
+    fetch_latency: Mutex<FetchLatencies>,
+    /// Fetch requests read and not yet answered (see [`Shared::fetches_in_flight`]).
+    fetches_in_flight: AtomicU64,
+}
+
+/// The broker-side consumer Fetch latencies since the last take, in nanoseconds (see
+/// [`BrokerHandle::take_fetch_latency`] for what each value measures), split by the response.
+#[derive(Debug, Default)]
+pub struct FetchLatencies {
+    /// Fetches whose response carried record bytes.
+    pub with_records: Latency,
+    /// Fetches whose response carried none: long polls that expired at the log end (waiting
+    /// `fetch.max.wait.ms`), fetches that woke with nothing for them, and error answers.
+    pub without_records: Latency,
+}
+
+impl FetchLatencies {
+    /// Both histograms merged: every consumer Fetch answered.
+    pub fn all(&self) -> Latency {
+        let mut all = self.with_records.clone();
+        all.merge(&self.without_records);
+        all
+    }
+}
+
+/// One Fetch request counted in [`Shared::fetches_in_flight`] from the moment it was read to
+/// the drop of this guard: after its response was written, when the connection closes it
+/// unanswered, or when the connection thread unwinds.
+pub(crate) struct FetchInFlight<'a>(&'a AtomicU64);
+
+impl<'a> FetchInFlight<'a> {
+    pub(crate) fn new(counter: &'a AtomicU64) -> Self {
+        counter.fetch_add(1, Ordering::SeqCst);
+        FetchInFlight(counter)
+    }
+}
+
+impl Drop for FetchInFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Open connections, counted against `max.connections` and `max.connections.per.ip`.
+#[derive(Debug, Default)]
+struct ConnectionCounts {
+    total: usize,
+    per_ip: HashMap<IpAddr, usize>,
+}
+
+/// One open connection's place in the connection limits; dropping it (when the connection's
+/// thread ends) frees the place.
+#[derive(Debug)]
+pub(crate) struct ConnectionSlot {
+    shared: Arc<Shared>,
+    ip: IpAddr,
+}
+
+impl Drop for ConnectionSlot {
+    fn drop(&mut self) {
+        let mut counts = self.shared.connection_counts();
+        counts.total = counts.total.saturating_sub(1);
+        if let Some(n) = counts.per_ip.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                counts.per_ip.remove(&self.ip);
+            }
+        }
+    }
+}
+
+impl Shared {
+    /// The state of a broker that has opened `logs` and bound `local_addr`, with no connection
+    /// yet and empty Fetch latency histograms.
+    pub(crate) fn new(
+        config: BrokerConfig,
+        local_addr: SocketAddr,
+        logs: LogManager,
+        coordinator: GroupCoordinator,
+    ) -> Shared {
+        Shared {
+            config,
+            local_addr,
+            logs: Mutex::new(Some(logs)),
+            shutting_down: AtomicBool::new(false),
+            connection_panics: AtomicU64::new(0),
+            fetch_wakeup: FetchWakeup::default(),
+            connections: Mutex::new(ConnectionCounts::default()),
+            coordinator,
+            fetch_latency: Mutex::new(FetchLatencies::default()),
+            fetches_in_flight: AtomicU64::new(0),
+        }
+    }
+
+    /// Marks the broker as shutting down ([`Self::is_shutting_down`]), for good.
+    pub(crate) fn begin_shutdown(&self) {
+        self.shutting_down.store(true, Ordering::SeqCst);
+    }
+
+    /// Counts one connection whose thread panicked ([`Self::connection_panics`]).
+    pub(crate) fn count_connection_panic(&self) {
+        self.connection_panics.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Locks the log manager. `None` once the broker is shutting down (handlers then answer
+    /// with an error or close the connection). A poisoned lock (a handler panicked) is taken
+    /// over: the logs themselves stay consistent because appends validate before writing.
+    pub fn logs(&self) -> MutexGuard<'_, Option<LogManager>> {
+        self.logs.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Connections whose thread panicked (a bug: bad input must get an error or a close, never a
+    /// panic). The panic is caught, logged and closes only that connection; tests assert 0.
+    pub fn connection_panics(&self) -> u64 {
+        self.connection_panics.load(Ordering::SeqCst)
+    }
+
+    /// What parked fetches wait on; produce notifies it after an append (long polling).
+    pub fn fetch_wakeup(&self) -> &FetchWakeup {
+        &self.fetch_wakeup
+    }
+
+    /// The (host, port) clients are told to connect to (Metadata, FindCoordinator): see
+    /// [`BrokerConfig::advertised_listener`].
+    pub fn advertised(&self) -> (String, i32) {
+        let port = i32::from(self.local_addr.port());
+        match &self.config.advertised_listener {
+            Some((host, p)) if !host.is_empty() => (host.clone(), i32::from(*p)),
+            Some((_, p)) => (host_name(), i32::from(*p)),
+            None if self.local_addr.ip().is_unspecified() => (host_name(), port),
+            None => (self.local_addr.ip().to_string(), port),
+        }
+    }
+
+    /// The group coordinator (every group of this broker: one node coordinates them all).
+    pub fn coordinator(&self) -> &GroupCoordinator {
+        &self.coordinator
+    }
+
+    /// Whether [`BrokerHandle::shutdown`] has begun.
+    pub fn is_shutting_down(&self) -> bool {
+        self.shutting_down.load(Ordering::SeqCst)
+    }
+
+    /// Client connections open now (those counted against `max.connections`).
+    pub fn open_connections(&self) -> usize {
+        self.connection_counts().total
+    }
+
+    /// The total times of the consumer Fetch requests (`replica_id` < 0; every fetch but a
+    /// follower's) answered since the last call, or since start, in nanoseconds, both kinds of
+    /// response merged; the histograms are reset. See [`BrokerHandle::take_fetch_latency`],
+    /// which calls this.
+    pub fn take_fetch_latency(&self) -> Latency {
+        self.take_fetch_latencies().all()
+    }
+
+    /// As [`Self::take_fetch_latency`], split by whether the response carried record bytes.
+    pub fn take_fetch_latencies(&self) -> FetchLatencies {
+        // Allocate the empty histograms before locking: connection threads record meanwhile.
+        let mut taken = FetchLatencies::default();
+        std::mem::swap(&mut *self.fetch_latency_guard(), &mut taken);
+        taken
+    }
+
+    /// Fetch requests (any replica id) whose frame was read and decoded and whose response is
+    /// not yet completely written: parked long polls included. A Fetch closed unanswered, or
+    /// whose connection failed, leaves the count when its connection thread gives it up.
+    pub fn fetches_in_flight(&self) -> u64 {
+        self.fetches_in_flight.load(Ordering::SeqCst)
+    }
+
+    /// Counts one Fetch request in [`Self::fetches_in_flight`] until the guard is dropped.
+    pub(crate) fn fetch_in_flight(&self) -> FetchInFlight<'_> {
+        FetchInFlight::new(&self.fetches_in_flight)
+    }
+
+    /// Records one consumer Fetch's total time (frame read -> response written), called by the
+    /// connection thread once the response's last byte was written; `with_records` says whether
+    /// the response carried record bytes. Clamped to 1 us ..= 60 s by [`Latency::record_ns`].
+    pub(crate) fn record_fetch_latency(&self, total: Duration, with_records: bool) {
+        let ns = u64::try_from(total.as_nanos()).unwrap_or(u64::MAX);
+        let mut l = self.fetch_latency_guard();
+        if with_records {
+            l.with_records.record_ns(ns);
+        } else {
+            l.without_records.record_ns(ns);
+        }
+    }
+
+    fn fetch_latency_guard(&self) -> MutexGuard<'_, FetchLatencies> {
+        // Recording never panics; a poisoned lock still holds valid histograms.
+        self.fetch_latency.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn connection_counts(&self) -> MutexGuard<'_, ConnectionCounts> {
+        // The counts are updated in single statements: a poisoned lock still holds valid counts.
+        self.connections.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Takes a place for a connection from `ip`, or says which limit is reached.
+    pub(crate) fn acquire_slot(shared: &Arc<Shared>, ip: IpAddr) -> Result<ConnectionSlot, String> {
+        let mut counts = shared.connection_counts();
+        let max = shared.config.max_connections;
+        if counts.total >= max {
+            return Err(format!("max.connections={max} reached ({} open)", counts.total));
+        }
+        let from_ip = counts.per_ip.get(&ip).copied().unwrap_or(0);
+        let max_ip = shared.config.max_connections_per_ip;
+        if from_ip >= max_ip {
+            return Err(format!("max.connections.per.ip={max_ip} reached for {ip} ({from_ip} open)"));
+        }
+        counts.total += 1;
+        *counts.per_ip.entry(ip).or_insert(0) += 1;
+        Ok(ConnectionSlot { shared: Arc::clone(shared), ip })
+    }
+}
