@@ -43,6 +43,8 @@
 //! - [`topics`]: topic lookup (by name or topic id) and creation, for CreateTopics, Metadata's
 //!   auto-create and `__consumer_offsets`.
 //! - [`errors`]: the Kafka error codes, and the mapping of log errors to them (one place).
+//! - [`test_support`]: what the integration tests may ask of a running broker
+//!   ([`BrokerHandle::test_support`]), without its locks.
 //!
 //! ## Shared state and lock order
 //!
@@ -99,6 +101,7 @@ pub mod node;
 pub mod response;
 pub mod server;
 pub mod shared;
+pub mod test_support;
 pub mod topics;
 
 pub use config::{BrokerConfig, DEFAULT_LISTEN, NOT_APPLICABLE_KEYS};

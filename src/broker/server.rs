@@ -14,6 +14,7 @@ use super::coordinator::runtime::GroupCoordinator;
 use super::coordinator::storage::{self, LogStorage};
 use super::error::BrokerError;
 use super::shared::{FetchLatencies, Shared};
+use super::test_support::TestSupport;
 use crate::log::manager::LogManager;
 use crate::metrics::Latency;
 
@@ -128,9 +129,10 @@ impl BrokerHandle {
         self.shared.local_addr
     }
 
-    /// The shared state (tests and tools).
-    pub fn shared(&self) -> &Arc<Shared> {
-        &self.shared
+    /// What the integration tests may ask of the running broker's state, without its locks
+    /// (see [`TestSupport`]).
+    pub fn test_support(&self) -> TestSupport<'_> {
+        TestSupport::new(&self.shared)
     }
 
     /// Whether the log directory held `.kafka_cleanshutdown` at start (the last shutdown was

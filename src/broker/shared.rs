@@ -148,7 +148,7 @@ impl Shared {
     /// Locks the log manager. `None` once the broker is shutting down (handlers then answer
     /// with an error or close the connection). A poisoned lock (a handler panicked) is taken
     /// over: the logs themselves stay consistent because appends validate before writing.
-    pub fn logs(&self) -> MutexGuard<'_, Option<LogManager>> {
+    pub(crate) fn logs(&self) -> MutexGuard<'_, Option<LogManager>> {
         self.logs.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 

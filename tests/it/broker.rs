@@ -400,7 +400,7 @@ fn random_bodies_never_panic() {
         }
     }
     assert_eq!(metadata(&mut good, "r", 12).topics[0].error_code, 0);
-    assert_eq!(broker.shared().connection_panics(), 0);
+    assert_eq!(broker.test_support().connection_panics(), 0);
     broker.shutdown().unwrap();
 }
 
@@ -532,7 +532,7 @@ fn a_crafted_batch_header_in_a_segment_is_cut_not_served() {
         let crc = crc32c::crc32c(&crafted[21..]);
         crafted[17..21].copy_from_slice(&crc.to_be_bytes());
         assert_eq!(produce(&mut c, "crafted", crafted, -1).map(|p| p.0), Some(87), "INVALID_RECORD");
-        assert_eq!(broker.shared().connection_panics(), 0);
+        assert_eq!(broker.test_support().connection_panics(), 0);
         broker.shutdown().unwrap();
     }
 }

@@ -126,7 +126,7 @@ fn create_topics_creates_partitions_with_configs_and_reports_them() {
     assert_eq!(md.topics[0].partitions.len(), 3);
     // The created partitions carry the topic's config: records older than retention.ms are
     // eligible for deletion, which is not asserted here (cleaner timing); the value is.
-    assert_eq!(broker.shared().logs().as_ref().unwrap().log("ct", 2).unwrap().config().retention_ms, 1000);
+    assert_eq!(broker.test_support().log_config("ct", 2).unwrap().retention_ms, 1000);
 
     // Exists already.
     let again = create_topic(&mut c, topic("ct", 1, 1));
@@ -215,7 +215,7 @@ fn create_topics_refuses_what_kafka_refuses() {
         assert_eq!(r[0].topic_id.is_nil(), version < 7, "v{version}");
         assert_eq!(describe(&mut c, &n).topics[0].partitions.len(), 2, "v{version}");
     }
-    assert_eq!(broker.shared().connection_panics(), 0);
+    assert_eq!(broker.test_support().connection_panics(), 0);
     broker.shutdown().unwrap();
 }
 
@@ -415,7 +415,7 @@ fn fetch_v13_and_later_by_topic_id_returns_the_v12_bytes() {
         assert_eq!(r.responses[0].partitions[0].error_code, 3, "v{version}");
     }
     assert_eq!(fetch(&mut c, "tid", 0, 12).2.len(), 5);
-    assert_eq!(broker.shared().connection_panics(), 0);
+    assert_eq!(broker.test_support().connection_panics(), 0);
     broker.shutdown().unwrap();
 }
 
@@ -498,6 +498,6 @@ fn kcat_consumes_with_the_new_max_versions() {
         run_kcat(&["-b", &b, "-t", "kc", "-p", "0", "-C", "-o", "beginning", "-e", "-q", "-f", "%k:%s:%o\n"]).unwrap();
     assert!(ok, "kcat -C failed: {err}");
     assert_eq!(got, "k0:v0:0\nk1:v1:1\nk2:v2:2\n");
-    assert_eq!(broker.shared().connection_panics(), 0);
+    assert_eq!(broker.test_support().connection_panics(), 0);
     broker.shutdown().unwrap();
 }

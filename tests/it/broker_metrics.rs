@@ -158,7 +158,7 @@ fn errors_count_followers_and_unanswered_fetches_do_not() {
     fetch(&mut c, "e", 0, 12);
     sync(&mut c, "e");
     assert_eq!(broker.take_fetch_latency().count(), 1);
-    assert_eq!(broker.shared().connection_panics(), 0);
+    assert_eq!(broker.test_support().connection_panics(), 0);
     broker.shutdown().unwrap();
 }
 
@@ -166,10 +166,10 @@ fn errors_count_followers_and_unanswered_fetches_do_not() {
 /// ended. Answers on other connections are not ordered after another connection's end.
 fn wait_for_open_connections(broker: &BrokerHandle, n: usize) {
     let deadline = Instant::now() + Duration::from_secs(10);
-    while broker.shared().open_connections() > n && Instant::now() < deadline {
+    while broker.test_support().open_connections() > n && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(5));
     }
-    assert_eq!(broker.shared().open_connections(), n);
+    assert_eq!(broker.test_support().open_connections(), n);
 }
 
 /// Sets SO_LINGER to 0 on `stream`, so closing it sends an RST instead of a FIN.

@@ -162,7 +162,7 @@ pub fn start_group_broker(
     configure(&mut config);
     let broker = Broker::start(config).unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while broker.shared().coordinator().is_loading() {
+    while broker.test_support().coordinator().is_loading() {
         assert!(std::time::Instant::now() < deadline, "the coordinator did not finish loading");
         std::thread::sleep(std::time::Duration::from_millis(10));
     }

@@ -147,7 +147,7 @@ fn commit_offsets(broker: &BrokerHandle, group: &str, topic: &str, offset: i64) 
     c.assign(std::slice::from_ref(&tp)).unwrap();
     c.commit_offsets(&[(tp, offset)].into_iter().collect(), true).unwrap();
     c.close().unwrap();
-    broker.shared().coordinator().partition_for(group)
+    broker.test_support().coordinator().partition_for(group)
 }
 
 /// Issue 12 item 7. Finding: `consume --topic __consumer_offsets` hung silently with

@@ -752,7 +752,7 @@ fn static_member_rejoins_with_its_partitions_without_leaving() {
     let (member, assignment) = (c.member_id(), c.assignment());
     assert_eq!(assignment.len(), 6);
     c.close().unwrap(); // a static member sends no LeaveGroup: it stays in the group
-    let report = broker.shared().coordinator().describe_group("g-static");
+    let report = broker.test_support().coordinator().describe_group("g-static");
     assert_eq!(report.members.len(), 1, "the static member is still in the group: {report:?}");
     let mut c = Consumer::new(config(&broker, &settings)).unwrap();
     c.subscribe(&["static"]).unwrap();

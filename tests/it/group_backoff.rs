@@ -45,7 +45,7 @@ fn rejoins_back_off_while_the_assignment_cannot_be_stored_and_the_member_leaves_
             Err(e) => break e,
         }
     };
-    let described = broker.shared().coordinator().describe_group(GROUP);
+    let described = broker.test_support().coordinator().describe_group(GROUP);
     assert!(error.to_string().contains("did not stabilize"), "{error}");
     // Each rejoin completes a join round (a new generation); 3 s of 100-1000 ms backoffs make
     // about 6, rejoining without a pause made 100.

@@ -168,8 +168,7 @@ fn dead_members_expire_under_churn_and_the_group_settles() {
     let broker = crate::common::start_group_broker(tmp.path(), "127.0.0.1:0".parse().unwrap(), |_| {});
     let (group, topic) = ("churn", "churn-topic");
     {
-        let mut logs = broker.shared().logs();
-        fetchbench::broker::topics::create(logs.as_mut().unwrap(), topic, PARTITIONS, None).unwrap();
+        broker.test_support().create_topic(topic, PARTITIONS).unwrap();
     }
     let bootstrap = broker.local_addr().to_string();
     let settings = json!({
@@ -178,7 +177,7 @@ fn dead_members_expire_under_churn_and_the_group_settles() {
         "max.poll.interval.ms": MAX_POLL_INTERVAL_MS,
     });
     let mut producer = Producer::spawn(&python, &bootstrap, topic);
-    let coordinator = broker.shared().coordinator();
+    let coordinator = broker.test_support().coordinator();
 
     // Churn: every 0.2-2.5 s start one to three members, SIGKILL one to three (then, most
     // often, start one or two at once, so the rebalance they begin waits on the dead ones while
@@ -308,6 +307,6 @@ fn dead_members_expire_under_churn_and_the_group_settles() {
     for &i in &live {
         members[i].close();
     }
-    assert_eq!(broker.shared().connection_panics(), 0);
+    assert_eq!(broker.test_support().connection_panics(), 0);
     broker.shutdown().unwrap();
 }

@@ -51,8 +51,7 @@ fn start_in(dir: &Path) -> BrokerHandle {
 
 /// Creates `topic` with `partitions` partitions in the broker's log (as CreateTopics does).
 fn create_topic(broker: &BrokerHandle, topic: &str, partitions: i32) {
-    let mut logs = broker.shared().logs();
-    fetchbench::broker::topics::create(logs.as_mut().unwrap(), topic, partitions, None).unwrap();
+    broker.test_support().create_topic(topic, partitions).unwrap();
 }
 
 /// Produces `count` records with confluent-kafka, record i to partition i % [`PARTITIONS`];
@@ -314,7 +313,7 @@ fn decode_assignment(bytes: &[u8]) -> BTreeSet<Tp> {
 /// from DescribeGroups) are the ones the members hold (from their callbacks), and split every
 /// partition of `topic` among them, each getting some: the generation id.
 pub(crate) fn stable_generation(broker: &BrokerHandle, group: &str, topic: &str, members: &[&Member]) -> Option<i32> {
-    let desc = broker.shared().coordinator().describe_group(group);
+    let desc = broker.test_support().coordinator().describe_group(group);
     if desc.state != "Stable" || desc.members.len() != members.len() {
         return None;
     }
@@ -401,7 +400,7 @@ fn three_librdkafka_members_split_the_partitions_and_consume_each_record_once() 
     eprintln!("3 members consumed 1200 records in {took:.2} s");
     assert_exactly_once("three members", &refs, &want);
     assert_no_complaints("three members", &refs);
-    let committed: i64 = match broker.shared().coordinator().fetch_offsets(group, None) {
+    let committed: i64 = match broker.test_support().coordinator().fetch_offsets(group, None) {
         Ok(topics) => topics.iter().flat_map(|(_, ps)| ps).map(|(_, c)| c.as_ref().map_or(0, |c| c.offset)).sum(),
         Err(e) => panic!("OffsetFetch: error {e}"),
     };
@@ -409,8 +408,8 @@ fn three_librdkafka_members_split_the_partitions_and_consume_each_record_once() 
     drop(refs);
     members.iter_mut().for_each(|m| m.command("close"));
     members.iter_mut().for_each(Member::wait_exit);
-    assert_eq!(broker.shared().coordinator().describe_group(group).state, "Empty");
-    assert_eq!(broker.shared().connection_panics(), 0);
+    assert_eq!(broker.test_support().coordinator().describe_group(group).state, "Empty");
+    assert_eq!(broker.test_support().connection_panics(), 0);
     broker.shutdown().unwrap();
 }
 
@@ -491,7 +490,7 @@ fn killed_member_moves_after_the_session_timeout_and_closed_member_at_once() {
     );
     eprintln!("{} records, {} processed twice (all after the victim's last commit)", want.len(), dups.len());
     a.close();
-    assert_eq!(broker.shared().connection_panics(), 0);
+    assert_eq!(broker.test_support().connection_panics(), 0);
     broker.shutdown().unwrap();
 }
 
@@ -519,7 +518,7 @@ fn two_groups_each_receive_every_record() {
     assert_exactly_once("group g2", &[&g2], &want);
     assert_no_complaints("two groups", &all);
     for g in ["g1", "g2"] {
-        let offsets = broker.shared().coordinator().fetch_offsets(g, None).unwrap();
+        let offsets = broker.test_support().coordinator().fetch_offsets(g, None).unwrap();
         let sum: i64 = offsets.iter().flat_map(|(_, ps)| ps).map(|(_, c)| c.as_ref().map_or(0, |c| c.offset)).sum();
         assert_eq!(sum, 600, "{g}: committed offsets");
     }
@@ -549,13 +548,13 @@ fn group_resumes_from_committed_offsets_after_a_broker_restart() {
     assert_eq!(done.len(), 200, "the first member processes exactly max_records");
     assert!(first.uncommitted().is_empty(), "the first member committed what it processed");
     assert_no_complaints("before the restart", &[&first]);
-    let before = broker.shared().coordinator().describe_group(group);
+    let before = broker.test_support().coordinator().describe_group(group);
     assert_eq!(before.state, "Empty", "the only member left");
     broker.shutdown().unwrap();
 
     let broker = start_in(tmp.path());
     let stored: i64 = broker
-        .shared()
+        .test_support()
         .coordinator()
         .fetch_offsets(group, None)
         .unwrap()
@@ -564,7 +563,7 @@ fn group_resumes_from_committed_offsets_after_a_broker_restart() {
         .map(|(_, c)| c.as_ref().map_or(0, |c| c.offset))
         .sum();
     assert_eq!(stored, 200, "committed offsets replayed from __consumer_offsets");
-    let after = broker.shared().coordinator().describe_group(group);
+    let after = broker.test_support().coordinator().describe_group(group);
     assert_eq!(
         (after.state, after.generation_id),
         ("Empty", before.generation_id),
@@ -619,7 +618,7 @@ fn static_member_restart_inside_the_session_timeout_does_not_rebalance() {
     while now_s() < until {
         std::thread::sleep(Duration::from_millis(50));
     }
-    let desc = broker.shared().coordinator().describe_group(group);
+    let desc = broker.test_support().coordinator().describe_group(group);
     assert_eq!(
         (desc.state, desc.generation_id),
         ("Stable", generation),
@@ -640,7 +639,7 @@ fn static_member_restart_inside_the_session_timeout_does_not_rebalance() {
     let mut a3 = Member::spawn(&python, &broker, group, topic, with_id("static-a"), "a3");
     wait_until("a3 has a's partitions", &[&a3, &b], || a3.assignment() == a_partitions);
     eprintln!("static member: a3 held a's partitions {:.2} s after a2 began close()", a3.last_assign_time() - closing);
-    let desc = broker.shared().coordinator().describe_group(group);
+    let desc = broker.test_support().coordinator().describe_group(group);
     assert_eq!(
         (desc.state, desc.generation_id),
         ("Stable", generation),
@@ -673,7 +672,7 @@ fn kafka_python_group_consumer_subscribes_consumes_and_commits() {
     assert_eq!(summary["first"], 90);
     assert_eq!(summary["second"], 30);
     let committed: i64 = broker
-        .shared()
+        .test_support()
         .coordinator()
         .fetch_offsets(group, None)
         .unwrap()
@@ -682,8 +681,8 @@ fn kafka_python_group_consumer_subscribes_consumes_and_commits() {
         .map(|(_, c)| c.as_ref().map_or(0, |c| c.offset))
         .sum();
     assert_eq!(committed, 120);
-    assert_eq!(broker.shared().coordinator().describe_group(group).state, "Empty");
-    assert_eq!(broker.shared().connection_panics(), 0);
+    assert_eq!(broker.test_support().coordinator().describe_group(group).state, "Empty");
+    assert_eq!(broker.test_support().connection_panics(), 0);
     broker.shutdown().unwrap();
 }
 
@@ -701,9 +700,7 @@ fn kcat_balanced_consumer_consumes_in_a_group() {
     let b = broker.local_addr().to_string();
     let input: String = (0..60).map(|i| format!("key-{i}:value-{i}\n")).collect();
     kcat_run(&["-b", &b, "-t", topic, "-P", "-K:"], &input);
-    let ends: Vec<i64> = (0..3)
-        .map(|p| broker.shared().logs().as_ref().unwrap().log(topic, p).unwrap().log_end_offset() as i64)
-        .collect();
+    let ends: Vec<i64> = (0..3).map(|p| broker.test_support().log_end_offset(topic, p).unwrap()).collect();
     assert_eq!(ends.iter().sum::<i64>(), 60);
     assert!(ends.iter().filter(|&&e| e > 0).count() >= 2, "keys spread over the partitions: {ends:?}");
     let args = ["-b", &b, "-G", group, topic, "-e", "-q", "-f", "%p:%o:%s\n", "-X", "auto.offset.reset=earliest"];
@@ -719,7 +716,7 @@ fn kcat_balanced_consumer_consumes_in_a_group() {
     let want: Vec<(i32, i64)> = (0..3).flat_map(|p| (0..ends[p as usize]).map(move |o| (p, o))).collect();
     assert_eq!(got, want, "kcat -G output:\n{first}");
     let committed: Vec<(i32, i64)> = broker
-        .shared()
+        .test_support()
         .coordinator()
         .fetch_offsets(group, None)
         .unwrap()
@@ -730,7 +727,7 @@ fn kcat_balanced_consumer_consumes_in_a_group() {
     assert_eq!(committed, (0..3).map(|p| (p, ends[p as usize])).collect::<Vec<_>>(), "kcat's commits");
     let second = kcat_run(&args, "");
     assert_eq!(second, "", "a second kcat -G run of the group re-read committed records");
-    assert_eq!(broker.shared().connection_panics(), 0);
+    assert_eq!(broker.test_support().connection_panics(), 0);
     broker.shutdown().unwrap();
 }
 
@@ -794,7 +791,7 @@ fn leader_killed_during_a_rebalance_is_dropped_after_its_session_timeout() {
     let generation = stable_generation(&broker, group, topic, &[&leader, &b]).unwrap();
     let c = Member::spawn(&python, &broker, group, topic, settings(), "c");
     wait_until("c's JoinGroup began a rebalance", &[&b, &c], || {
-        broker.shared().coordinator().describe_group(group).state == "PreparingRebalance"
+        broker.test_support().coordinator().describe_group(group).state == "PreparingRebalance"
     });
     let killed_at = leader.kill();
     wait_until("b and c own every partition", &[&leader, &b, &c], || {
@@ -806,6 +803,6 @@ fn leader_killed_during_a_rebalance_is_dropped_after_its_session_timeout() {
     let want = produce(&python, &broker, topic, 240, false);
     wait_consumed("records after the rebalance", &[&b, &c], &want);
     assert_exactly_once("b + c", &[&b, &c], &want);
-    assert_eq!(broker.shared().connection_panics(), 0);
+    assert_eq!(broker.test_support().connection_panics(), 0);
     broker.shutdown().unwrap();
 }

@@ -266,7 +266,7 @@ fn followers_wait_for_a_late_leader() {
     let mut leader_id = String::new();
     let mut last_generation = 0;
     for round in 0..5 {
-        let shared = broker.shared().clone();
+        let shared = broker.test_support().clone();
         let shared = &shared;
         let results: Vec<(JoinGroupResponse, SyncGroupResponse, Instant, Instant)> = std::thread::scope(|scope| {
             let handles: Vec<_> = (0..3)

@@ -175,7 +175,7 @@ fn idempotent_produce_stores_retries_once_and_checks_sequence_and_epoch() {
     txn.append(0, Some(b"k"), Some(b"v"), &[]);
     assert_eq!(produce(&mut client, topic, txn.build().unwrap()).0, TRANSACTIONAL_ID_AUTHORIZATION_FAILED);
     assert_eq!(produce(&mut client, topic, idempotent_batch(other, 0, 1, 1)), (0, 8));
-    assert_eq!(broker.shared().connection_panics(), 0);
+    assert_eq!(broker.test_support().connection_panics(), 0);
     drop(client);
     broker.shutdown().unwrap();
 }

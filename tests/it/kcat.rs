@@ -90,7 +90,7 @@ fn produce_consume(kind: ReadPathKind) {
     for (topic, _, _) in &topics {
         assert!(listing.contains(&format!("topic \"{topic}\" with 1 partitions")), "{kind}: -L output:\n{listing}");
     }
-    assert_eq!(broker.shared().connection_panics(), 0);
+    assert_eq!(broker.test_support().connection_panics(), 0);
     broker.shutdown().unwrap();
 }
 

@@ -249,7 +249,7 @@ fn every_codec_read_back_by_kcat_and_confluent_kafka() {
             assert_eq!(summary["records"][topic].as_array().unwrap(), &want, "confluent-kafka {topic}");
         }
     }
-    assert_eq!(broker.shared().connection_panics(), 0);
+    assert_eq!(broker.test_support().connection_panics(), 0);
     broker.shutdown().unwrap();
 }
 

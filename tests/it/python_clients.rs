@@ -125,7 +125,7 @@ fn confluent(kind: ReadPathKind) {
     assert!(ids.iter().all(|&id| id >= 0), "{what}: ck-idempotent: producer ids {ids:?}, want InitProducerId's");
     let ids = stored_producer_ids(&logs, "ck-none");
     assert!(ids.iter().all(|&id| id == -1), "{what}: ck-none: producer ids {ids:?}, want -1 (not idempotent)");
-    assert_eq!(broker.shared().connection_panics(), 0);
+    assert_eq!(broker.test_support().connection_panics(), 0);
     broker.shutdown().unwrap();
 }
 
@@ -144,7 +144,7 @@ fn kafka_python(kind: ReadPathKind) {
         let ids = stored_producer_ids(&logs, topic);
         assert!(ids.iter().all(|&id| id >= 0), "{what}: {topic}: producer ids {ids:?}, want InitProducerId's");
     }
-    assert_eq!(broker.shared().connection_panics(), 0);
+    assert_eq!(broker.test_support().connection_panics(), 0);
     broker.shutdown().unwrap();
 }
 

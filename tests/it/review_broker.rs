@@ -124,7 +124,7 @@ fn r02_empty_or_short_record_set_is_invalid_record() {
     magic[16] = 7;
     assert_eq!(produce_raw(&mut c, "empty-set", Some(magic)).0, CORRUPT_MESSAGE);
     assert_eq!(high_watermark(&mut c, "empty-set"), 0);
-    assert_eq!(broker.shared().connection_panics(), 0);
+    assert_eq!(broker.test_support().connection_panics(), 0);
     broker.shutdown().unwrap();
 }
 
@@ -389,10 +389,9 @@ fn r13_metadata_auto_creates_consumer_offsets_as_the_coordinator_does() {
     assert_eq!(r.topics[0].error_code, 0);
     assert_eq!(r.topics[0].partitions.len(), 50);
     {
-        let guard = broker.shared().logs();
-        let logs = guard.as_ref().unwrap();
+        let support = broker.test_support();
         for p in [0, 49] {
-            assert!(logs.log("__consumer_offsets", p).unwrap().config().is_compact(), "partition {p}");
+            assert!(support.log_config("__consumer_offsets", p).unwrap().is_compact(), "partition {p}");
         }
     }
     broker.shutdown().unwrap();
@@ -505,7 +504,7 @@ fn r15_shutdown_during_concurrent_produce_and_long_polls_loses_no_acknowledged_r
         .collect();
     std::thread::sleep(Duration::from_millis(400));
     let start = Instant::now();
-    assert_eq!(broker.shared().connection_panics(), 0);
+    assert_eq!(broker.test_support().connection_panics(), 0);
     broker.shutdown().unwrap();
     assert!(start.elapsed() < Duration::from_secs(5), "shutdown took {:?}", start.elapsed());
     stop.store(true, Ordering::SeqCst);
@@ -668,7 +667,7 @@ fn r16_mutated_requests_never_panic() {
             Ok(None) | Err(_) => conn = None,
         }
     }
-    assert_eq!(broker.shared().connection_panics(), 0);
+    assert_eq!(broker.test_support().connection_panics(), 0);
     let mut c = Client::connect(broker.local_addr());
     metadata(&mut c, "fuzz", 12);
     broker.shutdown().unwrap();
@@ -969,6 +968,6 @@ fn r25_compressed_batches_with_bad_inner_records_are_refused() {
         }
     }
     assert_eq!(high_watermark(&mut c, "badz"), 0);
-    assert_eq!(broker.shared().connection_panics(), 0);
+    assert_eq!(broker.test_support().connection_panics(), 0);
     broker.shutdown().unwrap();
 }

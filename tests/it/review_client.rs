@@ -472,7 +472,7 @@ fn consume_cli_sigint_commits_and_leaves_the_group() {
         std::thread::sleep(Duration::from_millis(20));
     };
     let _ = status;
-    let group = broker.shared().coordinator().describe_group("g-sigint");
+    let group = broker.test_support().coordinator().describe_group("g-sigint");
     assert_eq!(group.state, "Empty", "LeaveGroup sent: no member waits for its session timeout");
     let mut c = Consumer::new(config(addr, &[("group.id", "g-sigint")])).unwrap();
     let tp: TopicPartition = ("sigint".into(), 0);

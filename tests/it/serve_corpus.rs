@@ -219,7 +219,7 @@ fn serve_corpus_log_dirs_to_kcat() {
             assert!(extra.iter().map(|r| r.0).eq(last + 1..last + 1 + extra.len() as i64), "{}", dir.display());
             checked += want.len();
         }
-        assert_eq!(broker.shared().connection_panics(), 0);
+        assert_eq!(broker.test_support().connection_panics(), 0);
         broker.shutdown().unwrap();
     }
     eprintln!("serve_corpus: {checked} records compared");
@@ -260,6 +260,6 @@ fn serve_corpus_legacy_magic_record_sets_to_kcat() {
         let got = parse_kcat(&kcat_consume(&bootstrap, topic, 0));
         assert_eq!(&got, want, "{topic}");
     }
-    assert_eq!(broker.shared().connection_panics(), 0);
+    assert_eq!(broker.test_support().connection_panics(), 0);
     broker.shutdown().unwrap();
 }

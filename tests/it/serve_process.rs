@@ -492,7 +492,7 @@ fn serve_connection_limits_close_new_connections_only() {
         for c in &mut open {
             assert_eq!(metadata(c, "l", 12).topics[0].error_code, 0, "{key}: connections within the limit");
         }
-        assert_eq!(broker.shared().open_connections(), limit);
+        assert_eq!(broker.test_support().open_connections(), limit);
         // One more: closed at once, unanswered.
         let mut extra = TcpStream::connect(addr).unwrap();
         let _ = extra.write_all(&[0, 0, 0, 0]);
@@ -503,10 +503,10 @@ fn serve_connection_limits_close_new_connections_only() {
         }
         // Closing one frees its place.
         drop(open.pop());
-        wait_until("the closed connection's place is free", || broker.shared().open_connections() < limit);
+        wait_until("the closed connection's place is free", || broker.test_support().open_connections() < limit);
         assert!(answered(addr), "{key}: a new connection after one closed");
-        wait_until("the probe connection is gone", || broker.shared().open_connections() < limit);
-        assert_eq!(broker.shared().connection_panics(), 0);
+        wait_until("the probe connection is gone", || broker.test_support().open_connections() < limit);
+        assert_eq!(broker.test_support().connection_panics(), 0);
         broker.shutdown().unwrap();
     }
 }
