@@ -6,7 +6,8 @@ use std::os::fd::BorrowedFd;
 use std::os::unix::fs::FileExt;
 use std::time::Instant;
 
-use super::{util, ReadPath, TransferStats};
+use super::transfer::{ReadPath, TransferStats};
+use super::util;
 use crate::log::FileSlice;
 
 /// See the module docs.

@@ -17,7 +17,8 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::sync::{Arc, Weak};
 use std::time::Instant;
 
-use super::{util, ReadPath, TransferStats};
+use super::transfer::{ReadPath, TransferStats};
+use super::util;
 use crate::log::segment::SegmentFile;
 use crate::log::FileSlice;
 

@@ -31,7 +31,8 @@ use std::time::Instant;
 
 use memmap2::{Mmap, MmapOptions};
 
-use super::{util, ReadPath, TransferStats};
+use super::transfer::{ReadPath, TransferStats};
+use super::util;
 use crate::log::segment::SegmentFile;
 use crate::log::FileSlice;
 

@@ -12,15 +12,19 @@
 //! | `uring-splice` | io_uring: linked SPLICE file->pipe, pipe->socket | no |
 //! | `direct` | `O_DIRECT` reads into aligned buffers, bypassing the page cache (Redpanda) | yes |
 //!
-//! ## The contract ([`ReadPath`])
+//! ## Files
 //!
-//! `transfer(slice, socket)` moves exactly `slice.len` bytes from `slice.position` of the slice's
-//! file to `socket`, with blocking-socket semantics: short writes are continued, `EINTR` retried,
-//! and `EAGAIN` on a non-blocking socket waited out with `poll(POLLOUT)`. It returns the bytes
-//! moved (= `slice.len`), or an error: `UnexpectedEof` when the file is shorter than the slice
-//! (truncated under the reader; the bytes that existed were sent), `BrokenPipe` /
-//! `ConnectionReset` when the reader went away. It never falls back to another mechanism: a path
-//! that cannot run here fails at [`ReadPathKind::create`] with the reason ([`Unsupported`]).
+//! - [`transfer`]: the contract every path implements ([`ReadPath`]: `transfer(slice, socket)`
+//!   moves exactly the slice's bytes with blocking-socket semantics and never falls back to
+//!   another mechanism) and its counters ([`TransferStats`]);
+//! - one file per path ([`null`], [`copy`], [`mmap`], [`sendfile`], [`uring_splice`],
+//!   [`direct`]), each built on [`transfer`] and the socket helpers of `util`;
+//! - this file: the kinds ([`ReadPathKind`]: names, [`ReadPathKind::probe`],
+//!   [`ReadPathKind::create`], never a silent fallback: [`Unsupported`] says why a path cannot
+//!   run here) and the enum dispatch over the paths ([`AnyReadPath`]).
+//!
+//! [`measure`] and [`report`] are `fetchbench read-paths`: each path moving a file to a
+//! loopback receiver, and the report of it.
 //!
 //! ## Accounting
 //!
@@ -35,8 +39,11 @@ pub mod mmap;
 pub mod null;
 pub mod report;
 pub mod sendfile;
+pub mod transfer;
 pub mod uring_splice;
 pub(crate) mod util;
+
+pub use transfer::{ReadPath, TransferStats};
 
 use std::fmt;
 use std::io;
@@ -45,49 +52,6 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use crate::log::FileSlice;
-
-/// Counters of one read path, cumulative since creation or the last [`ReadPath::take_stats`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct TransferStats {
-    /// `transfer` calls.
-    pub transfers: u64,
-    /// Bytes moved to sockets.
-    pub bytes: u64,
-    /// System calls issued (for io_uring paths: SQEs submitted plus `io_uring_enter` calls).
-    pub syscalls: u64,
-    /// Wall time spent inside `transfer`.
-    pub wall: Duration,
-}
-
-impl TransferStats {
-    /// Counts one finished (or failed) transfer that moved `bytes` in `wall`.
-    pub fn record_transfer(&mut self, bytes: u64, wall: Duration) {
-        self.transfers += 1;
-        self.bytes += bytes;
-        self.wall += wall;
-    }
-
-    /// Adds `other` to `self`.
-    pub fn add(&mut self, other: &TransferStats) {
-        self.transfers += other.transfers;
-        self.bytes += other.bytes;
-        self.syscalls += other.syscalls;
-        self.wall += other.wall;
-    }
-}
-
-/// A mechanism that moves file bytes to a socket. See the module docs for the contract.
-pub trait ReadPath {
-    /// The path's name, as selected on the command line (`copy`, `sendfile`, ...).
-    fn name(&self) -> &'static str;
-    /// Moves exactly `slice.len` bytes from `slice.position` of its file to `socket`.
-    ///
-    /// Errors: `UnexpectedEof` when the file ends before the slice does; `BrokenPipe` /
-    /// `ConnectionReset` when the peer is gone; other I/O errors as the kernel reports them.
-    fn transfer(&mut self, slice: &FileSlice, socket: BorrowedFd<'_>) -> io::Result<u64>;
-    /// The counters so far, reset to zero.
-    fn take_stats(&mut self) -> TransferStats;
-}
 
 /// Why a read path cannot run on this machine.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

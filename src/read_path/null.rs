@@ -5,7 +5,8 @@ use std::io;
 use std::os::fd::BorrowedFd;
 use std::time::Instant;
 
-use super::{util, ReadPath, TransferStats};
+use super::transfer::{ReadPath, TransferStats};
+use super::util;
 use crate::log::FileSlice;
 
 /// The smallest zero buffer: 1 MiB, like `mmap`'s chunks and `uring-splice`'s pipe.

@@ -5,7 +5,8 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::time::Instant;
 
-use super::{util, ReadPath, TransferStats};
+use super::transfer::{ReadPath, TransferStats};
+use super::util;
 use crate::log::FileSlice;
 
 /// See the module docs.

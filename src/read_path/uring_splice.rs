@@ -79,7 +79,8 @@ use io_uring::{opcode, squeue, types, IoUring};
 use nix::errno::Errno;
 use nix::fcntl::{FcntlArg, OFlag};
 
-use super::{util, ReadPath, TransferStats};
+use super::transfer::{ReadPath, TransferStats};
+use super::util;
 use crate::log::FileSlice;
 
 /// Submission queue entries of a ring: one step needs at most two (the linked pair).

@@ -5,7 +5,7 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
-use super::TransferStats;
+use super::transfer::TransferStats;
 
 /// Waits until `fd` is writable (for a non-blocking socket that returned `EAGAIN`). A peer that
 /// went away shows as writable, and the next write then reports the error.
