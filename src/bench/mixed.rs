@@ -50,7 +50,8 @@ use nix::sys::resource::UsageWho;
 
 use super::catch_up::{catch_up_with, DrainHooks, Measured, Target};
 use super::results::PathResult;
-use super::tail::{self, mono_ns, Producers, TailRig, TailShared, CLIENT_THREADS};
+use super::tail::{self, Producers, TailRig, CLIENT_THREADS};
+use super::tail_shared::{mono_ns, TailShared};
 use super::usage::{threads_usage, Usage};
 use super::workload::{Client, Phase};
 use crate::metrics::Latency;
@@ -228,7 +229,7 @@ pub(crate) fn mixed(t: &Target<'_>, dir: Option<&Path>) -> anyhow::Result<(PathR
         ..per_gb
     };
     // An interrupted run drops an entry that measured nothing: no note about its window then.
-    if !(interrupted && super::run::measured_nothing(&result)) {
+    if !(interrupted && result.measured_nothing()) {
         notes.insert(interval_at, interval_note);
     }
     Ok((result, notes))

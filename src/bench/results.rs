@@ -432,6 +432,15 @@ pub struct PathResult {
     pub ratio_to_limits: Vec<LimitRatio>,
 }
 
+impl PathResult {
+    /// Whether an interrupted phase's entry measured nothing (no record, or a window under 1 ms):
+    /// `fetchbench run` drops such an entry from the results, and the phase's notes about its
+    /// window are not given.
+    pub(crate) fn measured_nothing(&self) -> bool {
+        self.records == 0 || self.seconds < 1e-3
+    }
+}
+
 /// Why a results document is not valid: every problem found, each with its JSON pointer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ValidationError {

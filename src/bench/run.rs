@@ -509,7 +509,7 @@ fn run_phases(
         // not counted), not by measuring again.
         let (result, phase_notes) = run().with_context(|| format!("read path {} ({})", t.read_path, phase.name()))?;
         notes.extend(phase_notes.into_iter().map(|n| format!("{} ({}): {n}", t.read_path, phase.name())));
-        if INTERRUPTED.load(Ordering::SeqCst) && measured_nothing(&result) {
+        if INTERRUPTED.load(Ordering::SeqCst) && result.measured_nothing() {
             // Stopped before its window: figures over nothing (0 bytes) would be nonsense.
             notes.push(format!(
                 "{} ({}): interrupted before anything was measured: no entry",
@@ -521,13 +521,6 @@ fn run_phases(
         paths.push(result);
     }
     Ok(())
-}
-
-/// Whether an interrupted phase's entry measured nothing (no record, or a window under 1 ms):
-/// such an entry is dropped from the results, and the phase's notes about its window are not
-/// given.
-pub(crate) fn measured_nothing(result: &PathResult) -> bool {
-    result.records == 0 || result.seconds < 1e-3
 }
 
 /// The machine limits of this run: `--limits FILE` (an error when it cannot be read: it was
