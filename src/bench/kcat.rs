@@ -36,7 +36,7 @@ use nix::sys::resource::UsageWho;
 use super::catch_up::{Measured, Target};
 use super::histogram::LatencyRecorder;
 use super::results::PathResult;
-use super::tail::{mono_ns, TailMemberReport, TailMembers, TailShared, INTENDED_HEADER, SENT_HEADER};
+use super::tail_shared::{mono_ns, TailMemberReport, TailMembers, TailShared, INTENDED_HEADER, SENT_HEADER};
 use super::usage::{residency, Usage};
 use super::workload::Phase;
 use crate::client::consumer::{Consumer, ConsumerConfig, TopicPartition};

@@ -2,7 +2,7 @@
 //! ([`workload`]) into results files ([`results`], versioned JSON with full HdrHistograms
 //! ([`histogram`]), CSV and an SVG chart ([`chart`])), measured per read path against an
 //! embedded broker or an external cluster: the backlog ([`backlog`]), the catch-up phase
-//! ([`catch_up`]), the tail phase with end-to-end latency ([`tail`]), both at once ([`mixed`]), resource accounting
+//! ([`catch_up`]), the tail phase with end-to-end latency ([`tail`]; what its threads share, whichever client: [`tail_shared`]), both at once ([`mixed`]), resource accounting
 //! ([`usage`]), this machine's limits ([`limits`]), librdkafka consumers as kcat processes
 //! ([`kcat`]). `fetchbench compare` ([`compare`]) sets two results files side by side; repeated runs
 //! are summarised and tested with [`stats`].
@@ -19,5 +19,6 @@ pub mod results;
 pub mod run;
 pub mod stats;
 pub mod tail;
+pub(crate) mod tail_shared;
 pub(crate) mod usage;
 pub mod workload;
