@@ -30,7 +30,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use super::results::{LatencyResult, PathResult, Results, ValidationError};
+use super::results::{Better, Metric, Results, ValidationError, METRICS};
 use super::stats::{estimate, welch, Estimate};
 use super::workload::Workload;
 use crate::metrics::Summary;
@@ -38,70 +38,6 @@ use crate::metrics::Summary;
 /// The significance level of the one-sided Welch t-test (a 5% chance of flagging a metric
 /// that did not get worse, per metric and entry).
 pub const ALPHA: f64 = 0.05;
-
-/// Which way is better for a metric.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Better {
-    /// Throughput: lower is a regression.
-    Higher,
-    /// Cost and latency: higher is a regression.
-    Lower,
-}
-
-/// One compared metric: its name (unit suffix included), direction and getter.
-pub struct Metric {
-    /// Column name, e.g. `mb_per_sec`, `e2e_corrected_p99_us`.
-    pub name: &'static str,
-    /// Which way is better.
-    pub better: Better,
-    /// The value in an entry; `None` when the entry has none (no rebalance measured, a latency
-    /// without samples such as end-to-end in a catch-up).
-    pub get: fn(&PathResult) -> Option<f64>,
-}
-
-/// The compared metrics, in table order.
-pub const METRICS: &[Metric] = &[
-    Metric { name: "mb_per_sec", better: Better::Higher, get: |p| Some(p.mb_per_sec) },
-    Metric { name: "records_per_sec", better: Better::Higher, get: |p| Some(p.records_per_sec) },
-    Metric {
-        name: "broker_cpu_s_per_gb",
-        better: Better::Lower,
-        get: |p| Some(p.broker_cpu.user_s_per_gb + p.broker_cpu.sys_s_per_gb),
-    },
-    Metric { name: "broker_cpu_user_s_per_gb", better: Better::Lower, get: |p| Some(p.broker_cpu.user_s_per_gb) },
-    Metric { name: "broker_cpu_sys_s_per_gb", better: Better::Lower, get: |p| Some(p.broker_cpu.sys_s_per_gb) },
-    Metric { name: "consumer_cpu_user_s_per_gb", better: Better::Lower, get: |p| Some(p.consumer_cpu.user_s_per_gb) },
-    Metric { name: "consumer_cpu_sys_s_per_gb", better: Better::Lower, get: |p| Some(p.consumer_cpu.sys_s_per_gb) },
-    Metric { name: "minor_faults_per_gb", better: Better::Lower, get: |p| Some(p.minor_faults_per_gb) },
-    Metric { name: "major_faults_per_gb", better: Better::Lower, get: |p| Some(p.major_faults_per_gb) },
-    Metric { name: "context_switches_per_gb", better: Better::Lower, get: |p| Some(p.context_switches_per_gb) },
-    Metric { name: "broker_rss_bytes", better: Better::Lower, get: |p| Some(p.broker_rss_bytes as f64) },
-    Metric { name: "fetch_p50_us", better: Better::Lower, get: |p| sampled(&p.fetch_latency, |s| s.p50_us) },
-    Metric { name: "fetch_p99_us", better: Better::Lower, get: |p| sampled(&p.fetch_latency, |s| s.p99_us) },
-    Metric { name: "fetch_p999_us", better: Better::Lower, get: |p| sampled(&p.fetch_latency, |s| s.p999_us) },
-    Metric {
-        name: "e2e_corrected_p50_us",
-        better: Better::Lower,
-        get: |p| sampled(&p.end_to_end_latency.corrected, |s| s.p50_us),
-    },
-    Metric {
-        name: "e2e_corrected_p99_us",
-        better: Better::Lower,
-        get: |p| sampled(&p.end_to_end_latency.corrected, |s| s.p99_us),
-    },
-    Metric {
-        name: "e2e_corrected_p999_us",
-        better: Better::Lower,
-        get: |p| sampled(&p.end_to_end_latency.corrected, |s| s.p999_us),
-    },
-    Metric { name: "rebalance_ms", better: Better::Lower, get: |p| p.rebalance_ms },
-];
-
-/// A percentile of `l`, `None` when it has no samples (end-to-end latency in a catch-up, fetch
-/// latency of an external cluster): nothing to compare or summarize, rather than a 0.
-fn sampled(l: &LatencyResult, f: fn(&Summary) -> f64) -> Option<f64> {
-    (l.summary.count > 0).then(|| f(&l.summary))
-}
 
 /// Metrics shown in the within-run table (each path / `copy`).
 const WITHIN_RUN: [&str; 3] = ["mb_per_sec", "broker_cpu_s_per_gb", "e2e_corrected_p99_us"];

@@ -1,5 +1,6 @@
 //! The results file of a benchmark run: one JSON document per resolved workload, its schema
-//! ([`Results`], a doc comment per field with its unit), a validator with clear errors
+//! ([`Results`], a doc comment per field with its unit), the named figures of an entry that
+//! summaries and `fetchbench compare` go by ([`METRICS`]), a validator with clear errors
 //! ([`validate`]), a CSV of the entries ([`write_csv`]) and one of the statistics over
 //! repetitions ([`write_summary_csv`]).
 //!
@@ -29,7 +30,7 @@
 //! `paths` holds one entry per (read path, phase, repetition): `fetchbench run --repeat N`
 //! measures every path N times (`repetition` 0 to N-1). `summary` holds, per (read path,
 //! phase), the statistics over its repetitions of every figure `compare` knows
-//! ([`super::compare::METRICS`], by name): the mean, the sample standard deviation, the 95%
+//! ([`METRICS`], by name): the mean, the sample standard deviation, the 95%
 //! confidence interval of the mean (Student's t, n - 1 degrees of freedom) and the
 //! coefficient of variation (stddev / mean); `ratio_to_copy` the same over the per-repetition
 //! ratios path / `copy` (same repetition and phase; empty for `copy` itself and in runs
@@ -56,7 +57,6 @@ use std::io::{self, Write};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use super::compare::METRICS;
 use super::stats::{estimate, Estimate};
 use super::workload::Workload;
 use crate::metrics::{Latency, Summary};
@@ -106,6 +106,71 @@ pub struct Results {
     pub summary: Vec<SummaryEntry>,
 }
 
+/// Which way is better for a metric.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Better {
+    /// Throughput: lower is a regression.
+    Higher,
+    /// Cost and latency: higher is a regression.
+    Lower,
+}
+
+/// One compared metric: its name (unit suffix included), direction and getter.
+pub struct Metric {
+    /// Column name, e.g. `mb_per_sec`, `e2e_corrected_p99_us`.
+    pub name: &'static str,
+    /// Which way is better.
+    pub better: Better,
+    /// The value in an entry; `None` when the entry has none (no rebalance measured, a latency
+    /// without samples such as end-to-end in a catch-up).
+    pub get: fn(&PathResult) -> Option<f64>,
+}
+
+/// The figures of an entry by name, in table order: what [`summarize`] takes the statistics of
+/// and `fetchbench compare` (`super::compare`) compares.
+pub const METRICS: &[Metric] = &[
+    Metric { name: "mb_per_sec", better: Better::Higher, get: |p| Some(p.mb_per_sec) },
+    Metric { name: "records_per_sec", better: Better::Higher, get: |p| Some(p.records_per_sec) },
+    Metric {
+        name: "broker_cpu_s_per_gb",
+        better: Better::Lower,
+        get: |p| Some(p.broker_cpu.user_s_per_gb + p.broker_cpu.sys_s_per_gb),
+    },
+    Metric { name: "broker_cpu_user_s_per_gb", better: Better::Lower, get: |p| Some(p.broker_cpu.user_s_per_gb) },
+    Metric { name: "broker_cpu_sys_s_per_gb", better: Better::Lower, get: |p| Some(p.broker_cpu.sys_s_per_gb) },
+    Metric { name: "consumer_cpu_user_s_per_gb", better: Better::Lower, get: |p| Some(p.consumer_cpu.user_s_per_gb) },
+    Metric { name: "consumer_cpu_sys_s_per_gb", better: Better::Lower, get: |p| Some(p.consumer_cpu.sys_s_per_gb) },
+    Metric { name: "minor_faults_per_gb", better: Better::Lower, get: |p| Some(p.minor_faults_per_gb) },
+    Metric { name: "major_faults_per_gb", better: Better::Lower, get: |p| Some(p.major_faults_per_gb) },
+    Metric { name: "context_switches_per_gb", better: Better::Lower, get: |p| Some(p.context_switches_per_gb) },
+    Metric { name: "broker_rss_bytes", better: Better::Lower, get: |p| Some(p.broker_rss_bytes as f64) },
+    Metric { name: "fetch_p50_us", better: Better::Lower, get: |p| sampled(&p.fetch_latency, |s| s.p50_us) },
+    Metric { name: "fetch_p99_us", better: Better::Lower, get: |p| sampled(&p.fetch_latency, |s| s.p99_us) },
+    Metric { name: "fetch_p999_us", better: Better::Lower, get: |p| sampled(&p.fetch_latency, |s| s.p999_us) },
+    Metric {
+        name: "e2e_corrected_p50_us",
+        better: Better::Lower,
+        get: |p| sampled(&p.end_to_end_latency.corrected, |s| s.p50_us),
+    },
+    Metric {
+        name: "e2e_corrected_p99_us",
+        better: Better::Lower,
+        get: |p| sampled(&p.end_to_end_latency.corrected, |s| s.p99_us),
+    },
+    Metric {
+        name: "e2e_corrected_p999_us",
+        better: Better::Lower,
+        get: |p| sampled(&p.end_to_end_latency.corrected, |s| s.p999_us),
+    },
+    Metric { name: "rebalance_ms", better: Better::Lower, get: |p| p.rebalance_ms },
+];
+
+/// A percentile of `l`, `None` when it has no samples (end-to-end latency in a catch-up, fetch
+/// latency of an external cluster): nothing to compare or summarize, rather than a 0.
+fn sampled(l: &LatencyResult, f: fn(&Summary) -> f64) -> Option<f64> {
+    (l.summary.count > 0).then(|| f(&l.summary))
+}
+
 /// The statistics of one (read path, phase) over its repetitions.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -127,7 +192,7 @@ pub struct SummaryEntry {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FigureStats {
-    /// The figure: a [`super::compare::Metric::name`], with its unit (`mb_per_sec`).
+    /// The figure: a [`Metric::name`], with its unit (`mb_per_sec`).
     pub metric: String,
     /// Values the statistics are over.
     pub samples: u64,
