@@ -6,7 +6,7 @@
 //! `transfer` of one slice (hot) or one pass over the whole file (cold), timed until the receiver
 //! has the last byte. Paths this machine cannot run (or that fail a first transfer) are skipped
 //! with the reason printed. CPU per GB is not measured here: `fetchbench read-paths` reports it
-//! (the same harness: `fetchbench::read_path::measure`). Speed is measured here, never asserted.
+//! (the same harness: `fetchbench::bench::loopback`). Speed is measured here, never asserted.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -15,9 +15,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use fetchbench::bench::loopback::LoopbackReceiver;
+use fetchbench::bench::usage::{evict_from_page_cache, resident_fraction};
 use fetchbench::log::segment::SegmentFile;
 use fetchbench::log::FileSlice;
-use fetchbench::read_path::measure::{evict_from_page_cache, resident_fraction, LoopbackReceiver};
 use fetchbench::read_path::{AnyReadPath, ReadPath, ReadPathConfig, ReadPathKind};
 
 /// The segment file: small enough to keep `cargo test --benches` cheap, a multiple of every slice.

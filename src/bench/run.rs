@@ -336,7 +336,7 @@ pub fn run_one(args: &RunArgs, w: &Workload, command: &[String]) -> anyhow::Resu
                 // pulls pages back in); it maps no segment until a fetch does.
                 progress.step(format!("{}: dropping the backlog from the page cache", kind.name()));
                 for f in &backlog.segment_files {
-                    crate::read_path::measure::evict_from_page_cache(&fs::File::open(f)?)?;
+                    super::usage::evict_from_page_cache(&fs::File::open(f)?)?;
                 }
             }
             let t = Target {

@@ -1,6 +1,10 @@
-//! Resource accounting of a run: `getrusage` snapshots ([`Usage`]) and page-cache residency.
+//! Resource accounting of a run: `getrusage` snapshots ([`Usage`]) and the page cache: the
+//! residency of files ([`resident_fraction`], `mincore`; [`residency`] over a backlog) and
+//! their eviction ([`evict_from_page_cache`]) for cold-cache runs.
 
 use std::fs::File;
+use std::io;
+use std::os::fd::AsFd;
 use std::path::PathBuf;
 
 use nix::sys::resource::{getrusage, UsageWho};
@@ -82,7 +86,7 @@ pub(crate) fn residency(files: &[PathBuf]) -> f64 {
     for f in files {
         let Ok(file) = File::open(f) else { continue };
         let len = file.metadata().map(|m| m.len()).unwrap_or(0) as f64;
-        if let Ok(r) = crate::read_path::measure::resident_fraction(&file) {
+        if let Ok(r) = resident_fraction(&file) {
             resident += r * len;
             total += len;
         }
@@ -92,6 +96,46 @@ pub(crate) fn residency(files: &[PathBuf]) -> f64 {
     } else {
         1.0
     }
+}
+
+/// Evicts `file` from the page cache: `fdatasync` (dirty pages are not dropped), then
+/// `posix_fadvise(0, 0, POSIX_FADV_DONTNEED)`. Pages mapped by anyone stay resident: unmap
+/// first, and check with [`resident_fraction`].
+///
+/// Errors: the `fdatasync` or `posix_fadvise` error.
+pub fn evict_from_page_cache(file: &File) -> io::Result<()> {
+    nix::unistd::fdatasync(file.as_fd())?;
+    nix::fcntl::posix_fadvise(file.as_fd(), 0, 0, nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED)?;
+    Ok(())
+}
+
+/// The fraction (0.0 to 1.0) of `file`'s pages resident in the page cache, from `mincore` over a
+/// read-only mapping of the whole file (mapping faults nothing in). An empty file gives 1.0.
+///
+/// `file` must be open for reading (a write-only descriptor cannot be mapped).
+///
+/// Errors: the `mmap` or `mincore` error.
+pub fn resident_fraction(file: &File) -> io::Result<f64> {
+    let len = file.metadata()?.len();
+    if len == 0 {
+        return Ok(1.0);
+    }
+    // SAFETY: the mapping is never read or written through; its address range is only handed to
+    // `mincore`, so a concurrent change or truncation of the file cannot be observed as memory.
+    let map = unsafe { memmap2::Mmap::map(file)? };
+    // SAFETY: `sysconf` only reads a system constant.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    let page = if page > 0 { page as usize } else { 4096 };
+    let pages = map.len().div_ceil(page);
+    let mut vec = vec![0u8; pages];
+    // SAFETY: `map` is a live mapping of `map.len()` bytes at a page-aligned address, and `vec`
+    // has one writable byte per page of it, as `mincore` requires.
+    let rc = unsafe { libc::mincore(map.as_ptr() as *mut libc::c_void, map.len(), vec.as_mut_ptr()) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let resident = vec.iter().filter(|&&b| b & 1 != 0).count();
+    Ok(resident as f64 / pages as f64)
 }
 
 /// The resident set size of this process now (`VmRSS` of `/proc/self/status`), bytes; 0 when

@@ -23,18 +23,13 @@
 //!   [`ReadPathKind::create`], never a silent fallback: [`Unsupported`] says why a path cannot
 //!   run here) and the enum dispatch over the paths ([`AnyReadPath`]).
 //!
-//! [`measure`] and [`report`] are `fetchbench read-paths`: each path moving a file to a
-//! loopback receiver, and the report of it.
-//!
-//! ## Accounting
-//!
-//! Every path counts what it did in [`TransferStats`] (bytes, system calls or SQEs, wall time).
-//! CPU time is measured process-wide ([`process_cpu_time`]): io_uring runs splice work in kernel
-//! `iou-wrk` threads, which belong to the process, so a per-thread clock would miss it.
+//! Measuring a path (a file moved to a loopback receiver, process CPU time, page-cache state)
+//! is the harness's job: `crate::bench::loopback` (`fetchbench read-paths`). io_uring runs
+//! splice work in kernel `iou-wrk` threads, which belong to the process, so the harness counts
+//! CPU time process-wide.
 
 pub mod copy;
 pub mod direct;
-pub mod measure;
 pub mod mmap;
 pub mod null;
 pub mod report;
@@ -49,7 +44,6 @@ use std::fmt;
 use std::io;
 use std::os::fd::BorrowedFd;
 use std::str::FromStr;
-use std::time::Duration;
 
 use crate::log::FileSlice;
 
@@ -242,28 +236,4 @@ impl ReadPath for AnyReadPath {
     fn take_stats(&mut self) -> TransferStats {
         dispatch!(self, p => p.take_stats())
     }
-}
-
-/// User and system CPU time of the whole process (all threads, including io_uring's `iou-wrk`
-/// workers, which are threads of the process), from `getrusage(RUSAGE_SELF)`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CpuTimes {
-    /// User-mode time.
-    pub user: Duration,
-    /// Kernel-mode time.
-    pub system: Duration,
-}
-
-impl CpuTimes {
-    /// `self - earlier`, saturating.
-    pub fn since(&self, earlier: &CpuTimes) -> CpuTimes {
-        CpuTimes { user: self.user.saturating_sub(earlier.user), system: self.system.saturating_sub(earlier.system) }
-    }
-}
-
-/// The process's CPU time so far. Errors: the `getrusage` error.
-pub fn process_cpu_time() -> io::Result<CpuTimes> {
-    let u = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF).map_err(io::Error::from)?;
-    let tv = |t: nix::sys::time::TimeVal| Duration::new(t.tv_sec() as u64, t.tv_usec() as u32 * 1000);
-    Ok(CpuTimes { user: tv(u.user_time()), system: tv(u.system_time()) })
 }

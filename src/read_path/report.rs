@@ -30,8 +30,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
-use super::measure::{measure, MeasureError, Measurement};
 use super::{CreateError, ReadPathConfig, ReadPathKind};
+use crate::bench::loopback::{measure, MeasureError, Measurement};
 
 /// Above this page-cache residency before a pass, a `--cold` figure is flagged as not cold.
 pub const NOT_COLD_FRACTION: f64 = 0.01;

@@ -1,9 +1,10 @@
-//! Measuring one read path: a file's bytes moved to a loopback TCP receiver that drains and
-//! discards them, with wall time, system calls and process CPU counted.
+//! Measuring one read path alone: a file's bytes moved to a loopback TCP receiver that drains
+//! and discards them, with wall time, system calls and process CPU counted.
 //!
-//! [`measure`] is what `fetchbench read-paths` runs for each path; the pieces it is built from
-//! ([`LoopbackReceiver`], [`evict_from_page_cache`], [`resident_fraction`]) are public so the
-//! criterion benches (`benches/read_paths.rs`) measure the same way.
+//! [`measure`] is what `fetchbench read-paths` ([`super::read_paths`]) runs for each path; the
+//! pieces it is built from ([`LoopbackReceiver`] here, [`evict_from_page_cache`] and
+//! [`resident_fraction`] in [`super::usage`]) are public so the criterion benches
+//! (`benches/read_paths.rs`) measure the same way.
 //!
 //! ## What is measured
 //!
@@ -23,7 +24,7 @@
 //!
 //! ## CPU accounting: the receiver is inside the process
 //!
-//! CPU time is process-wide ([`process_cpu_time`], `getrusage(RUSAGE_SELF)`), so it includes
+//! CPU time is process-wide ([`Usage::now`] of `RUSAGE_SELF`, `getrusage`), so it includes
 //! io_uring's `iou-wrk` threads, as it must, and also the receiver thread, which is the same for
 //! every path. Two ways to take it out:
 //!
@@ -51,9 +52,12 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::{process_cpu_time, AnyReadPath, CreateError, ReadPath, ReadPathConfig, ReadPathKind, TransferStats};
+use nix::sys::resource::UsageWho;
+
+use super::usage::{evict_from_page_cache, resident_fraction, Usage};
 use crate::log::segment::SegmentFile;
 use crate::log::FileSlice;
+use crate::read_path::{AnyReadPath, CreateError, ReadPath, ReadPathConfig, ReadPathKind, TransferStats};
 
 /// The result of measuring one read path. See the module docs for what a pass is and what the
 /// CPU figures include.
@@ -163,13 +167,6 @@ pub enum MeasureError {
         #[source]
         source: io::Error,
     },
-    /// Reading the process CPU time failed.
-    #[error("reading the process CPU time: {source}")]
-    CpuTime {
-        /// The cause.
-        #[source]
-        source: io::Error,
-    },
     /// The receiver got a different number of bytes than were sent.
     #[error("the receiver got {received} bytes, but {sent} were sent")]
     ByteCount {
@@ -213,7 +210,6 @@ pub fn measure(
     let mut path = kind.create(config)?;
     let receiver = LoopbackReceiver::start().map_err(|source| MeasureError::Receiver { source })?;
     let evict_err = |source| MeasureError::Evict { path: file.to_path_buf(), source };
-    let cpu_err = |source| MeasureError::CpuTime { source };
 
     if !cold_cache {
         read_through(segment.file(), file_size).map_err(open_err)?;
@@ -225,7 +221,7 @@ pub fn measure(
 
     let mut stats = TransferStats::default();
     let mut wall = Duration::ZERO;
-    let (mut user, mut system) = (Duration::ZERO, Duration::ZERO);
+    let (mut user, mut system) = (0.0f64, 0.0f64);
     let mut receiver_cpu = Some(Duration::ZERO);
     let (mut resident_min, mut resident_max) = (f64::INFINITY, 0.0f64);
     let mut passes = 0u32;
@@ -244,18 +240,18 @@ pub fn measure(
 
         let pass_len = left.min(file_size);
         let receiver_before = receiver.cpu_time();
-        let cpu_before = process_cpu_time().map_err(cpu_err)?;
+        let cpu_before = Usage::now(UsageWho::RUSAGE_SELF);
         let start = Instant::now();
         sent += run_pass(&mut path, &segment, file, slice_size, pass_len, receiver.socket())?;
         receiver.wait_for(sent).map_err(|source| MeasureError::Receiver { source })?;
         wall += start.elapsed();
-        let cpu = process_cpu_time().map_err(cpu_err)?.since(&cpu_before);
+        let cpu = Usage::now(UsageWho::RUSAGE_SELF).minus(cpu_before);
         receiver_cpu = match (receiver_cpu, receiver_before, receiver.cpu_time()) {
             (Some(acc), Some(before), Some(after)) => Some(acc + after.saturating_sub(before)),
             _ => None,
         };
-        user += cpu.user;
-        system += cpu.system;
+        user += cpu.user.max(0.0);
+        system += cpu.sys.max(0.0);
         left -= pass_len;
         passes += 1;
     }
@@ -269,7 +265,7 @@ pub fn measure(
 
     let seconds = wall.as_secs_f64();
     let gb = total_bytes as f64 / 1e9;
-    let (user_s, system_s) = (user.as_secs_f64(), system.as_secs_f64());
+    let (user_s, system_s) = (user, system);
     let receiver_cpu_seconds = receiver_cpu.map(|d| d.as_secs_f64());
     Ok(Measurement {
         requested: kind,
@@ -338,46 +334,6 @@ fn read_through(file: &File, len: u64) -> io::Result<()> {
         position += n as u64;
     }
     Ok(())
-}
-
-/// Evicts `file` from the page cache: `fdatasync` (dirty pages are not dropped), then
-/// `posix_fadvise(0, 0, POSIX_FADV_DONTNEED)`. Pages mapped by anyone stay resident: unmap
-/// first, and check with [`resident_fraction`].
-///
-/// Errors: the `fdatasync` or `posix_fadvise` error.
-pub fn evict_from_page_cache(file: &File) -> io::Result<()> {
-    nix::unistd::fdatasync(file.as_fd())?;
-    nix::fcntl::posix_fadvise(file.as_fd(), 0, 0, nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED)?;
-    Ok(())
-}
-
-/// The fraction (0.0 to 1.0) of `file`'s pages resident in the page cache, from `mincore` over a
-/// read-only mapping of the whole file (mapping faults nothing in). An empty file gives 1.0.
-///
-/// `file` must be open for reading (a write-only descriptor cannot be mapped).
-///
-/// Errors: the `mmap` or `mincore` error.
-pub fn resident_fraction(file: &File) -> io::Result<f64> {
-    let len = file.metadata()?.len();
-    if len == 0 {
-        return Ok(1.0);
-    }
-    // SAFETY: the mapping is never read or written through; its address range is only handed to
-    // `mincore`, so a concurrent change or truncation of the file cannot be observed as memory.
-    let map = unsafe { memmap2::Mmap::map(file)? };
-    // SAFETY: `sysconf` only reads a system constant.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    let page = if page > 0 { page as usize } else { 4096 };
-    let pages = map.len().div_ceil(page);
-    let mut vec = vec![0u8; pages];
-    // SAFETY: `map` is a live mapping of `map.len()` bytes at a page-aligned address, and `vec`
-    // has one writable byte per page of it, as `mincore` requires.
-    let rc = unsafe { libc::mincore(map.as_ptr() as *mut libc::c_void, map.len(), vec.as_mut_ptr()) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let resident = vec.iter().filter(|&&b| b & 1 != 0).count();
-    Ok(resident as f64 / pages as f64)
 }
 
 /// A thread that accepts one loopback TCP connection (127.0.0.1) and reads and discards
