@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
+use fetchbench::bench::read_paths;
 use fetchbench::client::produce_cmd::parse_bytes;
 use fetchbench::log::dump::{self, DumpOptions};
-use fetchbench::read_path::report;
 use fetchbench::read_path::{ReadPathConfig, ReadPathKind};
 
 /// fetchbench: what it costs to move Kafka log data from disk to consumers.
@@ -386,10 +386,10 @@ fn serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `fetchbench read-paths`: measure each read path ([`report::run`]), print the table or the JSON
+/// `fetchbench read-paths`: measure each read path ([`read_paths::run`]), print the table or the JSON
 /// document. Exits 1 when a path failed.
 fn read_paths(a: ReadPathsArgs) -> anyhow::Result<ExitCode> {
-    let options = report::RunOptions {
+    let options = read_paths::RunOptions {
         file: a.file,
         temp_size: a.size,
         temp_dir: a.temp_dir,
@@ -401,7 +401,7 @@ fn read_paths(a: ReadPathsArgs) -> anyhow::Result<ExitCode> {
         command: std::env::args().collect(),
         config: ReadPathConfig { buffer_size: a.buffer_size as usize, pipe_size: a.pipe_size as usize },
     };
-    let report = report::run(&options, |line| say(format_args!("{line}")))?;
+    let report = read_paths::run(&options, |line| say(format_args!("{line}")))?;
     let out = if a.json { report.json() } else { report.table() };
     let mut stdout = std::io::stdout().lock();
     match stdout.write_all(out.as_bytes()).and_then(|()| stdout.flush()) {

@@ -1,6 +1,8 @@
-//! This machine's limits for `fetchbench run`: the figures of `scripts/baseline-limits.sh`
-//! (fio sequential reads and iperf3 over loopback) as the results' [`LimitsResult`], and each
-//! path's throughput as a ratio to them ([`ratios`], `PathResult::ratio_to_limits`).
+//! This machine's limits, for `fetchbench run` and `fetchbench read-paths`: the document of
+//! `scripts/baseline-limits.sh` (fio sequential reads and iperf3 over loopback) parsed
+//! ([`Limits`]: every figure, a tool's error included, as the `read-paths` table shows them), as
+//! the results' [`LimitsResult`], and each path's throughput as a ratio to them ([`ratios`],
+//! `PathResult::ratio_to_limits`).
 //!
 //! Two sources: a limits file the user measured before ([`load`], `--limits FILE`), or a short
 //! run of the script itself ([`measure`], about 7 x [`SHORT_RUNTIME`] seconds plus writing a
@@ -21,7 +23,7 @@ use std::process::{Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::read_path::report::{Limits, ReportError};
+use serde_json::Value;
 
 use super::results::{LimitFigure, LimitRatio, LimitsResult};
 
@@ -55,7 +57,7 @@ pub enum LimitsError {
     /// The limits file could not be read, is not JSON or has another `schema_version` (also
     /// for the script's output).
     #[error(transparent)]
-    Limits(#[from] ReportError),
+    Limits(#[from] LimitsFileError),
     /// The script could not be started or its output read.
     #[error("running {}: {source}", script.display())]
     Spawn {
@@ -84,11 +86,173 @@ impl LimitsError {
     }
 }
 
+/// The `schema_version` of the `scripts/baseline-limits.sh` output that [`Limits`] reads.
+pub const LIMITS_SCHEMA_VERSION: u32 = 1;
+
+/// One reference figure from the limits file (a column of the `fetchbench read-paths` table).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Limit {
+    /// Column label (`fio psync`, `iperf3 -Z`, ...).
+    pub label: &'static str,
+    /// JSON key (`fio_psync`, `iperf3_loopback_sendfile`, ...).
+    pub key: &'static str,
+    /// Throughput, in bytes per second.
+    pub bytes_per_sec: Option<f64>,
+    /// CPU seconds per GB (1e9 bytes) moved; for iperf3 the sending host's CPU.
+    pub cpu_seconds_per_gb: Option<f64>,
+    /// The tool's error, when it failed.
+    pub error: Option<String>,
+}
+
+impl Limit {
+    /// `gb_per_sec` (GB = 1e9 bytes) as a ratio to this limit's throughput; `None` when the
+    /// limit has no positive throughput.
+    pub fn ratio(&self, gb_per_sec: f64) -> Option<f64> {
+        self.bytes_per_sec.filter(|&b| b > 0.0).map(|b| gb_per_sec * 1e9 / b)
+    }
+}
+
+/// The limits file (`scripts/baseline-limits.sh` output), parsed: every figure, a tool's error
+/// included (the `fetchbench read-paths` table shows them; [`LimitsResult`] keeps the measured ones).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Limits {
+    /// The file it was read from.
+    pub path: PathBuf,
+    /// The whole document.
+    pub doc: Value,
+    /// The figures, in column order: fio psync, mmap, splice and io_uring from the page cache,
+    /// fio direct (cold-cache runs only), iperf3 loopback copy and sendfile (`-Z`).
+    pub figures: Vec<Limit>,
+}
+
+impl Limits {
+    /// Reads and parses the limits file at `path`; `cold_cache` adds the fio direct figure.
+    ///
+    /// Errors: [`LimitsFileError::Io`] reading it, else as [`Limits::parse`].
+    pub fn load(path: &Path, cold_cache: bool) -> Result<Limits, LimitsFileError> {
+        let text =
+            std::fs::read_to_string(path).map_err(|source| LimitsFileError::Io { path: path.to_path_buf(), source })?;
+        Limits::parse(path, &text, cold_cache)
+    }
+
+    /// Parses `text`, the contents of the limits file `path`. Missing figures are `None`.
+    ///
+    /// Errors: [`LimitsFileError::LimitsJson`] when it is not JSON,
+    /// [`LimitsFileError::LimitsSchemaVersion`] when its `schema_version` is not
+    /// [`LIMITS_SCHEMA_VERSION`].
+    pub fn parse(path: &Path, text: &str, cold_cache: bool) -> Result<Limits, LimitsFileError> {
+        let doc: Value = serde_json::from_str(text)
+            .map_err(|source| LimitsFileError::LimitsJson { path: path.to_path_buf(), source })?;
+        let version = doc.get("schema_version").and_then(Value::as_f64);
+        if version != Some(f64::from(LIMITS_SCHEMA_VERSION)) {
+            return Err(LimitsFileError::LimitsSchemaVersion {
+                path: path.to_path_buf(),
+                found: version,
+                expected: LIMITS_SCHEMA_VERSION,
+            });
+        }
+        let f64_at = |v: Option<&Value>, key: &str| v.and_then(|v| v.get(key)).and_then(Value::as_f64);
+        let error_at = |v: Option<&Value>| v.and_then(|v| v.get("error")).and_then(Value::as_str).map(str::to_string);
+        let mut figures = Vec::new();
+        let mut fio = |label, key, pointer: &str| {
+            let v = doc.pointer(pointer);
+            figures.push(Limit {
+                label,
+                key,
+                bytes_per_sec: f64_at(v, "bandwidth_bytes_per_sec"),
+                cpu_seconds_per_gb: f64_at(v, "cpu_seconds_per_gb"),
+                error: error_at(v),
+            });
+        };
+        fio("fio psync", "fio_psync", "/fio_page_cache/psync");
+        fio("fio mmap", "fio_mmap", "/fio_page_cache/mmap");
+        fio("fio splice", "fio_splice", "/fio_page_cache/splice");
+        fio("fio uring", "fio_io_uring", "/fio_page_cache/io_uring");
+        if cold_cache {
+            fio("fio direct", "fio_direct", "/fio_direct");
+        }
+        for (label, key, run) in
+            [("iperf3", "iperf3_loopback", "copy"), ("iperf3 -Z", "iperf3_loopback_sendfile", "sendfile")]
+        {
+            let v = doc.get("iperf3_loopback").and_then(|v| v.get(run));
+            let bytes_per_sec = f64_at(v, "bytes_per_sec");
+            // % of one CPU on the sending host over the run -> CPU seconds per GB sent.
+            let cpu = f64_at(v, "cpu_host_total_percent");
+            figures.push(Limit {
+                label,
+                key,
+                bytes_per_sec,
+                cpu_seconds_per_gb: match (cpu, bytes_per_sec) {
+                    (Some(c), Some(b)) if b > 0.0 => Some(c / 100.0 / (b / 1e9)),
+                    _ => None,
+                },
+                error: error_at(v),
+            });
+        }
+        Ok(Limits { path: path.to_path_buf(), doc, figures })
+    }
+
+    /// One line naming the file and where it was measured: `FILE (DATE, kernel K, nproc N,
+    /// FIO_VERSION)`, `?` for what the file lacks.
+    pub fn describe(&self) -> String {
+        let s = |pointer: &str| match self.doc.pointer(pointer) {
+            None => "?".to_string(),
+            Some(Value::String(s)) => s.clone(),
+            Some(v) => v.to_string(),
+        };
+        format!(
+            "{} ({}, kernel {}, nproc {}, {})",
+            self.path.display(),
+            s("/date"),
+            s("/machine/kernel"),
+            s("/machine/nproc"),
+            s("/machine/fio_version")
+        )
+    }
+}
+
+/// Why a limits file (or the script's output) is not usable. Each names the file.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LimitsFileError {
+    /// Reading the file failed.
+    #[error("reading {}: {source}", path.display())]
+    Io {
+        /// The limits file.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+    /// The limits file is not JSON.
+    #[error("parsing {} as JSON: {source}", path.display())]
+    LimitsJson {
+        /// The limits file.
+        path: PathBuf,
+        /// Where and why parsing failed.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The limits file has another (or no) `schema_version` than [`LIMITS_SCHEMA_VERSION`].
+    #[error(
+        "{}: schema_version {found:?}, expected {expected} (the output of scripts/baseline-limits.sh)",
+        path.display()
+    )]
+    LimitsSchemaVersion {
+        /// The limits file.
+        path: PathBuf,
+        /// The version found (`None` when missing or not a number).
+        found: Option<f64>,
+        /// [`LIMITS_SCHEMA_VERSION`].
+        expected: u32,
+    },
+}
+
 /// Reads a limits file (the output of `scripts/baseline-limits.sh`) with [`Limits::load`],
 /// fio direct included. `source` is `path` as given.
 ///
 /// Errors: [`LimitsError::Limits`] when it cannot be read, is not JSON or its
-/// `schema_version` is not [`crate::read_path::report::LIMITS_SCHEMA_VERSION`].
+/// `schema_version` is not [`LIMITS_SCHEMA_VERSION`].
 pub fn load(path: &Path) -> Result<LimitsResult, LimitsError> {
     let limits = Limits::load(path, true)?;
     Ok(result(&limits, path.display().to_string()))
@@ -256,10 +420,77 @@ pub fn ratios(limits: &LimitsResult, mb_per_sec: f64) -> Vec<LimitRatio> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::ffi::OsString;
 
     use super::*;
+
+    /// A limits document with every kind of figure: fio throughputs with and without CPU, an
+    /// error, an empty job, fio direct, iperf3 copy only.
+    pub(crate) const LIMITS: &str = r#"{
+        "schema_version": 1,
+        "date": "2025-01-02T03:04:05+00:00",
+        "machine": {"nproc": 8, "kernel": "6.1.0-test", "arch": "x86_64", "fio_version": "fio-3.36"},
+        "fio_page_cache": {
+            "psync": {"bandwidth_bytes_per_sec": 5e9, "cpu_seconds_per_gb": 0.2},
+            "mmap": {"bandwidth_bytes_per_sec": 4000000000},
+            "splice": {"error": "no splice"},
+            "io_uring": {}
+        },
+        "fio_direct": {"bandwidth_bytes_per_sec": 1e9, "cpu_seconds_per_gb": 0.01},
+        "iperf3_loopback": {"copy": {"bytes_per_sec": 2e9, "cpu_host_total_percent": 50.0}}
+    }"#;
+
+    #[test]
+    fn limits_reads_figures_and_checks_the_version() {
+        let l = Limits::parse(Path::new("l.json"), LIMITS, true).unwrap();
+        let keys: Vec<_> = l.figures.iter().map(|f| f.key).collect();
+        assert_eq!(
+            keys,
+            [
+                "fio_psync",
+                "fio_mmap",
+                "fio_splice",
+                "fio_io_uring",
+                "fio_direct",
+                "iperf3_loopback",
+                "iperf3_loopback_sendfile"
+            ]
+        );
+        assert_eq!(l.figures[0].bytes_per_sec, Some(5e9));
+        assert_eq!(l.figures[0].cpu_seconds_per_gb, Some(0.2));
+        assert_eq!(l.figures[1].bytes_per_sec, Some(4e9));
+        assert_eq!(l.figures[2].error.as_deref(), Some("no splice"));
+        assert_eq!(
+            l.figures[3],
+            Limit {
+                label: "fio uring",
+                key: "fio_io_uring",
+                bytes_per_sec: None,
+                cpu_seconds_per_gb: None,
+                error: None
+            }
+        );
+        // 50% of one CPU at 2 GB/s -> 0.25 CPU s/GB.
+        assert_eq!(l.figures[5].cpu_seconds_per_gb, Some(0.25));
+        assert_eq!(l.figures[6].bytes_per_sec, None);
+        assert_eq!(l.figures[0].ratio(2.5), Some(0.5));
+        assert_eq!(l.figures[3].ratio(2.5), None);
+        assert_eq!(l.describe(), "l.json (2025-01-02T03:04:05+00:00, kernel 6.1.0-test, nproc 8, fio-3.36)");
+        assert_eq!(Limits::parse(Path::new("l.json"), LIMITS, false).unwrap().figures.len(), 6);
+
+        let e = Limits::parse(Path::new("l.json"), r#"{"schema_version": 2}"#, false).unwrap_err();
+        assert!(matches!(e, LimitsFileError::LimitsSchemaVersion { found: Some(2.0), expected: 1, .. }), "{e}");
+        assert_eq!(
+            e.to_string(),
+            "l.json: schema_version Some(2.0), expected 1 (the output of scripts/baseline-limits.sh)"
+        );
+        let e = Limits::parse(Path::new("l.json"), "{\"a\": }", false).unwrap_err();
+        assert!(matches!(e, LimitsFileError::LimitsJson { .. }), "{e}");
+        assert!(std::error::Error::source(&e).is_some());
+        let e = Limits::load(Path::new("/nonexistent/l.json"), false).unwrap_err();
+        assert!(e.to_string().starts_with("reading /nonexistent/l.json: "), "{e}");
+    }
 
     /// `PATH` made of `dirs`.
     fn path_of(dirs: &[&Path]) -> OsString {
@@ -354,10 +585,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let v2 = write(dir.path(), "v2.json", &DOC.replace("\"schema_version\": 1", "\"schema_version\": 2"));
         let e = load(&v2).unwrap_err();
-        assert!(matches!(e, LimitsError::Limits(ReportError::LimitsSchemaVersion { found: Some(2.0), .. })), "{e:?}");
+        assert!(
+            matches!(e, LimitsError::Limits(LimitsFileError::LimitsSchemaVersion { found: Some(2.0), .. })),
+            "{e:?}"
+        );
         assert!(e.to_string().contains("v2.json: schema_version Some(2.0), expected 1"), "{e}");
         let e = load(&write(dir.path(), "bad.json", "{\"schema_version\": ")).unwrap_err();
-        assert!(matches!(e, LimitsError::Limits(ReportError::LimitsJson { .. })), "{e:?}");
+        assert!(matches!(e, LimitsError::Limits(LimitsFileError::LimitsJson { .. })), "{e:?}");
         let e = load(&dir.path().join("absent.json")).unwrap_err();
         assert!(e.to_string().starts_with("reading ") && e.to_string().contains("absent.json"), "{e}");
     }
@@ -436,7 +670,7 @@ mod tests {
         // Output that is not the limits document.
         std::fs::write(&script, "echo '{\"schema_version\": 7}'\n").unwrap();
         let e = measure_with(&script, &path, MEASURE_TIMEOUT).unwrap_err();
-        assert!(matches!(e, LimitsError::Limits(ReportError::LimitsSchemaVersion { .. })), "{e:?}");
+        assert!(matches!(e, LimitsError::Limits(LimitsFileError::LimitsSchemaVersion { .. })), "{e:?}");
         // A script that hangs is stopped.
         std::fs::write(&script, "echo 'baseline-limits: started' >&2\nwhile :; do :; done\n").unwrap();
         let e = measure_with(&script, &path, Duration::from_millis(300)).unwrap_err();

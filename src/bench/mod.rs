@@ -16,6 +16,7 @@ pub(crate) mod kcat;
 pub mod limits;
 pub mod loopback;
 pub mod mixed;
+pub mod read_paths;
 pub mod results;
 pub mod run;
 pub mod stats;

@@ -53,6 +53,7 @@
 
 use std::fmt;
 use std::io::{self, Write};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -297,7 +298,9 @@ pub struct Machine {
 impl Machine {
     /// The machine this process runs on.
     pub fn current() -> Machine {
-        let m = crate::read_path::report::Machine::current();
+        let kernel =
+            std::fs::read_to_string("/proc/sys/kernel/osrelease").map(|s| s.trim().to_string()).unwrap_or_default();
+        let nproc = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
         let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
         let cpu_model = cpuinfo
             .lines()
@@ -311,9 +314,9 @@ impl Machine {
             .and_then(|r| r.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
             .map_or(0, |kib| kib * 1024);
         Machine {
-            nproc: m.nproc as u64,
-            kernel: m.kernel,
-            arch: m.arch.to_string(),
+            nproc: nproc as u64,
+            kernel,
+            arch: std::env::consts::ARCH.to_string(),
             cpu_model,
             memory_bytes,
             io_uring: crate::read_path::ReadPathKind::UringSplice.probe().is_ok(),
@@ -322,8 +325,8 @@ impl Machine {
 }
 
 /// The machine's limits a run was set against: reference figures for moving bytes (fio from
-/// the page cache, iperf3 over loopback), as [`crate::read_path::report::Limits`] reads them
-/// from `scripts/baseline-limits.sh` output.
+/// the page cache, iperf3 over loopback), as [`super::limits::Limits`] reads them from
+/// `scripts/baseline-limits.sh` output.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LimitsResult {
@@ -390,6 +393,27 @@ impl Git {
         let dirty = commit.is_some() && run(&["status", "--porcelain"]).is_some_and(|s| !s.is_empty());
         Git { commit, dirty }
     }
+}
+
+/// `t` as `YYYY-MM-DDTHH:MM:SSZ` (UTC): the format of [`Results::date`].
+pub fn utc_timestamp(t: SystemTime) -> String {
+    utc_date(t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs())
+}
+
+/// `secs` since the Unix epoch as `YYYY-MM-DDTHH:MM:SSZ` (UTC, proleptic Gregorian).
+pub fn utc_date(secs: u64) -> String {
+    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem / 60 % 60, rem % 60)
 }
 
 /// CPU time of a process per GB served.

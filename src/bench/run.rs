@@ -52,7 +52,7 @@ use anyhow::{anyhow, bail, Context};
 
 use super::backlog::Backlog;
 use super::catch_up::Target;
-use super::results::{self, Git, LimitsResult, Machine, PathResult, Results};
+use super::results::{self, utc_timestamp, Git, LimitsResult, Machine, PathResult, Results};
 use super::tail::Stall;
 use super::usage::{allowed_cpus, pin_current_thread};
 use super::workload::{expand_sweep, Client, CpuPinning, PageCache, Phase, Workload};
@@ -944,11 +944,6 @@ fn entries_table(r: &Results) -> String {
         rows.push(row);
     }
     format_rows(rows)
-}
-
-/// `YYYY-MM-DDTHH:MM:SSZ` of `t`.
-pub fn utc_timestamp(t: SystemTime) -> String {
-    crate::read_path::report::utc_date(t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs())
 }
 
 /// The name of a run of `w` (its results files `<date>-<name>.*` and the results' workload

@@ -32,7 +32,6 @@ pub mod copy;
 pub mod direct;
 pub mod mmap;
 pub mod null;
-pub mod report;
 pub mod sendfile;
 pub mod transfer;
 pub mod uring_splice;
