@@ -58,6 +58,10 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
+use base64::alphabet;
+use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
+use base64::Engine as _;
+
 use super::config::{java_lines, parse_properties};
 use super::LogError;
 
@@ -270,9 +274,33 @@ pub struct TopicIdParseError {
     pub input: String,
     /// What is wrong.
     pub reason: &'static str,
+    /// The base64 decoder's error, when it refused the string.
+    #[source]
+    pub source: Option<base64::DecodeError>,
 }
 
-const BASE64_URL: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+/// Kafka's `Uuid` alphabet (`Base64.getUrlEncoder().withoutPadding()`), decoding like Java's URL
+/// decoder: unused low bits of the last character are ignored. Padding is refused here;
+/// [`UUID_BASE64_PADDED`] reads the padded form.
+const UUID_BASE64: GeneralPurpose = GeneralPurpose::new(
+    &alphabet::URL_SAFE,
+    GeneralPurposeConfig::new()
+        .with_encode_padding(false)
+        .with_decode_allow_trailing_bits(true)
+        .with_decode_padding_mode(DecodePaddingMode::RequireNone),
+);
+
+/// [`UUID_BASE64`] for input that ends in `=`: the padding must be canonical (`==` after 22
+/// characters), as Java's decoder requires of padded input.
+const UUID_BASE64_PADDED: GeneralPurpose = GeneralPurpose::new(
+    &alphabet::URL_SAFE,
+    GeneralPurposeConfig::new()
+        .with_decode_allow_trailing_bits(true)
+        .with_decode_padding_mode(DecodePaddingMode::RequireCanonical),
+);
+
+/// Characters of a Kafka `Uuid` in base64 without padding: 128 bits in 6-bit characters.
+const UUID_BASE64_LEN: usize = 22;
 
 impl TopicId {
     /// All zeros: "no topic id" (Kafka's `Uuid.ZERO_UUID`, `AAAAAAAAAAAAAAAAAAAAAA`).
@@ -302,55 +330,40 @@ impl TopicId {
     }
 
     /// Parses Kafka's string form (`Uuid.fromString`): URL-safe base64 of 16 bytes, with or
-    /// without `==` padding. Like Java's decoder, unused low bits of the last character are ignored.
+    /// without `==` padding (the `base64` crate's URL-safe alphabet). Like Java's decoder, unused
+    /// low bits of the last character are ignored.
     ///
-    /// Errors: [`TopicIdParseError`] for other alphabets, bad padding, or a length other than 16 bytes.
+    /// Errors: [`TopicIdParseError`] for other alphabets, bad padding, or a length other than 16
+    /// bytes; the decoder's error is its source.
     pub fn parse(s: &str) -> Result<Self, TopicIdParseError> {
-        let err = |reason| TopicIdParseError { input: s.chars().take(64).collect(), reason };
+        let err = |reason, source| TopicIdParseError { input: s.chars().take(64).collect(), reason, source };
         if s.len() > 24 {
-            return Err(err("too long to be a base64 Uuid"));
+            return Err(err("too long to be a base64 Uuid", None));
         }
-        let data = s.trim_end_matches('=');
-        let pad = s.len() - data.len();
-        if pad > 2 || (pad > 0 && !s.len().is_multiple_of(4)) || data.len() % 4 == 1 {
-            return Err(err("malformed base64 padding"));
-        }
-        let mut out = Vec::with_capacity(18);
-        let mut acc: u32 = 0;
-        let mut bits = 0;
-        for c in data.bytes() {
-            let v = BASE64_URL.iter().position(|a| *a == c).ok_or_else(|| err("not URL-safe base64"))? as u32;
-            acc = (acc << 6) | v;
-            bits += 6;
-            if bits >= 8 {
-                bits -= 8;
-                out.push((acc >> bits) as u8);
-                acc &= (1 << bits) - 1;
-            }
-        }
-        let bytes: [u8; 16] = out.try_into().map_err(|_| err("does not decode to 16 bytes"))?;
+        let engine = if s.ends_with('=') { &UUID_BASE64_PADDED } else { &UUID_BASE64 };
+        let bytes = engine.decode(s).map_err(|e| {
+            let reason = match e {
+                // `=` where only padding may stand (too many of them at the end).
+                base64::DecodeError::InvalidByte(at, b'=')
+                    if s.get(at..).is_some_and(|rest| rest.bytes().all(|c| c == b'=')) =>
+                {
+                    "malformed base64 padding"
+                }
+                base64::DecodeError::InvalidByte(..) => "not URL-safe base64",
+                _ => "malformed base64 padding",
+            };
+            err(reason, Some(e))
+        })?;
+        let bytes: [u8; 16] = bytes.try_into().map_err(|_| err("does not decode to 16 bytes", None))?;
         Ok(TopicId(bytes))
     }
 }
 
 impl fmt::Display for TopicId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut s = [0u8; 22];
-        let mut n = 0;
-        let mut acc: u32 = 0;
-        let mut bits = 0;
-        for b in self.0 {
-            acc = (acc << 8) | b as u32;
-            bits += 8;
-            while bits >= 6 {
-                bits -= 6;
-                s[n] = BASE64_URL[((acc >> bits) & 0x3f) as usize];
-                n += 1;
-            }
-        }
-        // 128 bits = 21 * 6 + 2: the last character carries 2 bits, left-aligned.
-        s[n] = BASE64_URL[((acc << (6 - bits)) & 0x3f) as usize];
-        f.write_str(std::str::from_utf8(&s).expect("base64 alphabet is ASCII"))
+        let mut s = [0u8; UUID_BASE64_LEN];
+        let n = UUID_BASE64.encode_slice(self.0, &mut s).expect("16 bytes are 22 base64 characters");
+        f.write_str(std::str::from_utf8(&s[..n]).expect("base64 alphabet is ASCII"))
     }
 }
 
@@ -715,6 +728,26 @@ mod tests {
         ] {
             assert!(TopicId::parse(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn topic_id_parse_errors_say_why() {
+        for (bad, reason) in [
+            ("", "does not decode to 16 bytes"),
+            ("B3_HiNPgSQ6oxG9ZZ6ED5AA", "does not decode to 16 bytes"),
+            ("B3_HiNPgSQ6oxG9ZZ6ED5", "malformed base64 padding"),
+            ("B3_HiNPgSQ6oxG9ZZ6ED5A=", "malformed base64 padding"),
+            ("AAAAAAAAAAAAAAAAAAAA===", "malformed base64 padding"),
+            ("B3_HiNPgSQ6oxG9ZZ6E=5A", "not URL-safe base64"),
+            ("B3+HiNPgSQ6oxG9ZZ6ED5A", "not URL-safe base64"),
+            ("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", "too long to be a base64 Uuid"),
+        ] {
+            assert_eq!(TopicId::parse(bad).unwrap_err().reason, reason, "{bad:?}");
+        }
+        // Unused low bits of the last character are ignored, as Java's decoder does.
+        assert_eq!(TopicId::parse("AAAAAAAAAAAAAAAAAAAAAR").unwrap(), TopicId::METADATA_TOPIC_ID);
+        let e = TopicId::parse("B3+HiNPgSQ6oxG9ZZ6ED5A").unwrap_err();
+        assert!(std::error::Error::source(&e).is_some(), "the base64 error is kept");
     }
 
     #[test]
