@@ -21,6 +21,7 @@ use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
+use super::batch::record::read_unsigned_varlong;
 use super::batch::{legacy, BatchError, BatchHeader, RecordBatch, HEADER_SIZE, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2};
 use super::consumer_offsets;
 use super::offset_index::OffsetIndex;
@@ -620,7 +621,7 @@ fn write_contents(out: &mut dyn Write, kind: Contents, key: Option<&[u8]>, value
             let mut rest = value.unwrap_or_default();
             let mut fields = [0u64; 3];
             for f in &mut fields {
-                match read_unsigned_varint(rest) {
+                match read_unsigned_varlong(rest) {
                     Some((v, n)) => {
                         *f = v;
                         rest = &rest[n..];
@@ -640,18 +641,6 @@ fn write_contents(out: &mut dyn Write, kind: Contents, key: Option<&[u8]>, value
     }
     let show = |b: Option<&[u8]>| b.map_or("null".to_string(), |b| String::from_utf8_lossy(b).into_owned());
     write!(out, " key: {} payload: {}", show(key), show(value))
-}
-
-/// An unsigned (not zig-zag) varint, as KRaft's record frames use.
-fn read_unsigned_varint(b: &[u8]) -> Option<(u64, usize)> {
-    let mut v = 0u64;
-    for (i, byte) in b.iter().take(10).enumerate() {
-        v |= ((byte & 0x7f) as u64) << (7 * i);
-        if byte & 0x80 == 0 {
-            return Some((v, i + 1));
-        }
-    }
-    None
 }
 
 fn companion_log(path: &Path) -> Option<(PathBuf, i64)> {

@@ -170,31 +170,40 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// Reads a zig-zag varint (at most 5 bytes). Returns the value and the bytes used, or `None`
-/// when `b` ends first or the varint is longer than 5 bytes.
-pub fn read_varint(b: &[u8]) -> Option<(i32, usize)> {
-    let mut raw: u32 = 0;
-    for i in 0..5 {
+/// Reads an unsigned varint of at most `max_len` bytes, 7 bits a byte, least significant group
+/// first (protobuf's base 128; Kafka's `ByteUtils.readUnsignedVarlong`). Returns the value and
+/// the bytes used, or `None` when `b` ends first or the varint is longer than `max_len` bytes.
+/// Bits beyond 64 are dropped.
+fn read_raw_varint(b: &[u8], max_len: usize) -> Option<(u64, usize)> {
+    let mut raw: u64 = 0;
+    for i in 0..max_len {
         let byte = *b.get(i)?;
-        raw |= ((byte & 0x7f) as u32) << (7 * i);
+        raw |= ((byte & 0x7f) as u64) << (7 * i);
         if byte & 0x80 == 0 {
-            return Some((((raw >> 1) as i32) ^ -((raw & 1) as i32), i + 1));
+            return Some((raw, i + 1));
         }
     }
     None
 }
 
+/// Reads a zig-zag varint (at most 5 bytes). Returns the value and the bytes used, or `None`
+/// when `b` ends first or the varint is longer than 5 bytes.
+pub fn read_varint(b: &[u8]) -> Option<(i32, usize)> {
+    read_raw_varint(b, 5).map(|(raw, n)| {
+        let raw = raw as u32;
+        (((raw >> 1) as i32) ^ -((raw & 1) as i32), n)
+    })
+}
+
 /// Reads a zig-zag varlong (at most 10 bytes); see [`read_varint`].
 pub fn read_varlong(b: &[u8]) -> Option<(i64, usize)> {
-    let mut raw: u64 = 0;
-    for i in 0..10 {
-        let byte = *b.get(i)?;
-        raw |= ((byte & 0x7f) as u64) << (7 * i);
-        if byte & 0x80 == 0 {
-            return Some((((raw >> 1) as i64) ^ -((raw & 1) as i64), i + 1));
-        }
-    }
-    None
+    read_raw_varint(b, 10).map(|(raw, n)| (((raw >> 1) as i64) ^ -((raw & 1) as i64), n))
+}
+
+/// Reads an unsigned (not zig-zag) varlong of at most 10 bytes, as KRaft's record frames use
+/// (`MetadataRecordSerde`: frame version, api key, version); see [`read_varint`].
+pub fn read_unsigned_varlong(b: &[u8]) -> Option<(u64, usize)> {
+    read_raw_varint(b, 10)
 }
 
 /// Appends `v` as a zig-zag varint.
