@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand};
 use fetchbench::bench::read_paths;
 use fetchbench::client::produce_cmd::parse_bytes;
 use fetchbench::log::dump::{self, DumpOptions};
+use fetchbench::protocol::consumer_offsets;
 use fetchbench::read_path::{ReadPathConfig, ReadPathKind};
 
 /// fetchbench: what it costs to move Kafka log data from disk to consumers.
@@ -290,7 +291,12 @@ fn say(msg: std::fmt::Arguments<'_>) {
 }
 
 fn log_dump(a: DumpArgs) -> ExitCode {
-    let opts = DumpOptions { verify: a.verify, print_records: a.print_records, compacted_topics: a.compacted };
+    let opts = DumpOptions {
+        verify: a.verify,
+        print_records: a.print_records,
+        compacted_topics: a.compacted,
+        offsets_decoder: Some(consumer_offsets::dump_record),
+    };
     let paths: Vec<PathBuf> = a.paths.into_iter().chain(a.files).collect();
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());

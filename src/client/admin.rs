@@ -20,7 +20,7 @@ use kafka_protocol::protocol::StrBytes;
 use super::{ClientError, KafkaConnection};
 use crate::broker::coordinator::{partition_for, DEFAULT_OFFSETS_TOPIC_NUM_PARTITIONS, OFFSETS_TOPIC};
 use crate::log::batch::mixed::MixedBatches;
-use crate::log::consumer_offsets::{decode_record, ConsumerAssignment, OffsetsRecord, CONSUMER_PROTOCOL_TYPE};
+use crate::protocol::consumer_offsets::{decode_record, ConsumerAssignment, OffsetsRecord, CONSUMER_PROTOCOL_TYPE};
 
 /// One group of ListGroups.
 #[derive(Clone, Debug, PartialEq, Eq)]

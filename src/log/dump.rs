@@ -2,8 +2,8 @@
 //!
 //! For a `.log`: per batch its offsets, record count, position, size, magic, codec, CRC validity,
 //! timestamps and producer state; per record its offset, timestamp, key and value sizes and header
-//! keys, with contents under `--print-records` (`__consumer_offsets` records decoded like
-//! `--offsets-decoder`). For a `.index`: each (offset, position) entry and whether a batch starts at
+//! keys, with contents under `--print-records` (`__consumer_offsets` records decoded by the
+//! [`DumpOptions::offsets_decoder`] hook, like `--offsets-decoder`). For a `.index`: each (offset, position) entry and whether a batch starts at
 //! that position and ends at or below that offset (Kafka indexes an append of several batches by
 //! its largest offset at its first batch). For a `.timeindex`: each (timestamp, offset) entry and
 //! whether the offset lies in a batch whose max timestamp it is, the largest so far.
@@ -13,6 +13,11 @@
 //! missing between two segments of a partition not known to be compacted: see [`DumpOptions`]) is
 //! collected in [`DumpSummary::problems`] with the file and position; the CLI exits 1 when there is
 //! any.
+//!
+//! The `__consumer_offsets` record schemas are wire formats and live in `protocol`, a layer above
+//! this one, so the dump does not decode them itself: the caller hands it an [`OffsetsDecoder`]
+//! (`fetchbench log dump` passes `protocol::consumer_offsets::dump_record`), as Kafka's
+//! `DumpLogSegments` takes its `--offsets-decoder` parser class.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -23,7 +28,6 @@ use std::path::{Path, PathBuf};
 
 use super::batch::record::read_unsigned_varlong;
 use super::batch::{legacy, BatchError, BatchHeader, RecordBatch, HEADER_SIZE, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2};
-use super::consumer_offsets;
 use super::offset_index::OffsetIndex;
 use super::producer_state::increment_sequence;
 use super::segment::{fits_relative_offset, parse_base_offset, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX};
@@ -42,7 +46,19 @@ pub struct DumpOptions {
     /// their segments are not a problem. Kafka's internal topics (`__consumer_offsets`,
     /// `__transaction_state`, `__share_group_state`) always count as compacted.
     pub compacted_topics: Vec<String>,
+    /// How to decode `__consumer_offsets` records (Kafka's `--offsets-decoder`): under
+    /// `print_records` each record's key and value are printed through it, and every record of a
+    /// `__consumer_offsets-*` partition it cannot decode is a problem. `None`: those records are
+    /// printed as plain text and not checked.
+    pub offsets_decoder: Option<OffsetsDecoder>,
 }
+
+/// Decodes one `__consumer_offsets` record from its key and value (`None` = null) into the text
+/// `--print-records` shows after the record's fields, as Kafka's
+/// `DumpLogSegments.OffsetsMessageParser` does. The error says why the record does not decode;
+/// it is printed as ` undecodable: <error>` and reported as a problem.
+pub type OffsetsDecoder =
+    fn(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<String, Box<dyn std::error::Error + Send + Sync>>;
 
 /// One problem found, with where it is.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -504,8 +520,8 @@ fn dump_log(path: &Path, opts: &DumpOptions, out: &mut dyn Write, summary: &mut 
                     if opts.print_records {
                         let kind = if h.attributes.is_control() {
                             Contents::Control
-                        } else if is_offsets_topic {
-                            Contents::ConsumerOffsets
+                        } else if let (true, Some(decoder)) = (is_offsets_topic, opts.offsets_decoder) {
+                            Contents::ConsumerOffsets(decoder)
                         } else if is_metadata_topic {
                             Contents::KraftMetadata
                         } else {
@@ -514,8 +530,10 @@ fn dump_log(path: &Path, opts: &DumpOptions, out: &mut dyn Write, summary: &mut 
                         write_contents(out, kind, r.key, r.value)?;
                     }
                     writeln!(out)?;
-                } else if is_offsets_topic && !h.attributes.is_control() {
-                    if let Err(err) = consumer_offsets::decode_record(r.key, r.value) {
+                } else if let (true, false, Some(decoder)) =
+                    (is_offsets_topic, h.attributes.is_control(), opts.offsets_decoder)
+                {
+                    if let Err(err) = decoder(r.key, r.value) {
                         problem(format!("offset {}: undecodable __consumer_offsets record: {err}", r.offset));
                     }
                 }
@@ -579,7 +597,7 @@ enum Contents {
     /// As (lossy) UTF-8 text.
     Plain,
     /// `__consumer_offsets` keys and values decoded (`--offsets-decoder`).
-    ConsumerOffsets,
+    ConsumerOffsets(OffsetsDecoder),
     /// A control record: its type (Kafka's `ControlRecordType`) and, for transaction markers, the
     /// coordinator epoch.
     Control,
@@ -590,8 +608,8 @@ enum Contents {
 fn write_contents(out: &mut dyn Write, kind: Contents, key: Option<&[u8]>, value: Option<&[u8]>) -> io::Result<()> {
     match kind {
         Contents::Plain => {}
-        Contents::ConsumerOffsets => {
-            return match consumer_offsets::decode_record(key, value) {
+        Contents::ConsumerOffsets(decoder) => {
+            return match decoder(key, value) {
                 Ok(rec) => write!(out, " {rec}"),
                 Err(e) => write!(out, " undecodable: {e}"),
             }

@@ -15,14 +15,12 @@
 //! | [`config`] | `LogConfig` | topic and broker configs with Kafka's names and defaults |
 //! | [`manager`] | `LogManager` | a `log.dirs` directory: partitions, checkpoints, clean-shutdown marker |
 //! | [`checkpoint`] | `OffsetCheckpointFile`, `PartitionMetadataFile` | Kafka's small text files |
-//! | [`consumer_offsets`] | `GroupMetadataManager` schemas | `__consumer_offsets` key/value decoding |
-//! | [`dump`] | `kafka-dump-log.sh` | the `log dump` tool |
+//! | [`dump`] | `kafka-dump-log.sh` | the `log dump` tool (its `__consumer_offsets` decoder is a hook the CLI fills from `protocol`) |
 
 pub mod batch;
 pub mod checkpoint;
 pub mod cleaner;
 pub mod config;
-pub mod consumer_offsets;
 pub mod dump;
 mod error;
 pub mod manager;

@@ -12,10 +12,15 @@
 //!              -> frame::encode_response                    size + header (v0/v1) + body
 //! ```
 //!
+//! Beside the requests and responses, the formats other components put inside them or in a log:
+//! [`consumer_offsets`] holds the `__consumer_offsets` record schemas (written and replayed by the
+//! broker's group coordinator, read by the admin client and by `log dump`).
+//!
 //! Errors of this layer are [`ProtocolError`]; each carries the API key, version and correlation
 //! id when they are known, so the broker can answer with an error response where the protocol has
 //! one and close the connection otherwise.
 
+pub mod consumer_offsets;
 pub mod fetch_response;
 pub mod frame;
 

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use fetchbench::log::batch::{BatchBoundaries, RecordBatch};
 use fetchbench::log::checkpoint::{self, EpochEntry, TopicId};
-use fetchbench::log::consumer_offsets::{decode_record, OffsetsRecord, CONSUMER_PROTOCOL_TYPE};
+use fetchbench::protocol::consumer_offsets::{decode_record, OffsetsRecord, CONSUMER_PROTOCOL_TYPE};
 
 use crate::common;
 

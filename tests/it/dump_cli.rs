@@ -5,6 +5,7 @@ use std::path::Path;
 use std::process::Command;
 
 use fetchbench::log::dump::{dump_paths, DumpOptions};
+use fetchbench::protocol::consumer_offsets::dump_record;
 
 use crate::common;
 
@@ -40,8 +41,9 @@ fn dump_verify_over_the_corpus_matches_its_readme() {
     let Some(corpus) = common::corpus() else { return };
     let segs = corpus.join("kafka-segments");
     let mut out = Vec::new();
-    let summary =
-        dump_paths(std::slice::from_ref(&segs), &DumpOptions { verify: true, ..Default::default() }, &mut out).unwrap();
+    // With the CLI's decoder, so the corpus's __consumer_offsets records are checked too.
+    let opts = DumpOptions { verify: true, offsets_decoder: Some(dump_record), ..Default::default() };
+    let summary = dump_paths(std::slice::from_ref(&segs), &opts, &mut out).unwrap();
     assert!(summary.problems.is_empty(), "{:?}", summary.problems);
     let table = readme_table(&corpus);
     assert_eq!(table.len(), 18, "the README lists 18 segments");

@@ -12,7 +12,7 @@
 //! manager's. Nothing that holds the log lock takes the coordinator's.
 //!
 //! Persistence follows Kafka's `GroupMetadataManager` (Kafka 2.x-3.x) / `GroupCoordinatorShard`
-//! (4.x) record formats ([`crate::log::consumer_offsets`]): an offset commit is an
+//! (4.x) record formats ([`crate::protocol::consumer_offsets`]): an offset commit is an
 //! `OffsetCommitKey` v1 with an `OffsetCommitValue` v3 (v1 when the commit carries an expire
 //! timestamp), group metadata a `GroupMetadataKey` v2 with a `GroupMetadataValue` v3, written when
 //! the leader's assignment is accepted, when the group becomes Empty, and when a static member
@@ -34,7 +34,7 @@ use super::group::{
 };
 use super::{partition_for, DEFAULT_OFFSETS_TOPIC_NUM_PARTITIONS};
 use crate::broker::errors;
-use crate::log::consumer_offsets::{
+use crate::protocol::consumer_offsets::{
     decode_record, GroupMetadataKey, GroupMetadataValue, MemberMetadata, OffsetCommitKey, OffsetCommitValue,
     OffsetsRecord,
 };
@@ -856,7 +856,7 @@ pub fn offset_record(
     topic: &str,
     partition: i32,
     c: &CommittedOffset,
-) -> Result<(Vec<u8>, Option<Vec<u8>>), crate::log::consumer_offsets::OffsetsEncodeError> {
+) -> Result<(Vec<u8>, Option<Vec<u8>>), crate::protocol::consumer_offsets::OffsetsEncodeError> {
     let key = OffsetCommitKey::new(group, topic, partition).encode()?;
     let leader_epoch = (c.leader_epoch >= 0).then_some(c.leader_epoch);
     let value =

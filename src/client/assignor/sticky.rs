@@ -52,7 +52,7 @@ use super::{
     empty_assignment, flatten, subscribed_partition_counts, Assignment, Assignor, MemberSubscription,
     RebalanceProtocol, TopicPartition, DEFAULT_GENERATION,
 };
-use crate::log::consumer_offsets::ConsumerSubscription;
+use crate::protocol::consumer_offsets::ConsumerSubscription;
 
 /// The `sticky` assignor (Kafka's `StickyAssignor`, eager). Owned partitions and generation
 /// travel in the subscription user data ([`StickyUserData`]).

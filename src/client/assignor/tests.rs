@@ -320,7 +320,8 @@ fn sticky_member_data_from_user_data() {
     assert_eq!((m.owned_partitions, m.generation), (tps("t", [2]), Some(3)));
     // cooperative-sticky: protocol generation first, user data before v2.
     let mut s = sub(Some(encode_cooperative_user_data(9)));
-    s.owned_partitions = vec![crate::log::consumer_offsets::TopicPartitions { topic: "t".into(), partitions: vec![1] }];
+    s.owned_partitions =
+        vec![crate::protocol::consumer_offsets::TopicPartitions { topic: "t".into(), partitions: vec![1] }];
     let m = CooperativeStickyAssignor.member_subscription(&s);
     assert_eq!((m.owned_partitions.clone(), m.generation), (tps("t", [1]), Some(4)));
     s.generation_id = -1;

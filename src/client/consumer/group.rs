@@ -30,7 +30,7 @@ use kafka_protocol::protocol::StrBytes;
 use super::{ConsumerError, TopicPartition};
 use crate::client::assignor::{build_subscription, Assignor, JoinState, RebalanceProtocol};
 use crate::client::{ClientError, KafkaConnection};
-use crate::log::consumer_offsets::CONSUMER_PROTOCOL_TYPE;
+use crate::protocol::consumer_offsets::CONSUMER_PROTOCOL_TYPE;
 
 /// Kafka error codes the membership reacts to.
 pub(crate) mod codes {

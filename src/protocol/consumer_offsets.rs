@@ -38,6 +38,17 @@
 //! commit carries an explicit expire timestamp (OffsetCommit v1, or before IBP 2.1); group
 //! metadata uses key v2 and value v3 since Kafka 2.3.
 //!
+//! ## Why in `protocol`
+//!
+//! Three parts of fetchbench read these records: the broker's group coordinator
+//! (`broker::coordinator`) writes them and replays them at start-up, the admin client
+//! (`client::admin`) reads a group's generation from them as Kafka's
+//! `GroupMetadataMessageFormatter` does, and `log dump` prints them (Kafka's
+//! `--offsets-decoder`, through the hook [`crate::log::dump::OffsetsDecoder`], filled with
+//! [`dump_record`]). With the layering `log` <- `read_path` <- `protocol` <- `broker` and the
+//! client on `protocol` and `log`, `protocol` is the one layer all three may use: the coordinator
+//! alone would be out of the client's reach, and `log` must not know wire formats.
+//!
 //! Decoding is defensive: every length is checked against the bytes left before anything is
 //! allocated, and no input makes it panic. As in Kafka's readers, bytes after the last field are
 //! ignored (newer writers may append fields).
@@ -994,6 +1005,17 @@ pub fn decode_record(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<Offsets
         }),
         key_version => Ok(OffsetsRecord::Unknown { key_version, key: key.to_vec(), value: value.map(<[u8]>::to_vec) }),
     }
+}
+
+/// [`decode_record`] as `log dump --print-records` shows it: the [`OffsetsRecord`]'s `Display`
+/// (`key: ... payload: ...`), for [`crate::log::dump::DumpOptions::offsets_decoder`].
+///
+/// Errors: those of [`decode_record`].
+pub fn dump_record(
+    key: Option<&[u8]>,
+    value: Option<&[u8]>,
+) -> Result<String, Box<dyn std::error::Error + Send + Sync>> {
+    Ok(decode_record(key, value)?.to_string())
 }
 
 impl OffsetsRecord {
