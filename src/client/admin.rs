@@ -18,9 +18,11 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use super::{ClientError, KafkaConnection};
-use crate::broker::coordinator::{partition_for, DEFAULT_OFFSETS_TOPIC_NUM_PARTITIONS, OFFSETS_TOPIC};
 use crate::log::batch::mixed::MixedBatches;
-use crate::protocol::consumer_offsets::{decode_record, ConsumerAssignment, OffsetsRecord, CONSUMER_PROTOCOL_TYPE};
+use crate::protocol::consumer_offsets::{
+    decode_record, partition_for, ConsumerAssignment, OffsetsRecord, CONSUMER_PROTOCOL_TYPE,
+    DEFAULT_OFFSETS_TOPIC_NUM_PARTITIONS, OFFSETS_TOPIC,
+};
 
 /// One group of ListGroups.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -38,6 +38,10 @@
 //! commit carries an explicit expire timestamp (OffsetCommit v1, or before IBP 2.1); group
 //! metadata uses key v2 and value v3 since Kafka 2.3.
 //!
+//! The topic itself: [`OFFSETS_TOPIC`], Kafka's [`DEFAULT_OFFSETS_TOPIC_NUM_PARTITIONS`], and
+//! [`partition_for`], the partition that holds a group's records (`Utils.abs(groupId.hashCode) %
+//! offsets.topic.num.partitions`); a client learns the partition count from Metadata.
+//!
 //! ## Why in `protocol`
 //!
 //! Three parts of fetchbench read these records: the broker's group coordinator
@@ -65,6 +69,29 @@ pub const GROUP_METADATA_KEY_V2: i16 = 2;
 /// `protocol_type` of groups formed by Kafka consumers; their member subscription and assignment
 /// bytes follow the consumer protocol ([`ConsumerSubscription`], [`ConsumerAssignment`]).
 pub const CONSUMER_PROTOCOL_TYPE: &str = "consumer";
+
+/// Kafka's default `offsets.topic.num.partitions`.
+pub const DEFAULT_OFFSETS_TOPIC_NUM_PARTITIONS: i32 = 50;
+
+/// The internal topic holding committed offsets and group metadata.
+pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+
+/// Java's `String.hashCode` over the UTF-16 code units of `s`: `s[0]*31^(n-1) + ... + s[n-1]`
+/// with 32-bit wrapping arithmetic.
+pub fn java_string_hash(s: &str) -> i32 {
+    s.encode_utf16().fold(0i32, |h, unit| h.wrapping_mul(31).wrapping_add(i32::from(unit)))
+}
+
+/// The `__consumer_offsets` partition of `group_id`: `Utils.abs(groupId.hashCode()) %
+/// offsets.topic.num.partitions`, where Kafka's `Utils.abs` maps `Integer.MIN_VALUE` to 0
+/// (`"polygenelubricants"` hashes to `Integer.MIN_VALUE` and lands on partition 0).
+///
+/// `num_partitions` must be positive.
+pub fn partition_for(group_id: &str, num_partitions: i32) -> i32 {
+    let h = java_string_hash(group_id);
+    let abs = if h == i32::MIN { 0 } else { h.abs() };
+    abs % num_partitions.max(1)
+}
 
 /// Errors decoding a `__consumer_offsets` key or value, or consumer protocol bytes. Positions are
 /// byte offsets inside the key, value or embedded bytes being decoded.
@@ -1500,6 +1527,28 @@ mod tests {
             let (kb, vb) = (key.encode().unwrap(), value.encode().unwrap());
             let rec = decode_record(Some(&kb), Some(&vb)).unwrap();
             prop_assert_eq!(rec, OffsetsRecord::OffsetCommit { key, value: Some(value) });
+        }
+    }
+
+    #[test]
+    fn java_hash_matches_known_values() {
+        assert_eq!(java_string_hash(""), 0);
+        assert_eq!(java_string_hash("a"), 97);
+        assert_eq!(java_string_hash("hello"), 99_162_322);
+        assert_eq!(java_string_hash("polygenelubricants"), i32::MIN);
+        // A character outside the BMP is two UTF-16 code units (surrogates), as in Java.
+        assert_eq!(java_string_hash("\u{1F600}"), 0xD83D * 31 + 0xDE00);
+    }
+
+    #[test]
+    fn partition_for_follows_kafka_utils_abs() {
+        assert_eq!(partition_for("polygenelubricants", 50), 0);
+        assert_eq!(partition_for("hello", 50), 99_162_322 % 50);
+        // A negative hash: abs then modulo.
+        let h = java_string_hash("console-consumer-12345");
+        assert_eq!(partition_for("console-consumer-12345", 50), if h == i32::MIN { 0 } else { h.abs() % 50 });
+        for g in ["", "g", "my-group", "\u{e9}t\u{e9}"] {
+            assert!((0..50).contains(&partition_for(g, 50)));
         }
     }
 }

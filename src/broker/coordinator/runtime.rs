@@ -32,11 +32,10 @@ use super::group::{
     Completion, Group, GroupConfig, GroupState, JoinRequest, JoinResult, Member, MemberRef, Reply, SyncRequest,
     SyncResult, Ticket,
 };
-use super::{partition_for, DEFAULT_OFFSETS_TOPIC_NUM_PARTITIONS};
 use crate::broker::errors;
 use crate::protocol::consumer_offsets::{
-    decode_record, GroupMetadataKey, GroupMetadataValue, MemberMetadata, OffsetCommitKey, OffsetCommitValue,
-    OffsetsRecord,
+    decode_record, partition_for, GroupMetadataKey, GroupMetadataValue, MemberMetadata, OffsetCommitKey,
+    OffsetCommitValue, OffsetsRecord, DEFAULT_OFFSETS_TOPIC_NUM_PARTITIONS,
 };
 
 /// Coordinator configuration, with Kafka's names and defaults.

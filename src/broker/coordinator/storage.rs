@@ -6,13 +6,13 @@
 //! `segment.bytes=offsets.topic.segment.bytes` (100 MiB), the broker's other log defaults.
 
 use super::runtime::OffsetsStorage;
-use crate::broker::coordinator::OFFSETS_TOPIC;
 use crate::broker::shared::Shared;
 use crate::broker::{errors, topics};
 use crate::log::batch::mixed::MixedBatches;
 use crate::log::batch::{BatchBuilder, Compression};
 use crate::log::config::CleanupPolicy;
 use crate::log::LogConfig;
+use crate::protocol::consumer_offsets::OFFSETS_TOPIC;
 
 /// Kafka's default `offsets.topic.segment.bytes` (100 MiB).
 pub const OFFSETS_TOPIC_SEGMENT_BYTES: i32 = 100 * 1024 * 1024;

@@ -24,12 +24,12 @@ use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, Topi
 use kafka_protocol::protocol::StrBytes;
 
 use crate::broker::coordinator::storage::offsets_topic_config;
-use crate::broker::coordinator::OFFSETS_TOPIC;
 use crate::broker::handler::offset_for_leader_epoch::current_leader_epoch;
 use crate::broker::node::{CLUSTER_ID, NODE_ID};
 use crate::broker::shared::Shared;
 use crate::broker::{errors, topics};
 use crate::log::manager::{validate_topic_name, LogManager};
+use crate::protocol::consumer_offsets::OFFSETS_TOPIC;
 
 /// Answers a Metadata request, creating topics as described in the module docs.
 pub fn handle(shared: &Shared, request: &MetadataRequest, version: i16) -> MetadataResponse {
