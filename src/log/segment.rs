@@ -907,7 +907,7 @@ impl Segment {
             }
             let bytes = self.read_bytes(info.position, info.size)?;
             let wrap = |source| LogError::Batch { path: self.log.path.clone(), position: info.position as u64, source };
-            for rec in super::batch::legacy::records_of_entry(&bytes).map_err(wrap)? {
+            for rec in super::batch::mixed::records_of_entry(&bytes).map_err(wrap)? {
                 if rec.timestamp >= timestamp_ms && rec.offset >= starting_offset {
                     return Ok(Some(TimestampOffset { timestamp: rec.timestamp, offset: rec.offset }));
                 }

@@ -1,10 +1,12 @@
 //! Writing v2 batches, Kafka's `MemoryRecordsBuilder`.
 
-use super::record::{encode_record, Header};
-use super::{
-    Attributes, BatchError, BatchHeader, Compression, ATTRIBUTES_OFFSET, CRC_OFFSET, HEADER_SIZE, LOG_OVERHEAD,
-    MAGIC_V2, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, NO_TIMESTAMP,
+use super::compression::Compression;
+use super::error::BatchError;
+use super::header::{
+    Attributes, BatchHeader, ATTRIBUTES_OFFSET, CRC_OFFSET, HEADER_SIZE, LOG_OVERHEAD, MAGIC_V2, NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID, NO_SEQUENCE, NO_TIMESTAMP,
 };
+use super::record::{encode_record, Header};
 
 /// Builds one v2 batch: records are encoded as they are appended, compressed as a whole on
 /// [`BatchBuilder::build`], and the CRC-32C is computed last.
@@ -266,7 +268,7 @@ pub fn set_partition_leader_epoch(batch: &mut [u8], epoch: i32) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::log::batch::RecordBatch;
+    use crate::log::batch::record_batch::RecordBatch;
 
     #[test]
     fn build_then_parse_round_trip() {

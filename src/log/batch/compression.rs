@@ -16,12 +16,13 @@
 //! buffer for) more than `max_output` bytes, so a decompression bomb fails with
 //! [`io::ErrorKind::InvalidData`] instead of exhausting memory. Garbage input is an error, never a
 //! panic.
+//!
+//! The codec of an attributes id, [`Compression::from_id`], is decoded beside the attributes in
+//! [`super::header`] (an unknown id is a [`BatchError`](super::error::BatchError)).
 
 use std::fmt;
 use std::io::{self, Read, Write};
 use std::str::FromStr;
-
-use super::BatchError;
 
 /// A batch's compression codec, Kafka's `CompressionType` (the `compression.type` config).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -38,6 +39,10 @@ pub enum Compression {
     /// zstd (id 4, magic 2 only: KIP-110).
     Zstd,
 }
+
+/// Default bound on a batch's decompressed records (256 MiB): the `max_output` the record decoders
+/// pass to [`Compression::decompress`] unless told otherwise.
+pub const DEFAULT_MAX_UNCOMPRESSED: usize = 256 << 20;
 
 /// The 8-byte magic of snappy-java's stream format (`SnappyCodec.MAGIC_HEADER`): `0x82 "SNAPPY" 0x00`.
 pub const XERIAL_MAGIC: [u8; 8] = [0x82, b'S', b'N', b'A', b'P', b'P', b'Y', 0];
@@ -78,18 +83,6 @@ impl Compression {
     /// Every codec, in id order.
     pub const ALL: [Compression; 5] =
         [Compression::None, Compression::Gzip, Compression::Snappy, Compression::Lz4, Compression::Zstd];
-
-    /// The codec for an id (attributes bits 0-2); errors: [`BatchError::UnknownCodec`] for 5, 6, 7.
-    pub fn from_id(id: u8) -> Result<Self, BatchError> {
-        Ok(match id {
-            0 => Compression::None,
-            1 => Compression::Gzip,
-            2 => Compression::Snappy,
-            3 => Compression::Lz4,
-            4 => Compression::Zstd,
-            id => return Err(BatchError::UnknownCodec { id }),
-        })
-    }
 
     /// The id stored in attributes bits 0-2.
     pub fn id(self) -> u8 {
@@ -576,22 +569,6 @@ mod tests {
                 (x >> 24) as u8
             })
             .collect()
-    }
-
-    #[test]
-    fn ids_names_and_parsing() {
-        for (i, c) in Compression::ALL.into_iter().enumerate() {
-            assert_eq!(c.id() as usize, i);
-            assert_eq!(Compression::from_id(i as u8).unwrap(), c);
-            assert_eq!(c.name().parse::<Compression>().unwrap(), c);
-            assert_eq!(c.to_string(), c.name());
-        }
-        assert_eq!("GZIP".parse::<Compression>().unwrap(), Compression::Gzip);
-        assert_eq!("zstd".parse::<Compression>().unwrap().id(), 4);
-        assert!(matches!(Compression::from_id(5), Err(BatchError::UnknownCodec { id: 5 })));
-        assert!(matches!(Compression::from_id(7), Err(BatchError::UnknownCodec { id: 7 })));
-        let e = "producer".parse::<Compression>().unwrap_err();
-        assert_eq!(e.name, "producer");
     }
 
     #[test]

@@ -18,12 +18,15 @@
 
 use bytes::Bytes;
 
-use super::legacy::{LegacyMessage, LegacyRecord, MAGIC_V0, MAGIC_V1};
-use super::record::RecordIter;
-use super::{
-    BatchError, Compression, RecordBatch, DEFAULT_MAX_UNCOMPRESSED, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2,
-    NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, NO_TIMESTAMP,
+use super::compression::{Compression, DEFAULT_MAX_UNCOMPRESSED};
+use super::error::BatchError;
+use super::header::{
+    be_i32, be_i64, BatchHeader, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE,
+    NO_TIMESTAMP,
 };
+use super::legacy::{LegacyMessage, LegacyRecord, MAGIC_V0, MAGIC_V1, RECORD_OVERHEAD_V0};
+use super::record::RecordIter;
+use super::record_batch::RecordBatch;
 
 pub use super::legacy::TimestampType;
 
@@ -34,7 +37,7 @@ pub const NO_PARTITION_LEADER_EPOCH: i32 = -1;
 pub const HEADER_SIZE_UP_TO_MAGIC: usize = MAGIC_OFFSET + 1;
 /// Smallest entry size field accepted (a magic-0 message with null key and value), Kafka's
 /// `LegacyRecord.RECORD_OVERHEAD_V0`.
-const MIN_ENTRY_SIZE: i32 = super::legacy::RECORD_OVERHEAD_V0 as i32;
+const MIN_ENTRY_SIZE: i32 = RECORD_OVERHEAD_V0 as i32;
 /// Smallest encoded v2 record (length, attributes, timestamp delta, offset delta, key length,
 /// value length, header count: one byte each); bounds preallocation from an untrusted count.
 const MIN_RECORD_SIZE: usize = 7;
@@ -207,11 +210,11 @@ impl Iterator for MixedBatches<'_> {
             self.partial = true;
             return None;
         }
-        let size = super::be_i32(rest, 8);
+        let size = be_i32(rest, 8);
         if size < MIN_ENTRY_SIZE {
             self.failed = true;
             return Some(Err(BatchError::InvalidLength {
-                base_offset: super::be_i64(rest, 0),
+                base_offset: be_i64(rest, 0),
                 length: size,
                 min: MIN_ENTRY_SIZE,
                 max: i32::MAX,
@@ -310,7 +313,7 @@ fn decode_entry_at(
     options: DecodeOptions,
     to_bytes: &dyn Fn(&[u8]) -> Bytes,
 ) -> Result<DecodedBatch, BatchError> {
-    let (base_offset, _, magic) = super::BatchHeader::peek(entry)?;
+    let (base_offset, _, magic) = BatchHeader::peek(entry)?;
     match magic {
         MAGIC_V2 => decode_v2(entry, position, options, to_bytes),
         MAGIC_V0 | MAGIC_V1 => decode_legacy(entry, position, options, to_bytes),
@@ -441,9 +444,9 @@ fn from_legacy(r: LegacyRecord) -> DecodedRecord {
 
 #[cfg(test)]
 mod tests {
+    use super::super::builder::BatchBuilder;
     use super::super::legacy::encode::{entry, wrapper};
     use super::super::record::Header;
-    use super::super::BatchBuilder;
     use super::*;
 
     fn v2(base: i64, codec: Compression, keys: &[&str]) -> Vec<u8> {
@@ -469,6 +472,35 @@ mod tests {
         wrapper(&mut set, 5, 1, Compression::Snappy, false, 3001, &inner);
         entry(&mut set, 6, 0, 0, 0, Some(b"eta"), None);
         set
+    }
+
+    /// Legacy entries whose offsets overflow: refused by [`LegacyMessage`] and by the mixed decoder.
+    #[test]
+    fn offsets_that_overflow_are_errors_not_wrapped_numbers() {
+        const MAX: usize = 1 << 20;
+        // An entry at i64::MAX has no next offset.
+        let mut b = Vec::new();
+        entry(&mut b, i64::MAX, 1, 0, 0, None, Some(b"v"));
+        assert!(matches!(LegacyMessage::parse(&b), Err(BatchError::InvalidOffsetRange { base_offset: i64::MAX, .. })));
+        assert!(decode_entry(&b, 0, Default::default()).is_err());
+        // A magic-1 wrapper at i64::MAX - 1 whose last inner offset is -2: the absolute base
+        // (wrapper - last inner) overflows.
+        let mut inner = Vec::new();
+        entry(&mut inner, -3, 1, 0, 5, None, Some(b"a"));
+        entry(&mut inner, -2, 1, 0, 5, None, Some(b"b"));
+        let mut w = Vec::new();
+        wrapper(&mut w, i64::MAX - 1, 1, Compression::Gzip, false, 5, &inner);
+        let m = LegacyMessage::parse(&w).unwrap();
+        let err = m.deep_records(MAX).unwrap_err();
+        assert!(matches!(&err, BatchError::InvalidRecord { reason, .. } if reason.contains("overflows")), "{err}");
+        // A base that fits but an inner offset that takes it past i64::MAX.
+        let mut inner = Vec::new();
+        entry(&mut inner, i64::MAX - 1, 1, 0, 5, None, Some(b"a"));
+        entry(&mut inner, 0, 1, 0, 5, None, Some(b"b"));
+        let mut w = Vec::new();
+        wrapper(&mut w, 10, 1, Compression::Gzip, false, 5, &inner);
+        let err = LegacyMessage::parse(&w).unwrap().deep_records(MAX).unwrap_err();
+        assert!(matches!(&err, BatchError::InvalidRecord { index: 0, .. }), "{err}");
     }
 
     #[test]

@@ -15,7 +15,8 @@
 //!
 //! Varints are zig-zag encoded as in protobuf (Kafka's `ByteUtils.readVarint`).
 
-use super::{BatchError, BatchHeader};
+use super::error::BatchError;
+use super::header::BatchHeader;
 
 /// A record header: a UTF-8 key (not checked here) and an optional value.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,7 +48,7 @@ pub struct Record<'a> {
     pub size_in_bytes: usize,
 }
 
-/// Iterates the records of one batch; see [`super::Records::iter`].
+/// Iterates the records of one batch; see [`super::record_batch::Records::iter`].
 #[derive(Debug)]
 pub struct RecordIter<'a> {
     header: BatchHeader,
