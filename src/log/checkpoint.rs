@@ -63,7 +63,7 @@ use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 use base64::Engine as _;
 
 use super::config::{java_lines, parse_properties};
-use super::LogError;
+use super::error::LogError;
 
 /// Per log directory: offset up to which each partition's log is known flushed; recovery after
 /// an unclean shutdown starts here.

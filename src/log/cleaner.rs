@@ -43,10 +43,10 @@ use std::collections::HashMap;
 use std::time::SystemTime;
 
 use super::batch::builder::empty_batch;
-use super::batch::{BatchBuilder, RecordBatch, DEFAULT_MAX_UNCOMPRESSED};
+use super::batch::{BatchBuilder, BatchError, RecordBatch, DEFAULT_MAX_UNCOMPRESSED};
+use super::error::LogError;
 use super::partition::PartitionLog;
 use super::segment::{self, Segment, SegmentConfig};
-use super::LogError;
 
 /// What a retention pass deleted.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -193,7 +193,7 @@ pub fn compact(log: &mut PartitionLog, now_ms: i64) -> Result<CompactionOutcome,
                     let h = b.header();
                     if let Err(e) = dst.append(h.last_offset(), h.max_timestamp, h.last_offset(), &bytes) {
                         write_error = Some(e);
-                        return Err(super::BatchError::InvalidRecord {
+                        return Err(BatchError::InvalidRecord {
                             base_offset: h.base_offset,
                             index: 0,
                             reason: "the cleaned segment refused the batch".into(),
@@ -254,7 +254,7 @@ fn filter_batch(
     now_ms: i64,
     delete_retention_ms: i64,
     stats: &mut CompactionOutcome,
-) -> Result<Option<Vec<u8>>, super::BatchError> {
+) -> Result<Option<Vec<u8>>, BatchError> {
     let h = *batch.header();
     if h.attributes.is_control() {
         return Ok(Some(batch.as_bytes().to_vec()));
@@ -311,10 +311,7 @@ fn filter_batch(
 
 /// Calls `f` for every v2 batch of `seg` (CRC-verified); a legacy entry or a corrupt batch is an
 /// error naming the file and position.
-fn for_each_batch(
-    seg: &Segment,
-    mut f: impl FnMut(RecordBatch<'_>) -> Result<(), super::BatchError>,
-) -> Result<(), LogError> {
+fn for_each_batch(seg: &Segment, mut f: impl FnMut(RecordBatch<'_>) -> Result<(), BatchError>) -> Result<(), LogError> {
     for info in seg.batches_from(0) {
         let info = info?;
         let bytes = seg.read_bytes(info.position, info.size)?;
@@ -325,4 +322,52 @@ fn for_each_batch(
         f(batch).map_err(wrap)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::batch::Compression;
+    use crate::log::config::LogConfig;
+    use crate::log::partition::OpenOptions;
+
+    const T: i64 = 1_764_000_000_000;
+
+    /// One batch of producer `pid` (epoch `epoch`) with sequence `seq`: one record under key `k`.
+    fn idempotent(pid: i64, epoch: i16, seq: i32) -> Vec<u8> {
+        let mut b = BatchBuilder::new(0, Compression::None).producer(pid, epoch, seq);
+        b.append(T, Some(b"k"), Some(format!("v{seq}-0").as_bytes()), &[]);
+        b.build().unwrap()
+    }
+
+    fn open(dir: &std::path::Path, cfg: LogConfig, clean: bool) -> PartitionLog {
+        PartitionLog::open(dir, cfg, OpenOptions { had_clean_shutdown: clean, ..Default::default() }).unwrap().0
+    }
+
+    #[test]
+    fn state_rebuilt_from_a_compacted_log_keeps_each_producers_last_batch() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("compacted-0");
+        let mut cfg = LogConfig::default();
+        cfg.set("cleanup.policy", "compact").unwrap();
+        let mut log = open(&dir, cfg.clone(), true);
+        for seq in 0..5 {
+            log.append(&idempotent(3, 0, seq), T).unwrap();
+        }
+        // A plain write of the same key makes every record of producer 3 obsolete.
+        let mut plain = BatchBuilder::new(0, Compression::None);
+        plain.append(T, Some(b"k"), Some(b"latest"), &[]);
+        log.append(&plain.build().unwrap(), T).unwrap();
+        log.roll(T).unwrap();
+        let out = compact(&mut log, T).unwrap();
+        assert!(out.records_kept < out.records_read, "{out:?}");
+        drop(log);
+        let mut log = open(&dir, cfg, false);
+        let entry = log.producer_state().entry(3).expect("the producer's last (empty) batch survives");
+        assert_eq!((entry.producer_epoch(), entry.last_seq(), entry.last_data_offset()), (0, 4, 4));
+        let retry = log.append(&idempotent(3, 0, 4), T).unwrap();
+        assert_eq!((retry.duplicate, retry.first_offset), (true, 4));
+        assert!(matches!(log.append(&idempotent(3, 0, 6), T), Err(LogError::OutOfOrderSequence { .. })));
+        assert_eq!(log.append(&idempotent(3, 0, 5), T).unwrap().first_offset, 6);
+    }
 }

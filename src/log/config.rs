@@ -43,7 +43,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use super::batch::Compression;
-use super::LogError;
+use super::error::LogError;
 
 /// `segment.bytes`: the size at which a segment rolls.
 pub const SEGMENT_BYTES: &str = "segment.bytes";

@@ -36,9 +36,10 @@ use super::checkpoint::{
     self, read_offset_checkpoint, write_offset_checkpoint, OffsetCheckpoint, TopicId, CLEAN_SHUTDOWN_MARKER,
     LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_OFFSET_CHECKPOINT,
 };
+use super::config::LogConfig;
+use super::error::LogError;
 use super::partition::{now_ms, parse_topic_partition, DamagedFile, LoadReport, OpenOptions, PartitionLog};
 use super::producer_id::ProducerIdManager;
-use super::{LogConfig, LogError};
 
 /// Name of KRaft's metadata log directory prefix (`__cluster_metadata-0`).
 pub const CLUSTER_METADATA_TOPIC: &str = "__cluster_metadata";

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use memmap2::{Mmap, MmapMut};
 
-use super::LogError;
+use super::error::LogError;
 
 /// Size of one `.index` entry in bytes: relative offset (4) + position (4).
 pub const ENTRY_SIZE: usize = 8;

@@ -16,19 +16,19 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use super::batch::builder::{set_base_offset, set_partition_leader_epoch};
-use super::batch::{BatchBoundaries, BatchHeader, RecordBatch, ATTRIBUTES_OFFSET, CRC_OFFSET};
+use super::batch::{BatchBoundaries, BatchError, BatchHeader, RecordBatch, ATTRIBUTES_OFFSET, CRC_OFFSET};
 use super::checkpoint::{
     read_leader_epoch_checkpoint, read_partition_metadata, write_leader_epoch_checkpoint, write_partition_metadata,
     EpochEntry, TopicId, LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA,
 };
 use super::config::{LogConfig, TimestampType};
+use super::error::LogError;
 use super::producer_state::{
     ProducerCheck, ProducerStateManager, DEFAULT_PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS,
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
 };
 use super::segment::{self, Segment, SegmentConfig};
 use super::time_index::TimestampOffset;
-use super::LogError;
 
 pub use super::segment::{FileSlice, SegmentFile};
 
@@ -661,7 +661,7 @@ impl PartitionLog {
             let after = next.checked_add(delta).and_then(|l| l.checked_add(1)).ok_or_else(|| {
                 self.batch_error(
                     pos,
-                    super::BatchError::InvalidOffsetRange {
+                    BatchError::InvalidOffsetRange {
                         base_offset: next,
                         last_offset_delta: header.last_offset_delta,
                         reason: "assigned at the log end offset, the batch's next offset would overflow i64",
@@ -763,7 +763,7 @@ impl PartitionLog {
             {
                 return Err(self.batch_error(
                     b.position,
-                    super::BatchError::InvalidRecord {
+                    BatchError::InvalidRecord {
                         base_offset: h.base_offset,
                         index: 0,
                         reason: format!(
@@ -802,13 +802,10 @@ impl PartitionLog {
     /// Kafka's `LogValidator` checks for a batch from a client: no control batches, a record count
     /// that matches the offset range, and records at offset deltas 0, 1, 2, ... (decompressing when
     /// needed); in a compacted topic every record has a key.
-    fn validate_client_batch(&self, batch: &RecordBatch<'_>) -> Result<(), super::BatchError> {
+    fn validate_client_batch(&self, batch: &RecordBatch<'_>) -> Result<(), BatchError> {
         let h = batch.header();
-        let invalid = |index: usize, reason: String| super::BatchError::InvalidRecord {
-            base_offset: h.base_offset,
-            index,
-            reason,
-        };
+        let invalid =
+            |index: usize, reason: String| BatchError::InvalidRecord { base_offset: h.base_offset, index, reason };
         if h.attributes.is_control() {
             return Err(invalid(0, "clients are not allowed to write control batches".into()));
         }
@@ -856,7 +853,7 @@ impl PartitionLog {
         Ok(())
     }
 
-    fn batch_error(&self, position: usize, source: super::BatchError) -> LogError {
+    fn batch_error(&self, position: usize, source: BatchError) -> LogError {
         LogError::Batch { path: self.dir.clone(), position: position as u64, source }
     }
 
@@ -866,7 +863,7 @@ impl PartitionLog {
         }
         let source = match RecordBatch::parse(&records[position..]) {
             Err(e) => e,
-            Ok(_) => super::BatchError::Truncated { needed: records.len() + 1, available: records.len() },
+            Ok(_) => BatchError::Truncated { needed: records.len() + 1, available: records.len() },
         };
         self.batch_error(position, source)
     }
@@ -1231,7 +1228,7 @@ impl PartitionLog {
 
 /// Marks a v2 batch as LogAppendTime with `now_ms` as its max timestamp (Kafka's
 /// `setMaxTimestamp(LOG_APPEND_TIME, now)`), recomputing the CRC.
-fn set_log_append_time(batch: &mut [u8], now_ms: i64) -> Result<(), super::BatchError> {
+fn set_log_append_time(batch: &mut [u8], now_ms: i64) -> Result<(), BatchError> {
     let mut h = BatchHeader::parse(batch)?;
     h.attributes = h.attributes.with_log_append_time(true);
     h.max_timestamp = now_ms;
@@ -1466,4 +1463,63 @@ fn remove_stale_snapshots(dir: &Path, log_end_offset: i64, report: &mut LoadRepo
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::batch::{BatchBuilder, Compression};
+
+    const T: i64 = 1_764_000_000_000;
+
+    fn batch(pid: i64, epoch: i16, seq: i32, n: usize, key: &str) -> Vec<u8> {
+        let mut b = BatchBuilder::new(0, Compression::None).producer(pid, epoch, seq);
+        for i in 0..n {
+            b.append(T + i as i64, Some(key.as_bytes()), Some(format!("v{seq}-{i}").as_bytes()), &[]);
+        }
+        b.build().unwrap()
+    }
+
+    fn open(dir: &std::path::Path, cfg: LogConfig, clean: bool) -> PartitionLog {
+        PartitionLog::open(dir, cfg, OpenOptions { had_clean_shutdown: clean, ..Default::default() }).unwrap().0
+    }
+
+    #[test]
+    fn partition_log_answers_retries_with_the_original_offsets_and_rebuilds_on_open() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("idem-0");
+        let mut log = open(&dir, LogConfig::default(), true);
+        for seq in [0, 2, 4] {
+            let info = log.append(&batch(1, 0, seq, 2, "k"), T).unwrap();
+            assert_eq!((info.first_offset, info.duplicate), (seq as i64, false));
+        }
+        let retry = log.append(&batch(1, 0, 2, 2, "k"), T).unwrap();
+        assert!(retry.duplicate);
+        assert_eq!((retry.first_offset, retry.last_offset, retry.bytes), (2, 3, 0));
+        assert_eq!(log.log_end_offset(), 6, "a retry is stored once");
+        let gap = log.append(&batch(1, 0, 7, 1, "k"), T);
+        assert!(matches!(gap, Err(LogError::OutOfOrderSequence { sequence: 7, .. })), "{gap:?}");
+        assert_eq!(log.log_end_offset(), 6);
+
+        // Reopen without a clean shutdown: the state is replayed from the batch headers.
+        drop(log);
+        let mut log = open(&dir, LogConfig::default(), false);
+        assert_eq!(log.producer_state().entry(1).unwrap().last_seq(), 5);
+        assert!(log.append(&batch(1, 0, 4, 2, "k"), T).unwrap().duplicate);
+        log.append(&batch(1, 0, 6, 2, "k"), T).unwrap();
+        assert_eq!(log.log_end_offset(), 8);
+
+        // A torn tail: the last batch (seq 6-7) is cut by recovery, and so is its state.
+        let path = log.active_segment().log_path().to_path_buf();
+        drop(log);
+        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        let len = f.metadata().unwrap().len();
+        f.set_len(len - 5).unwrap();
+        drop(f);
+        let mut log = open(&dir, LogConfig::default(), false);
+        assert_eq!(log.log_end_offset(), 6);
+        assert_eq!(log.producer_state().entry(1).unwrap().last_seq(), 5);
+        let again = log.append(&batch(1, 0, 6, 2, "k"), T).unwrap();
+        assert_eq!((again.first_offset, again.duplicate), (6, false), "the lost batch is written again");
+    }
 }

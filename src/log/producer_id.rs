@@ -34,8 +34,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use super::checkpoint::write_atomically;
+use super::error::LogError;
 use super::partition::DamagedFile;
-use super::LogError;
 
 /// Producer ids reserved at once (Kafka's `ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE`).
 pub const PRODUCER_ID_BLOCK_SIZE: i64 = 1000;

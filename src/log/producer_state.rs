@@ -51,7 +51,7 @@
 use std::collections::{HashMap, VecDeque};
 
 use super::batch::{BatchHeader, NO_PRODUCER_EPOCH};
-use super::LogError;
+use super::error::LogError;
 
 /// Batches retained per producer for duplicate detection (Kafka's
 /// `ProducerStateEntry.NUM_BATCHES_TO_RETAIN`; the client's `max.in.flight.requests.per.connection`
@@ -631,88 +631,5 @@ mod tests {
         m.append(T, Some(&[0, 0, 0, 1]), Some(&[0, 0, 0, 0, 0, 0]), &[]);
         s.replay(&BatchHeader::parse(&m.build().unwrap()).unwrap());
         assert_eq!((s.entry(6).unwrap().last_seq(), s.entry(6).unwrap().batches().len()), (100, 1));
-    }
-
-    // --- Through PartitionLog: append, reopen (clean, unclean, torn tail), compaction. ---
-
-    use crate::log::partition::OpenOptions;
-    use crate::log::{LogConfig, PartitionLog};
-
-    fn batch(pid: i64, epoch: i16, seq: i32, n: usize, key: &str) -> Vec<u8> {
-        let mut b = BatchBuilder::new(0, Compression::None).producer(pid, epoch, seq);
-        for i in 0..n {
-            b.append(T + i as i64, Some(key.as_bytes()), Some(format!("v{seq}-{i}").as_bytes()), &[]);
-        }
-        b.build().unwrap()
-    }
-
-    fn open(dir: &std::path::Path, cfg: LogConfig, clean: bool) -> PartitionLog {
-        PartitionLog::open(dir, cfg, OpenOptions { had_clean_shutdown: clean, ..Default::default() }).unwrap().0
-    }
-
-    #[test]
-    fn partition_log_answers_retries_with_the_original_offsets_and_rebuilds_on_open() {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join("idem-0");
-        let mut log = open(&dir, LogConfig::default(), true);
-        for seq in [0, 2, 4] {
-            let info = log.append(&batch(1, 0, seq, 2, "k"), T).unwrap();
-            assert_eq!((info.first_offset, info.duplicate), (seq as i64, false));
-        }
-        let retry = log.append(&batch(1, 0, 2, 2, "k"), T).unwrap();
-        assert!(retry.duplicate);
-        assert_eq!((retry.first_offset, retry.last_offset, retry.bytes), (2, 3, 0));
-        assert_eq!(log.log_end_offset(), 6, "a retry is stored once");
-        let gap = log.append(&batch(1, 0, 7, 1, "k"), T);
-        assert!(matches!(gap, Err(LogError::OutOfOrderSequence { sequence: 7, .. })), "{gap:?}");
-        assert_eq!(log.log_end_offset(), 6);
-
-        // Reopen without a clean shutdown: the state is replayed from the batch headers.
-        drop(log);
-        let mut log = open(&dir, LogConfig::default(), false);
-        assert_eq!(log.producer_state().entry(1).unwrap().last_seq(), 5);
-        assert!(log.append(&batch(1, 0, 4, 2, "k"), T).unwrap().duplicate);
-        log.append(&batch(1, 0, 6, 2, "k"), T).unwrap();
-        assert_eq!(log.log_end_offset(), 8);
-
-        // A torn tail: the last batch (seq 6-7) is cut by recovery, and so is its state.
-        let path = log.active_segment().log_path().to_path_buf();
-        drop(log);
-        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
-        let len = f.metadata().unwrap().len();
-        f.set_len(len - 5).unwrap();
-        drop(f);
-        let mut log = open(&dir, LogConfig::default(), false);
-        assert_eq!(log.log_end_offset(), 6);
-        assert_eq!(log.producer_state().entry(1).unwrap().last_seq(), 5);
-        let again = log.append(&batch(1, 0, 6, 2, "k"), T).unwrap();
-        assert_eq!((again.first_offset, again.duplicate), (6, false), "the lost batch is written again");
-    }
-
-    #[test]
-    fn state_rebuilt_from_a_compacted_log_keeps_each_producers_last_batch() {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join("compacted-0");
-        let mut cfg = LogConfig::default();
-        cfg.set("cleanup.policy", "compact").unwrap();
-        let mut log = open(&dir, cfg.clone(), true);
-        for seq in 0..5 {
-            log.append(&batch(3, 0, seq, 1, "k"), T).unwrap();
-        }
-        // A plain write of the same key makes every record of producer 3 obsolete.
-        let mut plain = BatchBuilder::new(0, Compression::None);
-        plain.append(T, Some(b"k"), Some(b"latest"), &[]);
-        log.append(&plain.build().unwrap(), T).unwrap();
-        log.roll(T).unwrap();
-        let out = crate::log::cleaner::compact(&mut log, T).unwrap();
-        assert!(out.records_kept < out.records_read, "{out:?}");
-        drop(log);
-        let mut log = open(&dir, cfg, false);
-        let entry = log.producer_state().entry(3).expect("the producer's last (empty) batch survives");
-        assert_eq!((entry.producer_epoch(), entry.last_seq(), entry.last_data_offset()), (0, 4, 4));
-        let retry = log.append(&batch(3, 0, 4, 1, "k"), T).unwrap();
-        assert_eq!((retry.duplicate, retry.first_offset), (true, 4));
-        assert!(matches!(log.append(&batch(3, 0, 6, 1, "k"), T), Err(LogError::OutOfOrderSequence { .. })));
-        assert_eq!(log.append(&batch(3, 0, 5, 1, "k"), T).unwrap().first_offset, 6);
     }
 }

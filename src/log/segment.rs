@@ -17,10 +17,10 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::batch::{BatchHeader, RecordBatch, HEADER_SIZE, LOG_OVERHEAD, MAGIC_V2, NO_TIMESTAMP};
+use super::batch::{BatchError, BatchHeader, RecordBatch, HEADER_SIZE, LOG_OVERHEAD, MAGIC_V2, NO_TIMESTAMP};
+use super::error::LogError;
 use super::offset_index::OffsetIndex;
 use super::time_index::{TimeIndex, TimestampOffset};
-use super::LogError;
 
 /// Suffix of a segment's record file.
 pub const LOG_SUFFIX: &str = ".log";
@@ -147,7 +147,7 @@ pub struct BatchInfo {
 
 impl BatchInfo {
     /// `last_offset + 1`. Exact for an entry read from a segment (reading refuses a header whose
-    /// next offset would overflow, [`BatchError::InvalidOffsetRange`](super::BatchError::InvalidOffsetRange));
+    /// next offset would overflow, [`BatchError::InvalidOffsetRange`]);
     /// saturating for a hand-built value.
     pub fn next_offset(&self) -> i64 {
         self.last_offset.saturating_add(1)
@@ -832,7 +832,7 @@ impl Segment {
         let info = self.batch_at(position, self.size)?.ok_or_else(|| LogError::Batch {
             path: self.log.path.clone(),
             position: position as u64,
-            source: super::BatchError::Truncated { needed: MIN_ENTRY_SIZE, available: (self.size - position) as usize },
+            source: BatchError::Truncated { needed: MIN_ENTRY_SIZE, available: (self.size - position) as usize },
         })?;
         let bytes = self.read_bytes(position, info.size)?;
         let wrap = |source| LogError::Batch { path: self.log.path.clone(), position: position as u64, source };
@@ -1098,7 +1098,7 @@ fn read_batch_info(file: &SegmentFile, position: u32, end: u32) -> Result<Option
     let length = super::batch::be_i32(buf, 8);
     let corrupt = |source| LogError::Batch { path: file.path.clone(), position: position as u64, source };
     if length < (MIN_ENTRY_SIZE - LOG_OVERHEAD) as i32 {
-        return Err(corrupt(super::BatchError::InvalidLength {
+        return Err(corrupt(BatchError::InvalidLength {
             base_offset,
             length,
             min: (MIN_ENTRY_SIZE - LOG_OVERHEAD) as i32,
@@ -1139,7 +1139,7 @@ fn read_batch_info(file: &SegmentFile, position: u32, end: u32) -> Result<Option
                 header: None,
             }
         }
-        m => return Err(corrupt(super::BatchError::UnsupportedMagic { base_offset, magic: m })),
+        m => return Err(corrupt(BatchError::UnsupportedMagic { base_offset, magic: m })),
     };
     Ok(Some(info))
 }

@@ -5,8 +5,8 @@
 use std::path::Path;
 
 use super::batch::NO_TIMESTAMP;
+use super::error::LogError;
 use super::offset_index::MappedIndex;
-use super::LogError;
 
 /// Size of one `.timeindex` entry in bytes: timestamp (8) + relative offset (4).
 pub const ENTRY_SIZE: usize = 12;

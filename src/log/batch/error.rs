@@ -3,7 +3,7 @@
 use super::compression::Compression;
 
 /// Errors decoding a batch or a record. Positions are relative to the buffer given to the
-/// decoder; the segment layer adds the file and absolute position ([`super::LogError::Batch`]).
+/// decoder; the segment layer adds the file and absolute position ([`LogError::Batch`](crate::log::LogError::Batch)).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum BatchError {
