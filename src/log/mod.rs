@@ -23,6 +23,7 @@ pub mod cleaner;
 pub mod config;
 pub mod dump;
 mod error;
+pub(crate) mod index;
 pub mod manager;
 pub mod offset_index;
 pub mod partition;

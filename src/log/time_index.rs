@@ -1,4 +1,5 @@
-//! The sparse time index (`.timeindex`), Kafka's `TimeIndex`.
+//! The sparse time index (`.timeindex`), Kafka's `TimeIndex`: the entry layout, its append rules
+//! and sanity check, on the memory-mapped index engine of `super::index` (Kafka's `AbstractIndex`).
 //!
 //! See [`TimeIndex`] for the file format.
 
@@ -6,7 +7,7 @@ use std::path::Path;
 
 use super::batch::NO_TIMESTAMP;
 use super::error::LogError;
-use super::offset_index::MappedIndex;
+use super::index::MappedIndex;
 
 /// Size of one `.timeindex` entry in bytes: timestamp (8) + relative offset (4).
 pub const ENTRY_SIZE: usize = 12;
@@ -51,8 +52,8 @@ pub struct TimestampOffset {
 ///
 /// Exactly as [`super::offset_index::OffsetIndex`]: preallocated (sparse) to `segment.index.bytes`
 /// rounded down to a multiple of 12 and memory-mapped when writable, allocated on disk one
-/// [`super::offset_index::ALLOCATION_CHUNK`] at a time as entries are appended (a full disk is
-/// [`LogError::OutOfSpace`] from the append, never `SIGBUS`), trimmed to `entries * 12` bytes on
+/// [`ALLOCATION_CHUNK`](super::index::ALLOCATION_CHUNK) (64 KiB) at a time as entries are appended
+/// (a full disk is [`LogError::OutOfSpace`] from the append, never `SIGBUS`), trimmed to `entries * 12` bytes on
 /// roll or close; after a crash the zero tail reads as entries (timestamp 0), which
 /// [`TimeIndex::sanity_check`] reports and the segment layer answers by rebuilding. Read-only mode
 /// maps an existing file and never writes or resizes it; the same `SIGBUS` caveat applies if
