@@ -33,7 +33,6 @@ use std::process::ExitCode;
 use super::results::{Better, Metric, Results, ValidationError, METRICS};
 use super::stats::{estimate, welch, Estimate};
 use super::workload::Workload;
-use crate::metrics::Summary;
 
 /// The significance level of the one-sided Welch t-test (a 5% chance of flagging a metric
 /// that did not get worse, per metric and entry).

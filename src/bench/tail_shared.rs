@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
-use super::histogram::{Latency, LatencyRecorder};
+use super::histogram::LatencyRecorder;
+use crate::metrics::Latency;
 
 /// Nanoseconds on the process's monotonic clock (`Instant`, from the first call): the clock
 /// of the send, intended and receive times of the tail phase.

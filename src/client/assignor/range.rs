@@ -14,10 +14,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{
-    empty_assignment, members_in_member_info_order, sort_assignment, subscribed_partition_counts, Assignment, Assignor,
-    MemberSubscription,
+use super::abstract_assignor::{
+    empty_assignment, members_in_member_info_order, sort_assignment, subscribed_partition_counts,
 };
+use super::partition_assignor::{Assignment, Assignor, MemberSubscription};
 
 /// The `range` assignor (Kafka's `RangeAssignor`, eager).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -48,9 +48,9 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
-use super::{
-    empty_assignment, flatten, subscribed_partition_counts, Assignment, Assignor, MemberSubscription,
-    RebalanceProtocol, TopicPartition, DEFAULT_GENERATION,
+use super::abstract_assignor::{empty_assignment, subscribed_partition_counts};
+use super::partition_assignor::{
+    flatten, Assignment, Assignor, MemberSubscription, RebalanceProtocol, TopicPartition, DEFAULT_GENERATION,
 };
 use crate::protocol::consumer_offsets::ConsumerSubscription;
 

@@ -4,6 +4,7 @@ use proptest::prelude::*;
 
 use super::sticky::{decode_cooperative_user_data, encode_cooperative_user_data, StickyUserData};
 use super::*;
+use crate::protocol::consumer_offsets::ConsumerSubscription;
 
 fn topics(spec: &[(&str, i32)]) -> BTreeMap<String, i32> {
     spec.iter().map(|(t, n)| (t.to_string(), *n)).collect()

@@ -33,8 +33,10 @@ use kafka_protocol::messages::fetch_response::AbortedTransaction;
 use kafka_protocol::messages::{ApiKey, BrokerId, FetchRequest, RequestKind, ResponseKind, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
-use super::{ConsumerError, ConsumerRecord, TopicPartition};
-use crate::client::KafkaConnection;
+use super::error::ConsumerError;
+use super::record::ConsumerRecord;
+use crate::client::assignor::TopicPartition;
+use crate::client::connection::KafkaConnection;
 use crate::log::batch::mixed::{DecodeOptions, MixedBatches};
 
 /// `OFFSET_OUT_OF_RANGE`.

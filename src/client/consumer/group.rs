@@ -27,9 +27,9 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use super::{ConsumerError, TopicPartition};
-use crate::client::assignor::{build_subscription, Assignor, JoinState, RebalanceProtocol};
-use crate::client::{ClientError, KafkaConnection};
+use super::error::ConsumerError;
+use crate::client::assignor::{build_subscription, Assignor, JoinState, RebalanceProtocol, TopicPartition};
+use crate::client::connection::{ClientError, KafkaConnection};
 use crate::protocol::consumer_offsets::CONSUMER_PROTOCOL_TYPE;
 
 /// Kafka error codes the membership reacts to.
