@@ -27,7 +27,8 @@
 //!   ([`protocol::frame`]), response encoding, and the hand-framed zero-copy Fetch response
 //!   ([`protocol::fetch_response`]).
 //! - [`read_path`]: the mechanisms that move record bytes from a segment file to a socket (copy,
-//!   mmap, sendfile, io_uring splice, O_DIRECT, null), their accounting and measurement.
+//!   mmap, sendfile, io_uring splice, O_DIRECT, null) and their per-transfer accounting;
+//!   measuring them is the harness's (`bench::loopback`).
 //! - [`broker`]: a single-node broker on the Kafka wire protocol, one handler file per API, with
 //!   idempotent produce, zero-copy Fetch responses, long polling, and a group coordinator
 //!   ([`broker::coordinator`]: consumer groups, rebalances, offsets in `__consumer_offsets`).
@@ -37,7 +38,8 @@
 //! - [`metrics`]: metric types shared by broker and harness (the [`metrics::Latency`]
 //!   HdrHistogram); the bottom layer, importing nothing of the crate.
 //! - [`bench`](mod@bench): the benchmark harness: workload files with sweeps, latency histograms with
-//!   coordinated-omission correction, the results JSON schema and `fetchbench compare`.
+//!   coordinated-omission correction, the results JSON schema, `fetchbench compare`, and
+//!   `fetchbench read-paths` (each read path alone, its loopback mode).
 #![forbid(unsafe_op_in_unsafe_fn)]
 
 pub mod bench;

@@ -49,12 +49,12 @@ enum Command {
     /// Consume a topic with fetchbench's consumer, one record per line like kcat (`--count`:
     /// throughput only); see `client::consume_cmd`.
     Consume(fetchbench::client::consume_cmd::ConsumeArgs),
-    /// Compare two results files of `fetchbench run` side by side with ratios. A metric is a
-    /// regression when it moved the wrong way by more than `--threshold` and, when both files
-    /// have 2 or more repetitions (`run --repeat`), a one-sided Welch t-test finds it worse at
-    /// alpha 0.05; with one sample on a side the threshold alone decides. Every metric is gated
-    /// unless `--metrics` names some (each test can flag noise: gate few). Exit 0 none, 1 a
-    /// regression, 2 bad input.
+    /// Compare two results files of `fetchbench run` (or two of `read-paths --json`) side by side
+    /// with ratios. A metric is a regression when it moved the wrong way by more than
+    /// `--threshold` and, when both files have 2 or more repetitions (`run --repeat`), a
+    /// one-sided Welch t-test finds it worse at alpha 0.05; with one sample on a side the
+    /// threshold alone decides. Every metric is gated unless `--metrics` names some (each test
+    /// can flag noise: gate few). Exit 0 none, 1 a regression, 2 bad input.
     Compare(fetchbench::bench::compare::CompareArgs),
     /// Run a workload (the default one without a file): per read path, an embedded broker
     /// (or `--bootstrap` a cluster), a catch-up read of the backlog and a tail read behind a
@@ -179,7 +179,9 @@ struct ReadPathsArgs {
     /// This machine's limits: the JSON printed by scripts/baseline-limits.sh.
     #[arg(long)]
     limits: Option<PathBuf>,
-    /// Print machine-readable JSON instead of the table.
+    /// Print the results document instead of the table: JSON of the same schema as `fetchbench
+    /// run` (`fetchbench-results`, target `loopback`, one entry per path of phase `loopback`), which
+    /// `fetchbench compare` reads.
     #[arg(long)]
     json: bool,
 }

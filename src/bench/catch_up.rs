@@ -635,6 +635,7 @@ impl Measured {
             },
             rebalance_ms: self.rebalance_ms,
             ratio_to_limits: Vec::new(),
+            loopback: None,
         }
     }
 }

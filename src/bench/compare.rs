@@ -23,6 +23,11 @@
 //! phase and repetition, the figures that hold on noisy machines (see DESIGN.md, Measuring);
 //! with repeats as the mean of the per-repetition ratios and its 95% confidence interval.
 //!
+//! Both files are results documents ([`super::results`]): of `fetchbench run`, or of `fetchbench
+//! read-paths` (phase `loopback`), of the current version or one [`Results::from_json`] still
+//! reads. The `fetchbench-read-paths` version 1 documents `read-paths --json` wrote before the
+//! results schema's version 4 are refused with what to do ([`LoadError::OldReadPaths`]).
+//!
 //! Exit codes of the command: 0 no regression, 1 a regression, 2 bad input (a file that is
 //! missing, not JSON or not a valid results document, or a bad threshold).
 
@@ -30,7 +35,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use super::results::{Better, Metric, Results, ValidationError, METRICS};
+use super::results::{Better, Metric, Results, ValidationError, METRICS, SCHEMA, SCHEMA_VERSION};
 use super::stats::{estimate, welch, Estimate};
 use super::workload::Workload;
 
@@ -270,8 +275,22 @@ pub fn compare_gated(base: &Results, new: &Results, threshold: f64, gated: Optio
         (Some(b), Some(n)) => b == Workload { repeat: b.repeat, ..n },
         _ => base.workload == new.workload,
     };
-    if !same_workload {
-        notes.push("the workloads differ: absolute figures are not comparable".into());
+    let kind = |r: &Results| if r.loopback.is_some() { "fetchbench read-paths" } else { "fetchbench run" };
+    match (&base.loopback, &new.loopback) {
+        (Some(b), Some(n)) if !b.same_measurement(n) => notes.push(
+            "the read-paths configurations differ (file, sizes or page cache): absolute figures are not comparable"
+                .into(),
+        ),
+        (Some(_), Some(_)) => {}
+        (None, None) if !same_workload => {
+            notes.push("the workloads differ: absolute figures are not comparable".into())
+        }
+        (None, None) => {}
+        _ => notes.push(format!(
+            "the base is a {} document and the new one a {} document: their entries never match",
+            kind(base),
+            kind(new)
+        )),
     }
     if new.git.dirty {
         notes.push("the new results come from a working tree with uncommitted changes".into());
@@ -391,11 +410,35 @@ pub enum LoadError {
         #[source]
         source: ValidationError,
     },
+    /// The file is a `fetchbench-read-paths` version 1 document: what `fetchbench read-paths
+    /// --json` wrote before it wrote results documents (results schema version 4).
+    #[error(
+        "{}: a {OLD_READ_PATHS_SCHEMA} v1 document (the output of `fetchbench read-paths --json` before \
+         {SCHEMA} v{SCHEMA_VERSION}) is no longer read: re-run `fetchbench read-paths --json` (same options) \
+         for a {SCHEMA} document to compare",
+        path.display()
+    )]
+    OldReadPaths {
+        /// The file.
+        path: PathBuf,
+    },
 }
 
-/// Reads and validates a results file.
+/// The `schema` of the documents `fetchbench read-paths --json` wrote before results schema
+/// version 4 (its own version 1; see [`LoadError::OldReadPaths`]).
+pub const OLD_READ_PATHS_SCHEMA: &str = "fetchbench-read-paths";
+
+/// Reads and validates a results file. Errors: [`LoadError::Io`], [`LoadError::OldReadPaths`]
+/// for an old `read-paths` document, [`LoadError::Invalid`] with every problem otherwise.
 pub fn load(path: &Path) -> Result<Results, LoadError> {
     let text = std::fs::read_to_string(path).map_err(|source| LoadError::Io { path: path.to_path_buf(), source })?;
+    let old_read_paths = serde_json::from_str::<serde_json::Value>(&text).is_ok_and(|doc| {
+        doc.get("schema").and_then(serde_json::Value::as_str) == Some(OLD_READ_PATHS_SCHEMA)
+            && doc.get("schema_version").and_then(serde_json::Value::as_u64) == Some(1)
+    });
+    if old_read_paths {
+        return Err(LoadError::OldReadPaths { path: path.to_path_buf() });
+    }
     Results::from_json(&text).map_err(|source| LoadError::Invalid { path: path.to_path_buf(), source })
 }
 
@@ -454,7 +497,7 @@ pub fn main(args: CompareArgs) -> ExitCode {
 
 #[cfg(test)]
 mod tests {
-    use super::super::results::{example, example_repeated, Results};
+    use super::super::results::{example, example_read_paths, example_repeated, Results};
     use super::*;
 
     /// `base` with every throughput scaled by `factor` and every cost and latency by
@@ -565,7 +608,7 @@ mod tests {
         let e = load(&garbage).unwrap_err().to_string();
         assert!(
             e.contains(
-                "garbage.json: not a valid fetchbench-results v3 document: not JSON: expected ident at line 1 column 2"
+                "garbage.json: not a valid fetchbench-results v4 document: not JSON: expected ident at line 1 column 2"
             ),
             "{e}"
         );
@@ -610,6 +653,11 @@ mod tests {
                 "base-v2.json",
                 serde_json::to_string_pretty(&crate::bench::results::tests::as_version_2(&base)).unwrap() + "\n",
             ),
+            (
+                "base-v3.json",
+                serde_json::to_string_pretty(&crate::bench::results::tests::as_version_3(&base)).unwrap() + "\n",
+            ),
+            ("read-paths.json", example_read_paths().to_json() + "\n"),
         ]
     }
 
@@ -712,6 +760,51 @@ mod tests {
         let report = compare(&cut, &whole, 0.10);
         assert!(noted(&report, "base") && !noted(&report, "new"), "{:?}", report.notes);
         assert!(!noted(&compare(&whole, &whole, 0.10), "base"));
+    }
+
+    /// `fetchbench read-paths` documents compare like run documents (phase `loopback`); against
+    /// a run's, every entry is missing, with a note saying why.
+    #[test]
+    fn read_paths_documents_compare() {
+        let base = example_read_paths();
+        assert!(!compare(&base, &base, 0.10).has_regressions());
+        let slower = scaled(&base, 0.8);
+        let report = compare(&base, &slower, 0.10);
+        let flagged: Vec<(&str, &str)> = report.regressions().map(|r| (r.read_path.as_str(), r.metric)).collect();
+        assert!(flagged.contains(&("sendfile", "mb_per_sec")) && flagged.contains(&("copy", "broker_cpu_s_per_gb")));
+        assert!(report.rows.iter().all(|r| r.phase == "loopback"));
+        let w = report.within_run.iter().find(|w| w.file == "base" && w.read_path == "sendfile").unwrap();
+        assert!((w.ratios[0].1.mean - 2.28 / 1.38).abs() < 1e-9, "{w:?}");
+        assert!(report.notes.iter().all(|n| !n.contains("differ")), "{:?}", report.notes);
+        let mut other = base.clone();
+        other.loopback.as_mut().unwrap().file = "/var/tmp/fetchbench-read-paths-7.dat".into();
+        assert!(compare(&base, &other, 0.10).notes.iter().all(|n| !n.contains("differ")), "temp file names differ");
+        other.loopback.as_mut().unwrap().slice_size = 4096;
+        assert!(compare(&base, &other, 0.10).notes.iter().any(|n| n.contains("read-paths configurations differ")));
+        let mixed = compare(&example(1.0), &base, 0.10);
+        assert!(mixed.has_regressions() && mixed.missing.len() == 6, "{:?}", mixed.missing);
+        assert!(
+            mixed
+                .notes
+                .iter()
+                .any(|n| n.contains("the base is a fetchbench run document and the new one a fetchbench read-paths")),
+            "{:?}",
+            mixed.notes
+        );
+    }
+
+    /// The `fetchbench-read-paths` v1 document of the old `read-paths --json` (the committed
+    /// `fixtures/results/read-paths-v1.json`, as it wrote them) is refused, naming the file, the
+    /// old schema and what to do; another version of that schema is just not a results document.
+    #[test]
+    fn old_read_paths_documents_are_refused_with_what_to_do() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/results");
+        let e = load(&dir.join("read-paths-v1.json")).unwrap_err();
+        assert!(matches!(&e, LoadError::OldReadPaths { path } if path.ends_with("read-paths-v1.json")), "{e:?}");
+        let text = e.to_string();
+        assert!(text.contains("read-paths-v1.json: a fetchbench-read-paths v1 document"), "{text}");
+        assert!(text.contains("re-run `fetchbench read-paths --json`"), "{text}");
+        assert!(text.contains("fetchbench-results v4"), "{text}");
     }
 
     #[test]

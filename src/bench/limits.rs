@@ -385,7 +385,7 @@ fn find_program(name: &str, path_var: &OsStr) -> Option<PathBuf> {
 /// The figures of `limits` with a throughput or a CPU cost, as results figures. A value that is
 /// not a finite non-negative number (the results schema allows no other) becomes `None`. A
 /// figure whose tool failed is logged (`tracing` warning with the tool's error).
-fn result(limits: &Limits, source: String) -> LimitsResult {
+pub(crate) fn result(limits: &Limits, source: String) -> LimitsResult {
     for f in limits.figures.iter().filter(|f| f.error.is_some()) {
         tracing::warn!("machine limits: {}: {}", f.label, f.error.as_deref().unwrap_or_default());
     }

@@ -2,10 +2,17 @@
 //! ([`workload`]) into results files ([`results`], versioned JSON with full HdrHistograms
 //! ([`histogram`]), CSV and an SVG chart ([`chart`])), measured per read path against an
 //! embedded broker or an external cluster: the backlog ([`backlog`]), the catch-up phase
-//! ([`catch_up`]), the tail phase with end-to-end latency ([`tail`]; what its threads share, whichever client: [`tail_shared`]), both at once ([`mixed`]), resource accounting
-//! ([`usage`]), this machine's limits ([`limits`]), librdkafka consumers as kcat processes
-//! ([`kcat`]). `fetchbench compare` ([`compare`]) sets two results files side by side; repeated runs
-//! are summarised and tested with [`stats`].
+//! ([`catch_up`]), the tail phase with end-to-end latency ([`tail`]; what its threads share,
+//! whichever client: [`tail_shared`]), both at once ([`mixed`]), librdkafka consumers as kcat
+//! processes ([`kcat`]), resource accounting and the page cache ([`usage`]), this machine's
+//! limits ([`limits`]).
+//!
+//! `fetchbench read-paths` ([`read_paths`]) is the harness's loopback mode: each read path
+//! alone moving a file to an in-process loopback receiver ([`loopback`]), no broker, reported
+//! as a table or as a results document of the same schema (phase `loopback`).
+//!
+//! `fetchbench compare` ([`compare`]) sets two results files side by side; repeated runs are
+//! summarised and tested with [`stats`].
 
 pub(crate) mod backlog;
 pub(crate) mod catch_up;

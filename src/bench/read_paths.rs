@@ -1,24 +1,22 @@
-//! `fetchbench read-paths`: measure each requested read path with [`measure`], then report the
-//! results as a table or as a JSON document, each path also as a ratio to this machine's limits
-//! (the JSON printed by `scripts/baseline-limits.sh`).
+//! `fetchbench read-paths`, the harness's loopback mode: measure each requested read path alone
+//! with [`measure`] (a file moved to an in-process loopback TCP receiver, no broker), then report
+//! the results as a table or as a results document, each path also as a ratio to this machine's
+//! limits (the JSON printed by `scripts/baseline-limits.sh`, read by [`super::limits`]).
 //!
 //! [`run`] does the whole command except argument parsing and printing: it loads the limits,
 //! creates the temp file ([`TempFile`]) when no file is given, measures every path (a path that
 //! cannot run here is *skipped* with the probe's reason, never replaced by another one) and
 //! returns a [`Report`]. [`Report::table`] and [`Report::json`] render it.
 //!
-//! ## The JSON document ([`Report::to_json`])
+//! ## The JSON document ([`Report::results`])
 //!
-//! An object with, in this order: `schema` (`"fetchbench-read-paths"`), `schema_version`
-//! ([`SCHEMA_VERSION`]), `date` (UTC, `YYYY-MM-DDTHH:MM:SSZ`), `command` (the argument vector),
-//! `command_line` (shell-quoted), `git_commit` (or `null`), `machine` (`nproc`, `kernel`,
-//! `arch`), `config` (`file`, `temp_file`, `file_size`, `slice_size`, `total_bytes` in bytes,
-//! `cold_cache`, `buffer_size` and `pipe_size` in bytes, `units`), `results` (one object per
-//! requested path: `status` = `measured` with every [`Measurement`] figure and
-//! `ratio_to_limits`, `skipped` with `reason`, or `failed` with `error`) and `limits` (`null`
-//! without `--limits`; else `file`, `date` and `machine` copied from the limits file, and
-//! `figures`: per [`Limit::key`], `bytes_per_sec`, `cpu_seconds_per_gb` and `error`).
-//! A figure that is not a finite number is written as `null`.
+//! A `fetchbench-results` document ([`super::results`], the schema of `fetchbench run`, version 4
+//! and later) with `target` `loopback`, `workload` `null`, the run's configuration in `loopback`
+//! ([`LoopbackConfig`]) and one entry per measured path of phase `loopback`, its own figures in
+//! the entry's `loopback` ([`LoopbackFigures`]); paths skipped or failed are `notes`. The results
+//! module docs say which shared fields mean what here. `fetchbench compare` compares two of
+//! them like any results files. (Before version 4 of the results schema, `read-paths` wrote a
+//! `fetchbench-read-paths` version 1 document; `compare` refuses those, naming the file.)
 //!
 //! Units: GB = 1e9 bytes, MB = 1e6 bytes; seconds are wall-clock; CPU is process-wide and
 //! includes the loopback receiver thread (see [`super::loopback`]).
@@ -28,18 +26,18 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
-use super::limits::{Limit, Limits, LimitsFileError};
+use super::limits::{self, Limit, Limits, LimitsFileError};
 use super::loopback::{measure, MeasureError, Measurement};
-use super::results::{utc_timestamp, Git, Machine};
+use super::results::{
+    summarize, utc_timestamp, CpuPerGb, EndToEnd, Git, LatencyResult, LimitsResult, LoopbackConfig, LoopbackFigures,
+    Machine, PathResult, Results, SCHEMA, SCHEMA_VERSION,
+};
 use crate::read_path::{CreateError, ReadPathConfig, ReadPathKind};
 
 /// Above this page-cache residency before a pass, a `--cold` figure is flagged as not cold.
 pub const NOT_COLD_FRACTION: f64 = 0.01;
-
-/// Version of the JSON document ([`Report::to_json`]); bumped on any incompatible change.
-pub const SCHEMA_VERSION: u32 = 1;
 
 /// Errors of `fetchbench read-paths` outside the measurements themselves (a path that fails to
 /// measure is an [`Outcome::Failed`], not an error). Each names the file involved.
@@ -109,6 +107,7 @@ pub struct RunOptions {
 /// [`ReadPathsError::InvalidArgument`] for a zero `slice_size`, `total_bytes` or `temp_size`.
 /// A path that cannot run or fails is recorded in [`Report::outcomes`], not returned as an error.
 pub fn run(options: &RunOptions, mut progress: impl FnMut(&str)) -> Result<Report, ReadPathsError> {
+    let date = utc_timestamp(std::time::SystemTime::now());
     let limits = options.limits.as_deref().map(|p| Limits::load(p, options.cold_cache)).transpose()?;
     if options.slice_size == 0 || options.total_bytes == 0 {
         return Err(ReadPathsError::InvalidArgument { reason: "--slice and --total must be at least 1 byte" });
@@ -154,9 +153,9 @@ pub fn run(options: &RunOptions, mut progress: impl FnMut(&str)) -> Result<Repor
     drop(temp);
 
     Ok(Report {
-        date: utc_timestamp(std::time::SystemTime::now()),
+        date,
         machine: Machine::current(),
-        git_commit: Git::current().commit,
+        git: Git::current(),
         command: options.command.clone(),
         file,
         file_size,
@@ -238,12 +237,12 @@ pub enum Outcome {
 /// The outcome of a `fetchbench read-paths` run and everything its report names.
 #[derive(Clone, Debug)]
 pub struct Report {
-    /// When the measurements ended, UTC, `YYYY-MM-DDTHH:MM:SSZ`.
+    /// When the run started, UTC, `YYYY-MM-DDTHH:MM:SSZ`.
     pub date: String,
     /// The machine measured on.
     pub machine: Machine,
-    /// The commit of the source tree the binary was built from ([`Git::current`]), when known.
-    pub git_commit: Option<String>,
+    /// The source the binary was built from ([`Git::current`]).
+    pub git: Git,
     /// The command line (argument vector).
     pub command: Vec<String>,
     /// The measured file (for a temp file: the path it had; it is removed by now).
@@ -317,7 +316,7 @@ impl Report {
                     } else {
                         format!("{} (ran {})", m.requested, m.path)
                     };
-                    let cached = if m.cold_cache { m.resident_fraction_max } else { m.resident_fraction_min };
+                    let cached = cached(m);
                     s += &format!(
                         "{:<13} {:>7.2} {:>8.3} {:>6.3} {:>6.3} {:>7} {:>10.1} {:>6.0}%",
                         name,
@@ -379,115 +378,132 @@ impl Report {
         s
     }
 
-    /// The JSON document described in the module docs.
-    pub fn to_json(&self) -> Value {
-        let limits = self.limit_figures();
-        let results: Vec<Value> = self
-            .outcomes
-            .iter()
-            .map(|o| match o {
-                Outcome::Measured(m) => json!({
-                    "status": "measured",
-                    "requested": m.requested.name(),
-                    "path": m.path.name(),
-                    "passes": m.passes,
-                    "bytes": m.bytes,
-                    "seconds": num(m.seconds),
-                    "gb_per_sec": num(m.gb_per_sec),
-                    "cpu_user_seconds": num(m.cpu_user_seconds),
-                    "cpu_system_seconds": num(m.cpu_system_seconds),
-                    "cpu_seconds_per_gb": num(m.cpu_seconds_per_gb),
-                    "cpu_user_seconds_per_gb": num(m.cpu_user_seconds_per_gb),
-                    "cpu_system_seconds_per_gb": num(m.cpu_system_seconds_per_gb),
-                    "receiver_cpu_seconds": opt(m.receiver_cpu_seconds),
-                    "sender_cpu_seconds_per_gb": opt(m.sender_cpu_seconds_per_gb),
-                    "transfers": m.stats.transfers,
-                    "syscalls": m.syscalls,
-                    "syscalls_per_mb": num(m.syscalls_per_mb),
-                    "resident_fraction_min": num(m.resident_fraction_min),
-                    "resident_fraction_max": num(m.resident_fraction_max),
-                    "cold_cache_effective": m.cold_cache && m.resident_fraction_max <= NOT_COLD_FRACTION,
-                    "ratio_to_limits": limits
-                        .iter()
-                        .map(|l| (l.key.to_string(), opt(l.ratio(m.gb_per_sec))))
-                        .collect::<serde_json::Map<_, _>>(),
-                }),
-                Outcome::Skipped { kind, reason } => {
-                    json!({ "status": "skipped", "requested": kind.name(), "reason": reason })
+    /// The results document described in the module docs (it passes
+    /// [`super::results::validate`]).
+    pub fn results(&self) -> Results {
+        let limits = match &self.limits {
+            Some(l) => limits::result(l, l.path.display().to_string()),
+            None => LimitsResult::default(),
+        };
+        let mut notes = Vec::new();
+        let mut paths = Vec::new();
+        for o in &self.outcomes {
+            match o {
+                Outcome::Measured(m) => {
+                    if m.cold_cache && m.resident_fraction_max > NOT_COLD_FRACTION {
+                        notes.push(format!(
+                            "read path {}: up to {:.0}% of the file was still cached before a pass: not a cold-cache figure",
+                            m.path,
+                            m.resident_fraction_max * 100.0
+                        ));
+                    }
+                    paths.push(entry(m, &limits));
                 }
-                Outcome::Failed { kind, error } => {
-                    json!({ "status": "failed", "requested": kind.name(), "error": error })
-                }
-            })
-            .collect();
-        let limits = self.limits.as_ref().map(|l| {
-            json!({
-                "file": l.path.display().to_string(),
-                "date": l.doc.get("date"),
-                "machine": l.doc.get("machine"),
-                "figures": l
-                    .figures
-                    .iter()
-                    .map(|f| {
-                        let v = json!({
-                            "bytes_per_sec": opt(f.bytes_per_sec),
-                            "cpu_seconds_per_gb": opt(f.cpu_seconds_per_gb),
-                            "error": f.error,
-                        });
-                        (f.key.to_string(), v)
-                    })
-                    .collect::<serde_json::Map<_, _>>(),
-            })
-        });
-        json!({
-            "schema": "fetchbench-read-paths",
-            "schema_version": SCHEMA_VERSION,
-            "date": self.date,
-            "command": self.command,
-            "command_line": self.command_line(),
-            "git_commit": self.git_commit,
-            "machine": {
-                "nproc": self.machine.nproc,
-                "kernel": self.machine.kernel,
-                "arch": self.machine.arch,
-            },
-            "config": {
-                "file": self.file.display().to_string(),
-                "temp_file": self.temp_file,
-                "file_size": self.file_size,
-                "slice_size": self.slice_size,
-                "total_bytes": self.total_bytes,
-                "cold_cache": self.cold_cache,
-                "buffer_size": self.config.buffer_size,
-                "pipe_size": self.config.pipe_size,
-                "units": "GB = 1e9 bytes, MB = 1e6 bytes; CPU is process-wide incl. the receiver thread; sender = minus the receiver thread",
-            },
-            "results": results,
-            "limits": limits,
-        })
+                Outcome::Skipped { kind, reason } => notes.push(format!("read path {kind}: skipped: {reason}")),
+                Outcome::Failed { kind, error } => notes.push(format!("read path {kind}: FAILED: {error}")),
+            }
+        }
+        if let Some(l) = &self.limits {
+            let kernel = l.doc.pointer("/machine/kernel").and_then(Value::as_str);
+            if kernel != Some(self.machine.kernel.as_str()) {
+                notes.push(format!(
+                    "machine limits: measured on another kernel ({}): ratios are not meaningful",
+                    kernel.unwrap_or("unknown")
+                ));
+            }
+        }
+        Results {
+            schema: SCHEMA.into(),
+            schema_version: SCHEMA_VERSION,
+            date: self.date.clone(),
+            machine: self.machine.clone(),
+            git: self.git.clone(),
+            command: self.command.clone(),
+            target: "loopback".into(),
+            interrupted: false,
+            notes,
+            workload: Value::Null,
+            loopback: Some(LoopbackConfig {
+                file: self.file.display().to_string(),
+                temp_file: self.temp_file,
+                file_size: self.file_size,
+                slice_size: self.slice_size,
+                total_bytes: self.total_bytes,
+                cold_cache: self.cold_cache,
+                buffer_size: self.config.buffer_size as u64,
+                pipe_size: self.config.pipe_size as u64,
+            }),
+            limits,
+            summary: summarize(&paths),
+            paths,
+        }
     }
 
-    /// [`Report::to_json`] pretty-printed (two-space indent), with a final newline.
+    /// [`Report::results`] pretty-printed (two-space indent), with a final newline.
     pub fn json(&self) -> String {
-        let mut s = serde_json::to_string_pretty(&self.to_json()).expect("a serde_json::Value always serializes");
-        s.push('\n');
-        s
+        self.results().to_json() + "\n"
     }
 }
 
-/// A JSON number for `v`: integral values written without a fraction (`1`, not `1.0`), as
-/// schema version 1 always has; non-finite values become `null`.
-fn num(v: f64) -> Value {
-    if v.is_finite() && v.fract() == 0.0 && v.abs() < 9.0e15 {
-        Value::from(v as i64)
+/// The results entry of one measured path (see the results module docs for what the shared
+/// fields mean in phase `loopback`). A figure that is not a finite number (none is, from a
+/// real measurement) is 0, or `null` where the schema allows it.
+fn entry(m: &Measurement, limits: &LimitsResult) -> PathResult {
+    let finite = |v: f64| if v.is_finite() { v.max(0.0) } else { 0.0 };
+    let mb_per_sec = finite(m.gb_per_sec * 1e3);
+    let none = LatencyResult::empty;
+    PathResult {
+        read_path: m.path.name().to_string(),
+        phase: "loopback".into(),
+        repetition: 0,
+        seconds: finite(m.seconds),
+        bytes: m.bytes,
+        records: 0,
+        mb_per_sec,
+        records_per_sec: 0.0,
+        produced_mb_per_sec: None,
+        broker_cpu: CpuPerGb {
+            user_s_per_gb: finite(m.cpu_user_seconds_per_gb),
+            sys_s_per_gb: finite(m.cpu_system_seconds_per_gb),
+        },
+        consumer_cpu: CpuPerGb::default(),
+        minor_faults_per_gb: 0.0,
+        major_faults_per_gb: 0.0,
+        context_switches_per_gb: 0.0,
+        residency_before: finite(cached(m)).min(1.0),
+        broker_rss_bytes: 0,
+        fetch_latency: none(),
+        fetch_long_poll_latency: none(),
+        fetches_in_flight_at_start: None,
+        poll_latency: none(),
+        end_to_end_latency: EndToEnd { raw: none(), corrected: none() },
+        rebalance_ms: None,
+        ratio_to_limits: limits::ratios(limits, mb_per_sec),
+        loopback: Some(LoopbackFigures {
+            requested: m.requested.name().to_string(),
+            passes: u64::from(m.passes),
+            transfers: m.stats.transfers,
+            syscalls: m.syscalls,
+            syscalls_per_mb: finite(m.syscalls_per_mb),
+            cpu_user_seconds: finite(m.cpu_user_seconds),
+            cpu_system_seconds: finite(m.cpu_system_seconds),
+            receiver_cpu_seconds: m.receiver_cpu_seconds.filter(|v| v.is_finite()),
+            sender_cpu_seconds_per_gb: m.sender_cpu_seconds_per_gb.filter(|v| v.is_finite()),
+            resident_fraction_min: finite(m.resident_fraction_min).min(1.0),
+            resident_fraction_max: finite(m.resident_fraction_max).min(1.0),
+            cold_cache_effective: m.cold_cache && m.resident_fraction_max <= NOT_COLD_FRACTION,
+        }),
+    }
+}
+
+/// The page-cache residency the table shows as `cached`: the lowest before a pass of a hot
+/// run, the highest of a cold one.
+fn cached(m: &Measurement) -> f64 {
+    if m.cold_cache {
+        m.resident_fraction_max
     } else {
-        Value::from(v)
+        m.resident_fraction_min
     }
-}
-
-/// [`num`], or `null` for `None`.
-fn opt(v: Option<f64>) -> Value {
-    v.map(num).unwrap_or(Value::Null)
 }
 
 fn shell_quote(arg: &str) -> String {
@@ -556,7 +572,7 @@ mod tests {
                 memory_bytes: 0,
                 io_uring: false,
             },
-            git_commit: None,
+            git: Git { commit: None, dirty: false },
             command: vec!["fetchbench".into(), "read-paths".into(), "--file".into(), "a b".into()],
             file: PathBuf::from("/tmp/f"),
             file_size: 1 << 20,
@@ -580,8 +596,10 @@ mod tests {
         let r = report(Some(limits));
         let text = r.json();
         assert!(text.ends_with("}\n"));
+        // A results document of the current version, valid, that reads back as it was written.
+        let back = Results::from_json(&text).unwrap();
+        assert_eq!(back, r.results());
         let v: Value = serde_json::from_str(&text).unwrap();
-        assert_eq!(v, r.to_json());
         let keys: Vec<_> = v.as_object().unwrap().keys().map(String::as_str).collect();
         assert_eq!(
             keys,
@@ -589,57 +607,66 @@ mod tests {
                 "schema",
                 "schema_version",
                 "date",
-                "command",
-                "command_line",
-                "git_commit",
                 "machine",
-                "config",
-                "results",
-                "limits"
+                "git",
+                "command",
+                "target",
+                "interrupted",
+                "notes",
+                "workload",
+                "loopback",
+                "limits",
+                "paths",
+                "summary"
             ]
         );
-        assert_eq!(v["schema"], "fetchbench-read-paths");
-        assert_eq!(v["schema_version"], 1);
-        assert_eq!(v["command_line"], "fetchbench read-paths --file 'a b'");
-        assert_eq!(v["git_commit"], Value::Null);
-        assert_eq!(v["machine"], json!({"nproc": 8, "kernel": "6.1.0-test", "arch": "x86_64"}));
-        assert_eq!(v["config"]["file_size"], 1 << 20);
-        assert_eq!(v["config"]["temp_file"], false);
-        assert_eq!(v["config"]["buffer_size"], 65536);
+        assert_eq!(v["schema"], "fetchbench-results");
+        assert_eq!(v["schema_version"], SCHEMA_VERSION);
+        assert_eq!(v["command"], serde_json::json!(["fetchbench", "read-paths", "--file", "a b"]));
+        assert_eq!(r.command_line(), "fetchbench read-paths --file 'a b'");
+        assert_eq!(v["git"]["commit"], Value::Null);
+        assert_eq!(
+            (&v["machine"]["nproc"], &v["machine"]["kernel"], &v["machine"]["arch"]),
+            (&8.into(), &"6.1.0-test".into(), &"x86_64".into())
+        );
+        assert_eq!((&v["target"], &v["workload"]), (&"loopback".into(), &Value::Null));
+        assert_eq!(v["loopback"]["file_size"], 1 << 20);
+        assert_eq!(v["loopback"]["temp_file"], false);
+        assert_eq!(v["loopback"]["buffer_size"], 65536);
 
-        let m = &v["results"][0];
-        assert_eq!(m["status"], "measured");
-        assert_eq!(m["requested"], "copy");
-        assert_eq!(m["passes"], 2);
+        let m = &v["paths"][0];
+        assert_eq!((&m["phase"], &m["read_path"], &m["repetition"]), (&"loopback".into(), &"copy".into(), &0.into()));
+        assert_eq!(m["loopback"]["requested"], "copy");
+        assert_eq!(m["loopback"]["passes"], 2);
         assert_eq!(m["bytes"], 2 << 20);
-        assert_eq!(m["transfers"], 32);
-        assert_eq!(m["gb_per_sec"], 2.0);
-        assert_eq!(m["cpu_user_seconds"], 0.000005);
-        assert_eq!(m["receiver_cpu_seconds"], Value::Null);
+        assert_eq!(m["loopback"]["transfers"], 32);
+        assert_eq!(m["mb_per_sec"], 2000.0);
+        assert_eq!(m["broker_cpu"]["sys_s_per_gb"], 0.2);
+        assert_eq!(m["loopback"]["cpu_user_seconds"], 0.000005);
+        assert_eq!(m["loopback"]["syscalls_per_mb"], 30.5);
+        assert_eq!(m["loopback"]["receiver_cpu_seconds"], Value::Null);
         // Not a finite number: null.
-        assert_eq!(m["sender_cpu_seconds_per_gb"], Value::Null);
-        assert_eq!(m["ratio_to_limits"]["fio_psync"], 0.4);
-        assert_eq!(m["ratio_to_limits"]["fio_splice"], Value::Null);
-        assert_eq!(m["ratio_to_limits"].as_object().unwrap().len(), 6);
+        assert_eq!(m["loopback"]["sender_cpu_seconds_per_gb"], Value::Null);
+        assert_eq!(m["residency_before"], 1.0);
+        // A ratio to each limit with a throughput: fio psync, fio mmap, iperf3 (not the failed
+        // splice, the empty io_uring job or the missing iperf3 -Z).
+        let ratios: Vec<(&str, f64)> =
+            back.paths[0].ratio_to_limits.iter().map(|r| (r.key.as_str(), r.ratio)).collect();
+        assert_eq!(ratios, [("fio_psync", 0.4), ("fio_mmap", 0.5), ("iperf3_loopback", 1.0)]);
+        assert_eq!(v["paths"].as_array().unwrap().len(), 1);
         assert_eq!(
-            v["results"][1],
-            json!({"status": "skipped", "requested": "uring-splice", "reason": "io_uring \"disabled\""})
+            back.notes,
+            ["read path uring-splice: skipped: io_uring \"disabled\"", "read path direct: FAILED: EINVAL"]
         );
-        assert_eq!(v["results"][2], json!({"status": "failed", "requested": "direct", "error": "EINVAL"}));
 
-        assert_eq!(v["limits"]["file"], "l.json");
-        assert_eq!(v["limits"]["machine"]["fio_version"], "fio-3.36");
+        assert_eq!(v["limits"]["source"], "l.json");
         assert_eq!(
-            v["limits"]["figures"]["fio_psync"],
-            json!({"bytes_per_sec": 5_000_000_000u64, "cpu_seconds_per_gb": 0.2, "error": null})
+            v["limits"]["figures"][0],
+            serde_json::json!({"key": "fio_psync", "label": "fio psync", "bytes_per_sec": 5e9, "cpu_seconds_per_gb": 0.2})
         );
-        assert_eq!(v["limits"]["figures"]["fio_splice"]["error"], "no splice");
+        assert_eq!(back.summary.len(), 1);
 
-        // Integral figures are written as integers, as schema version 1 always has.
-        assert!(text.contains("\"resident_fraction_min\": 1,\n"), "{text}");
-        assert!(text.contains("\"bytes_per_sec\": 5000000000,\n"), "{text}");
-
-        assert_eq!(report(None).to_json()["limits"], Value::Null);
+        assert_eq!(report(None).results().limits, LimitsResult::default());
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! The results file of a benchmark run: one JSON document per resolved workload, its schema
+//! The results file of a benchmark run: one JSON document per resolved workload of `fetchbench
+//! run`, or per `fetchbench read-paths` run (the read paths alone, phase `loopback`), its schema
 //! ([`Results`], a doc comment per field with its unit), the named figures of an entry that
 //! summaries and `fetchbench compare` go by ([`METRICS`]), a validator with clear errors
 //! ([`validate`]), a CSV of the entries ([`write_csv`]) and one of the statistics over
@@ -10,7 +11,9 @@
 //! { schema, schema_version, date,
 //!   machine {nproc, kernel, arch, cpu_model, memory_bytes, io_uring},
 //!   git {commit, dirty}, command [..], target, interrupted, notes [..],
-//!   workload {every workload key, as in the TOML file},
+//!   workload {every workload key, as in the TOML file} | null,
+//!   loopback {file, temp_file, file_size, slice_size, total_bytes, cold_cache, buffer_size,
+//!             pipe_size} | null,
 //!   limits {source, figures [ {key, label, bytes_per_sec, cpu_seconds_per_gb} ]},
 //!   paths [ { read_path, phase, repetition, seconds, bytes, records, mb_per_sec, records_per_sec,
 //!             produced_mb_per_sec,
@@ -21,7 +24,11 @@
 //!             fetch_long_poll_latency {..}, fetches_in_flight_at_start,
 //!             poll_latency {..},
 //!             end_to_end_latency {raw {..}, corrected {..}},
-//!             rebalance_ms, ratio_to_limits [ {key, ratio} ] } ],
+//!             rebalance_ms, ratio_to_limits [ {key, ratio} ],
+//!             loopback {requested, passes, transfers, syscalls, syscalls_per_mb,
+//!                       cpu_user_seconds, cpu_system_seconds, receiver_cpu_seconds,
+//!                       sender_cpu_seconds_per_gb, resident_fraction_min,
+//!                       resident_fraction_max, cold_cache_effective} | null } ],
 //!   summary [ { read_path, phase, samples,
 //!               figures [ {metric, samples, mean, stddev, ci95_low, ci95_high, cv} ],
 //!               ratio_to_copy [ {metric, samples, mean, stddev, ci95_low, ci95_high, cv} ] } ] }
@@ -38,17 +45,40 @@
 //! bound is clamped to 0 (every figure is non-negative; see [`super::stats`]). A figure no
 //! repetition has (`rebalance_ms` of a tail) is left out.
 //!
+//! ## Two kinds of document
+//!
+//! - `fetchbench run` (`target` `embedded` or `bootstrap:HOST:PORT`): `workload` is the resolved
+//!   workload, `loopback` is `null`, and the entries have the phases `catch_up`, `tail` and
+//!   `mixed`, their `loopback` `null`.
+//! - `fetchbench read-paths` (`target` `loopback`, see [`super::read_paths`]): each read path
+//!   moves a file to an in-process loopback TCP receiver ([`super::loopback`]), no broker, no
+//!   records. `workload` is `null` and `loopback` holds the configuration ([`LoopbackConfig`]);
+//!   one entry per measured path, phase `loopback`, repetition 0, its `loopback` holding the
+//!   path's own figures ([`LoopbackFigures`]). The shared fields mean: `seconds` and `bytes`
+//!   the measured passes (warm-up excluded), `mb_per_sec` their throughput, `broker_cpu` the
+//!   whole process (the sending path, its kernel work and `iou-wrk` threads, and the receiver
+//!   thread), `residency_before` the page-cache residency before a pass (the lowest of a hot
+//!   run, the highest of a cold one), `ratio_to_limits` as in a run. Not measured there, and 0
+//!   or empty: `records`, `records_per_sec`, `consumer_cpu`, the fault and context-switch
+//!   counts, `broker_rss_bytes`, every latency; `produced_mb_per_sec`,
+//!   `fetches_in_flight_at_start` and `rebalance_ms` are `null`. Paths that could not run are in `notes` (`read path K: skipped: ...`, `read path
+//!   K: FAILED: ...`), as in a run.
+//!
 //! Units: MB = 1e6 bytes, GB = 1e9 bytes (of record batches served to consumers); CPU seconds
 //! are process CPU time (`getrusage`/`/proc`) over the measured interval; latencies are in
 //! microseconds in summaries and nanoseconds inside histograms (base64 of the HdrHistogram
 //! V2 serialization, see [`super::histogram`]). Every number is finite and non-negative.
-//! Unknown fields are refused: a reader of version 3 knows every field of version 3.
+//! Unknown fields are refused: a reader of version 4 knows every field of version 4.
 //!
 //! Version history: 1 (first harness: no limits, notes, target, poll latency or machine
-//! details); 2 (one entry per (read path, phase)); 3 (this one: `repetition`, `summary`,
-//! phase `mixed`, `produced_mb_per_sec`, `fetch_long_poll_latency` apart from `fetch_latency`,
-//! `fetches_in_flight_at_start`). [`Results::from_json`] reads version 2 files too, converted
-//! (every entry repetition 0, the new path fields empty or `null`, an empty `summary`); [`validate`] takes version 3 only; any other version is refused rather
+//! details); 2 (one entry per (read path, phase)); 3 (`repetition`, `summary`, phase `mixed`,
+//! `produced_mb_per_sec`, `fetch_long_poll_latency` apart from `fetch_latency`,
+//! `fetches_in_flight_at_start`); 4 (this one: `fetchbench read-paths` documents: the top-level
+//! and per-entry `loopback`, phase `loopback`, `workload` `null` there; before, `read-paths`
+//! wrote its own `fetchbench-read-paths` version 1 document, which nothing reads any more).
+//! [`Results::from_json`] reads version 2 and 3 files too, converted (version 2: every entry
+//! repetition 0, the version 3 path fields empty or `null`, an empty `summary`; both: every
+//! `loopback` `null`); [`validate`] takes version 4 only; any other version is refused rather
 //! than guessed at.
 
 use std::fmt;
@@ -66,12 +96,13 @@ use crate::metrics::{Latency, Summary};
 pub const SCHEMA: &str = "fetchbench-results";
 
 /// Version of the results schema; bumped on any incompatible change.
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 
-/// The older version [`Results::from_json`] still reads (converted to [`SCHEMA_VERSION`]).
-pub const READABLE_OLD_VERSION: u32 = 2;
+/// The older versions [`Results::from_json`] still reads (converted to [`SCHEMA_VERSION`]).
+pub const READABLE_OLD_VERSIONS: [u32; 2] = [2, 3];
 
-/// One results file: a run of one resolved workload over its read paths.
+/// One results file: a run of one resolved workload over its read paths, or a `fetchbench
+/// read-paths` run (see the [module docs](self)).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Results {
@@ -87,8 +118,9 @@ pub struct Results {
     pub git: Git,
     /// The exact command, as its argument vector (program first).
     pub command: Vec<String>,
-    /// What was measured: `embedded` (the in-process broker) or `bootstrap:HOST:PORT` (an
-    /// external cluster, `--bootstrap`).
+    /// What was measured: `embedded` (the in-process broker), `bootstrap:HOST:PORT` (an
+    /// external cluster, `--bootstrap`) or `loopback` (`fetchbench read-paths`: the read paths
+    /// alone, to an in-process receiver).
     pub target: String,
     /// Whether the run was stopped early (Ctrl-C): `paths` holds what was measured until then.
     pub interrupted: bool,
@@ -96,8 +128,12 @@ pub struct Results {
     /// than the warmup, figures not measured on this target.
     pub notes: Vec<String>,
     /// The resolved workload, with every key as in a workload file (see
-    /// [`Workload::to_table`]); [`Results::workload`] parses it.
+    /// [`Workload::to_table`]); [`Results::workload`] parses it. `null` in a `fetchbench
+    /// read-paths` document.
     pub workload: Value,
+    /// What `fetchbench read-paths` measured with; `null` in a `fetchbench run` document (and in
+    /// a file read from version 2 or 3).
+    pub loopback: Option<LoopbackConfig>,
     /// This machine's limits, when known (`scripts/baseline-limits.sh`).
     pub limits: LimitsResult,
     /// One entry per (read path, phase, repetition), in the order they ran.
@@ -519,6 +555,79 @@ pub struct PathResult {
     pub rebalance_ms: Option<f64>,
     /// `mb_per_sec` against each limit with a throughput (empty without limits).
     pub ratio_to_limits: Vec<LimitRatio>,
+    /// The read path's own figures of phase `loopback` (`fetchbench read-paths`); `null` in the
+    /// other phases (and in a file read from version 2 or 3).
+    pub loopback: Option<LoopbackFigures>,
+}
+
+/// The configuration of a `fetchbench read-paths` run ([`Results::loopback`]). Sizes in bytes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoopbackConfig {
+    /// The measured file (a temp file: the path it had; it is removed by now).
+    pub file: String,
+    /// Whether the file was a temp file created for the run (`--size`).
+    pub temp_file: bool,
+    /// Its size.
+    pub file_size: u64,
+    /// Bytes per `transfer` call (the last slice of a pass may be shorter).
+    pub slice_size: u64,
+    /// Bytes moved per path after the warm-up pass.
+    pub total_bytes: u64,
+    /// Whether the page cache was cold (evicted before each measured pass).
+    pub cold_cache: bool,
+    /// Buffer size of `copy`, `direct` and `null`.
+    pub buffer_size: u64,
+    /// Pipe size of `uring-splice`.
+    pub pipe_size: u64,
+}
+
+impl LoopbackConfig {
+    /// Whether `self` and `other` measured the same way: every field equal, except the names of
+    /// two temp files (each run makes its own).
+    pub fn same_measurement(&self, other: &LoopbackConfig) -> bool {
+        let file_matters = !(self.temp_file && other.temp_file);
+        self == &LoopbackConfig {
+            file: if file_matters { other.file.clone() } else { self.file.clone() },
+            ..other.clone()
+        }
+    }
+}
+
+/// One read path's own figures in a `fetchbench read-paths` document ([`PathResult::loopback`]);
+/// see [`super::loopback`] for what a pass is and what the CPU figures include. GB = 1e9 bytes,
+/// MB = 1e6 bytes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoopbackFigures {
+    /// The path asked for ([`PathResult::read_path`] is the one that ran: never another one).
+    pub requested: String,
+    /// Measured passes over the file (the warm-up pass excluded).
+    pub passes: u64,
+    /// `transfer` calls in the measured passes.
+    pub transfers: u64,
+    /// System calls (or SQEs plus `io_uring_enter` calls) the path counted.
+    pub syscalls: u64,
+    /// `syscalls` per MB moved.
+    pub syscalls_per_mb: f64,
+    /// Process user CPU over the measured passes, s (receiver thread included).
+    pub cpu_user_seconds: f64,
+    /// Process system CPU over the measured passes, s (receiver thread included).
+    pub cpu_system_seconds: f64,
+    /// The receiver thread's own CPU (user + system) over the measured passes, s; `null` when
+    /// its clock could not be read.
+    pub receiver_cpu_seconds: Option<f64>,
+    /// Process CPU minus the receiver thread's, s/GB: the sending side; `null` without
+    /// `receiver_cpu_seconds`.
+    pub sender_cpu_seconds_per_gb: Option<f64>,
+    /// The smallest fraction (0..=1) of the file's pages in the page cache before a measured
+    /// pass (`mincore`).
+    pub resident_fraction_min: f64,
+    /// The largest such fraction: for a cold-cache run, how well eviction worked (0 = fully).
+    pub resident_fraction_max: f64,
+    /// A cold-cache run whose eviction took (`resident_fraction_max` at most
+    /// [`super::read_paths::NOT_COLD_FRACTION`]); `false` for a hot run.
+    pub cold_cache_effective: bool,
 }
 
 impl PathResult {
@@ -547,7 +656,8 @@ impl std::error::Error for ValidationError {}
 
 /// The shape of a document, for [`validate`]: type names where values go, one element for
 /// arrays. `uint` is a non-negative integer, `number` a finite non-negative number,
-/// `histogram` a base64 V2 histogram, `workload` a workload table.
+/// `histogram` a base64 V2 histogram, `workload` a workload table, `loopback_config` and
+/// `loopback_figures` the objects of [`loopback_shapes`]; `|null` allows `null`.
 pub fn schema_shape() -> Value {
     let latency = json!({
         "summary": {"count": "uint", "p50_us": "number", "p99_us": "number", "p999_us": "number", "max_us": "number"},
@@ -571,7 +681,8 @@ pub fn schema_shape() -> Value {
         "target": "string",
         "interrupted": "bool",
         "notes": ["string"],
-        "workload": "workload",
+        "workload": "workload|null",
+        "loopback": "loopback_config|null",
         "limits": {
             "source": "string|null",
             "figures": [{"key": "string", "label": "string", "bytes_per_sec": "number|null", "cpu_seconds_per_gb": "number|null"}],
@@ -600,6 +711,7 @@ pub fn schema_shape() -> Value {
             "end_to_end_latency": {"raw": latency, "corrected": latency},
             "rebalance_ms": "number|null",
             "ratio_to_limits": [{"key": "string", "ratio": "number"}],
+            "loopback": "loopback_figures|null",
         }],
         "summary": [{
             "read_path": "string",
@@ -609,6 +721,22 @@ pub fn schema_shape() -> Value {
             "ratio_to_copy": stats,
         }],
     })
+}
+
+/// The shapes of [`LoopbackConfig`] and [`LoopbackFigures`], as in [`schema_shape`].
+pub fn loopback_shapes() -> (Value, Value) {
+    let config = json!({
+        "file": "string", "temp_file": "bool", "file_size": "uint", "slice_size": "uint",
+        "total_bytes": "uint", "cold_cache": "bool", "buffer_size": "uint", "pipe_size": "uint",
+    });
+    let figures = json!({
+        "requested": "string", "passes": "uint", "transfers": "uint", "syscalls": "uint",
+        "syscalls_per_mb": "number", "cpu_user_seconds": "number", "cpu_system_seconds": "number",
+        "receiver_cpu_seconds": "number|null", "sender_cpu_seconds_per_gb": "number|null",
+        "resident_fraction_min": "number", "resident_fraction_max": "number",
+        "cold_cache_effective": "bool",
+    });
+    (config, figures)
 }
 
 fn describe(v: &Value) -> String {
@@ -668,7 +796,10 @@ fn walk(shape: &Value, v: &Value, at: &str, problems: &mut Vec<String>) {
                 Some(Err(e)) => problems.push(format!("{at}: {e}")),
                 None => bad("a base64 histogram string"),
             },
-            "workload" => {
+            "workload|null" | "loopback_config|null" | "loopback_figures|null" if v.is_null() => {}
+            "loopback_config|null" => walk(&loopback_shapes().0, v, at, problems),
+            "loopback_figures|null" => walk(&loopback_shapes().1, v, at, problems),
+            "workload" | "workload|null" => {
                 let parsed = serde_json::from_value::<toml::Table>(v.clone())
                     .map_err(|e| e.to_string())
                     .and_then(|t| Workload::from_table(&t).map_err(|e| e.to_string()));
@@ -687,9 +818,12 @@ fn walk(shape: &Value, v: &Value, at: &str, problems: &mut Vec<String>) {
 /// Checks `doc` against the schema and returns it as [`Results`]. Errors list every problem
 /// with its JSON pointer: wrong `schema` or `schema_version`, a missing or unknown field, a
 /// value of the wrong type, a negative or non-finite number, a histogram that does not
-/// decode, a workload that does not parse, a `residency_before` above 1, an unknown phase,
-/// two entries for the same (read path, phase, repetition), a summary interval that does not
-/// hold its mean, two summaries of the same (read path, phase).
+/// decode, a workload that does not parse, a `residency_before` or resident fraction above 1,
+/// an unknown phase, a `fetchbench read-paths` document (`loopback` set, `workload` `null`)
+/// with an entry of another phase or a run's with a `loopback` entry, an entry whose
+/// `loopback` figures do not match its phase, two entries for the same (read path, phase,
+/// repetition), a summary interval that does not hold its mean, two summaries of the same
+/// (read path, phase).
 pub fn validate(doc: &Value) -> Result<Results, ValidationError> {
     let mut problems = Vec::new();
     if doc.get("schema").and_then(Value::as_str) != Some(SCHEMA) {
@@ -703,15 +837,50 @@ pub fn validate(doc: &Value) -> Result<Results, ValidationError> {
         return Err(ValidationError { problems }); // another version: its fields mean other things
     }
     walk(&schema_shape(), doc, "", &mut problems);
+    // A read-paths document: `loopback` set and `workload` null; a run's: the other way round.
+    let read_paths = doc.get("loopback").is_some_and(|l| !l.is_null());
+    if doc.get("workload").is_some_and(Value::is_null) != read_paths {
+        problems.push(if read_paths {
+            "/loopback: expected null beside a workload (a fetchbench run document)".to_string()
+        } else {
+            "/workload: expected a workload (null only in a fetchbench read-paths document, with loopback)".to_string()
+        });
+    }
     if let Some(paths) = doc.get("paths").and_then(Value::as_array) {
         for (i, p) in paths.iter().enumerate() {
             if p.get("residency_before").and_then(Value::as_f64).is_some_and(|r| r > 1.0) {
                 problems.push(format!("/paths/{i}/residency_before: expected a fraction from 0 to 1"));
             }
-            if let Some(phase) =
-                p.get("phase").and_then(Value::as_str).filter(|s| !["catch_up", "tail", "mixed"].contains(s))
-            {
-                problems.push(format!("/paths/{i}/phase: expected one of catch_up, tail, mixed, found \"{phase}\""));
+            let phase = p.get("phase").and_then(Value::as_str);
+            if let Some(phase) = phase.filter(|s| !["catch_up", "tail", "mixed", "loopback"].contains(s)) {
+                problems.push(format!(
+                    "/paths/{i}/phase: expected one of catch_up, tail, mixed, loopback, found \"{phase}\""
+                ));
+            } else if phase.is_some_and(|ph| (ph == "loopback") != read_paths) {
+                problems.push(format!(
+                    "/paths/{i}/phase: expected {}",
+                    if read_paths {
+                        "loopback in a fetchbench read-paths document"
+                    } else {
+                        "catch_up, tail or mixed in a fetchbench run document"
+                    }
+                ));
+            }
+            let figures = p.get("loopback").filter(|l| !l.is_null());
+            if phase.is_some() && figures.is_some() != (phase == Some("loopback")) {
+                problems.push(format!(
+                    "/paths/{i}/loopback: expected {}",
+                    if phase == Some("loopback") {
+                        "the figures of phase loopback"
+                    } else {
+                        "null outside phase loopback"
+                    }
+                ));
+            }
+            for k in ["resident_fraction_min", "resident_fraction_max"] {
+                if figures.and_then(|l| l.get(k)).and_then(Value::as_f64).is_some_and(|r| r > 1.0) {
+                    problems.push(format!("/paths/{i}/loopback/{k}: expected a fraction from 0 to 1"));
+                }
             }
             let key = (p.get("read_path"), p.get("phase"), p.get("repetition"));
             if paths[..i].iter().any(|q| (q.get("read_path"), q.get("phase"), q.get("repetition")) == key) {
@@ -761,14 +930,19 @@ impl Results {
     /// Parses and validates a results document. Errors: not JSON (with line and column),
     /// or every problem [`validate`] finds.
     ///
-    /// A version 2 document is read too: converted to version 3 (every entry gets
-    /// `repetition` 0, an empty `fetch_long_poll_latency`, `null` `produced_mb_per_sec` and
-    /// `fetches_in_flight_at_start`; `summary` is empty), then validated.
+    /// Version 2 and 3 documents ([`READABLE_OLD_VERSIONS`]) are read too, converted: a
+    /// version 2 document to version 3 (every entry gets `repetition` 0, an empty
+    /// `fetch_long_poll_latency`, `null` `produced_mb_per_sec` and `fetches_in_flight_at_start`;
+    /// `summary` is empty), a version 3 one to version 4 (`loopback` `null`, at the top and in
+    /// every entry: every version 3 document is a `fetchbench run`'s); then validated.
     pub fn from_json(text: &str) -> Result<Results, ValidationError> {
         let mut doc: Value =
             serde_json::from_str(text).map_err(|e| ValidationError { problems: vec![format!("not JSON: {e}")] })?;
-        if doc.get("schema_version").and_then(Value::as_u64) == Some(READABLE_OLD_VERSION.into()) {
+        if doc.get("schema_version").and_then(Value::as_u64) == Some(2) {
             upgrade_v2(&mut doc);
+        }
+        if doc.get("schema_version").and_then(Value::as_u64) == Some(3) {
+            upgrade_v3(&mut doc);
         }
         validate(&doc)
     }
@@ -794,7 +968,7 @@ impl Results {
 /// is not an object is left for [`validate`] to report.
 fn upgrade_v2(doc: &mut Value) {
     let Some(obj) = doc.as_object_mut() else { return };
-    obj.insert("schema_version".into(), json!(SCHEMA_VERSION));
+    obj.insert("schema_version".into(), json!(3));
     if let Some(paths) = obj.get_mut("paths").and_then(Value::as_array_mut) {
         for p in paths.iter_mut().filter_map(Value::as_object_mut) {
             p.entry("repetition").or_insert(json!(0));
@@ -806,6 +980,20 @@ fn upgrade_v2(doc: &mut Value) {
         }
     }
     obj.entry("summary").or_insert(json!([]));
+}
+
+/// Converts a version 3 document in place to version 4 (see [`Results::from_json`]): the
+/// top-level `loopback` and every entry's `null`. What is not an object is left for
+/// [`validate`] to report.
+fn upgrade_v3(doc: &mut Value) {
+    let Some(obj) = doc.as_object_mut() else { return };
+    obj.insert("schema_version".into(), json!(SCHEMA_VERSION));
+    obj.entry("loopback").or_insert(Value::Null);
+    if let Some(paths) = obj.get_mut("paths").and_then(Value::as_array_mut) {
+        for p in paths.iter_mut().filter_map(Value::as_object_mut) {
+            p.entry("loopback").or_insert(Value::Null);
+        }
+    }
 }
 
 /// The CSV header of [`write_csv`].
@@ -964,6 +1152,7 @@ pub fn example_repeated(speeds: &[f64]) -> Results {
                     },
                     rebalance_ms: (phase == "catch_up").then_some(120.0 / s),
                     ratio_to_limits: vec![LimitRatio { key: "iperf3_loopback".into(), ratio: mb_per_sec * 1e6 / 4e9 }],
+                    loopback: None,
                 });
             }
         }
@@ -988,6 +1177,7 @@ pub fn example_repeated(speeds: &[f64]) -> Results {
         interrupted: false,
         notes: vec!["an example document".into()],
         workload: Results::workload_value(&workload),
+        loopback: None,
         limits: LimitsResult {
             source: Some("limits.json".into()),
             figures: vec![LimitFigure {
@@ -999,6 +1189,111 @@ pub fn example_repeated(speeds: &[f64]) -> Results {
         },
         paths,
         summary,
+    }
+}
+
+/// A `fetchbench read-paths` document with plausible figures (see the [module docs](self)):
+/// `copy` and `sendfile` moving a 256 MiB temp file in 1 MiB slices, page cache hot, `uring-splice`
+/// skipped. For tests, fixtures and examples of the schema.
+pub fn example_read_paths() -> Results {
+    let limits = LimitsResult {
+        source: Some("limits.json".into()),
+        figures: vec![LimitFigure {
+            key: "iperf3_loopback".into(),
+            label: "iperf3".into(),
+            bytes_per_sec: Some(4e9),
+            cpu_seconds_per_gb: Some(0.25),
+        }],
+    };
+    let paths: Vec<PathResult> =
+        [("copy", 1.38, 0.014, 0.911, 30.5, 0.722), ("sendfile", 2.28, 0.006, 0.581, 1.0, 0.398)]
+            .into_iter()
+            .map(|(name, gb_per_sec, user_s_per_gb, sys_s_per_gb, syscalls_per_mb, sender_s_per_gb)| {
+                let bytes = 2u64 << 30;
+                let gb = bytes as f64 / 1e9;
+                let mb_per_sec: f64 = gb_per_sec * 1e3;
+                PathResult {
+                    read_path: name.into(),
+                    phase: "loopback".into(),
+                    repetition: 0,
+                    seconds: gb / gb_per_sec,
+                    bytes,
+                    records: 0,
+                    mb_per_sec,
+                    records_per_sec: 0.0,
+                    produced_mb_per_sec: None,
+                    broker_cpu: CpuPerGb { user_s_per_gb, sys_s_per_gb },
+                    consumer_cpu: CpuPerGb::default(),
+                    minor_faults_per_gb: 0.0,
+                    major_faults_per_gb: 0.0,
+                    context_switches_per_gb: 0.0,
+                    residency_before: 1.0,
+                    broker_rss_bytes: 0,
+                    fetch_latency: LatencyResult::empty(),
+                    fetch_long_poll_latency: LatencyResult::empty(),
+                    fetches_in_flight_at_start: None,
+                    poll_latency: LatencyResult::empty(),
+                    end_to_end_latency: EndToEnd { raw: LatencyResult::empty(), corrected: LatencyResult::empty() },
+                    rebalance_ms: None,
+                    ratio_to_limits: vec![LimitRatio { key: "iperf3_loopback".into(), ratio: mb_per_sec * 1e6 / 4e9 }],
+                    loopback: Some(LoopbackFigures {
+                        requested: name.into(),
+                        passes: 8,
+                        transfers: 2048,
+                        syscalls: (syscalls_per_mb * bytes as f64 / 1e6) as u64,
+                        syscalls_per_mb,
+                        cpu_user_seconds: user_s_per_gb * gb,
+                        cpu_system_seconds: sys_s_per_gb * gb,
+                        receiver_cpu_seconds: Some(((user_s_per_gb + sys_s_per_gb - sender_s_per_gb) * gb).max(0.0)),
+                        sender_cpu_seconds_per_gb: Some(sender_s_per_gb),
+                        resident_fraction_min: 1.0,
+                        resident_fraction_max: 1.0,
+                        cold_cache_effective: false,
+                    }),
+                }
+            })
+            .collect();
+    Results {
+        schema: SCHEMA.into(),
+        schema_version: SCHEMA_VERSION,
+        date: "2026-11-30T08:00:00Z".into(),
+        machine: Machine {
+            nproc: 2,
+            kernel: "6.1.0-example".into(),
+            arch: "x86_64".into(),
+            cpu_model: "Example CPU @ 2.00GHz".into(),
+            memory_bytes: 24 << 30,
+            io_uring: false,
+        },
+        git: Git { commit: Some("0123456789abcdef0123456789abcdef01234567".into()), dirty: false },
+        command: [
+            "fetchbench",
+            "read-paths",
+            "--limits",
+            "limits.json",
+            "--paths",
+            "copy,sendfile,uring-splice",
+            "--json",
+        ]
+        .map(String::from)
+        .to_vec(),
+        target: "loopback".into(),
+        interrupted: false,
+        notes: vec!["read path uring-splice: skipped: io_uring_setup: Operation not permitted".into()],
+        workload: Value::Null,
+        loopback: Some(LoopbackConfig {
+            file: "/var/tmp/fetchbench-read-paths-4242.dat".into(),
+            temp_file: true,
+            file_size: 256 << 20,
+            slice_size: 1 << 20,
+            total_bytes: 2 << 30,
+            cold_cache: false,
+            buffer_size: 64 << 10,
+            pipe_size: 1 << 20,
+        }),
+        limits,
+        summary: summarize(&paths),
+        paths,
     }
 }
 
@@ -1034,7 +1329,7 @@ pub(crate) mod tests {
             assert!(e.contains(expected), "{e}\n  does not contain {expected}");
         };
         check(&|d| d["schema"] = json!("other"), "/schema: expected \"fetchbench-results\", found \"other\"");
-        check(&|d| d["schema_version"] = json!(1), "/schema_version: expected 3, found 1");
+        check(&|d| d["schema_version"] = json!(1), "/schema_version: expected 4, found 1");
         check(
             &|d| d["paths"][1]["mb_per_sec"] = json!("fast"),
             "/paths/1/mb_per_sec: expected a finite non-negative number, found \"fast\"",
@@ -1130,10 +1425,21 @@ pub(crate) mod tests {
         assert_eq!(csv_cell("a,\"b\""), "\"a,\"\"b\"\"\"");
     }
 
-    /// `example(1.0)` as a version 2 file would have it: no `repetition`, no `summary`, no
-    /// workload key `repeat`.
-    pub(crate) fn as_version_2(r: &Results) -> Value {
+    /// `r` (a `fetchbench run` document) as a version 3 file would have it: no `loopback`.
+    pub(crate) fn as_version_3(r: &Results) -> Value {
         let mut doc = serde_json::to_value(r).unwrap();
+        doc["schema_version"] = json!(3);
+        doc.as_object_mut().unwrap().shift_remove("loopback");
+        for p in doc["paths"].as_array_mut().unwrap() {
+            p.as_object_mut().unwrap().shift_remove("loopback");
+        }
+        doc
+    }
+
+    /// `example(1.0)` as a version 2 file would have it: no `repetition`, no `summary`, no
+    /// workload key `repeat` (and nothing of version 4).
+    pub(crate) fn as_version_2(r: &Results) -> Value {
+        let mut doc = as_version_3(r);
         doc["schema_version"] = json!(2);
         doc.as_object_mut().unwrap().shift_remove("summary");
         doc["workload"].as_object_mut().unwrap().shift_remove("repeat");
@@ -1150,7 +1456,7 @@ pub(crate) mod tests {
     fn version_2_documents_are_read_as_repetition_0() {
         let v3 = example(1.0);
         let v2 = as_version_2(&v3);
-        assert!(validate(&v2).unwrap_err().to_string().contains("/schema_version: expected 3, found 2"));
+        assert!(validate(&v2).unwrap_err().to_string().contains("/schema_version: expected 4, found 2"));
         let read = Results::from_json(&v2.to_string()).unwrap();
         assert_eq!(read.schema_version, SCHEMA_VERSION);
         assert!(read.summary.is_empty());
@@ -1180,6 +1486,86 @@ pub(crate) mod tests {
         if baseline.contains("\"schema_version\": 2") {
             assert!(Results::from_json(&baseline).is_ok());
         }
+    }
+
+    #[test]
+    fn version_3_documents_are_read_without_loopback() {
+        let v4 = example_repeated(&[1.0, 1.1]);
+        let v3 = as_version_3(&v4);
+        assert!(validate(&v3).unwrap_err().to_string().contains("/schema_version: expected 4, found 3"));
+        let read = Results::from_json(&v3.to_string()).unwrap();
+        assert_eq!(read, v4, "a run's version 3 document is its version 4 document with every loopback null");
+        // A version 3 document with a version 4 field is refused (unknown field)...
+        let mut bad = v3.clone();
+        bad["paths"][0]["speed"] = json!(1);
+        assert!(Results::from_json(&bad.to_string())
+            .unwrap_err()
+            .to_string()
+            .contains("/paths/0/speed: unknown field"));
+        // ... and so is phase loopback, which version 3 did not have.
+        let mut bad = v3;
+        bad["paths"][0]["phase"] = json!("loopback");
+        let e = Results::from_json(&bad.to_string()).unwrap_err().to_string();
+        assert!(e.contains("/paths/0/phase: expected catch_up, tail or mixed in a fetchbench run document"), "{e}");
+        // The committed baseline of scripts/ci-gate.sh (a version 3 file when version 4 came)
+        // still reads.
+        let baseline = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/results/baseline.json")).unwrap();
+        if baseline.contains("\"schema_version\": 3") {
+            let b = Results::from_json(&baseline).unwrap();
+            assert!(b.loopback.is_none() && b.paths.iter().all(|p| p.loopback.is_none()));
+        }
+    }
+
+    /// A `fetchbench read-paths` document (see [`super::super::read_paths`]): `loopback` instead of
+    /// a workload, entries of phase `loopback` with their figures; each rule checked.
+    #[test]
+    fn read_paths_documents_validate_and_mix_with_nothing_else() {
+        let good = serde_json::to_value(example_read_paths()).unwrap();
+        let r = validate(&good).unwrap();
+        assert_eq!(Results::from_json(&r.to_json()).unwrap(), r);
+        assert!(r.workload().is_none() && r.paths.iter().all(|p| p.phase == "loopback" && p.loopback.is_some()));
+        let check = |edit: &dyn Fn(&mut Value), expected: &str| {
+            let mut doc = good.clone();
+            edit(&mut doc);
+            let e = validate(&doc).unwrap_err().to_string();
+            assert!(e.contains(expected), "{e}\n  does not contain {expected}");
+        };
+        check(
+            &|d| d["paths"][0]["phase"] = json!("catch_up"),
+            "/paths/0/phase: expected loopback in a fetchbench read-paths document",
+        );
+        check(
+            &|d| d["paths"][0]["loopback"] = Value::Null,
+            "/paths/0/loopback: expected the figures of phase loopback",
+        );
+        check(
+            &|d| d["paths"][0]["loopback"]["resident_fraction_max"] = json!(2),
+            "/paths/0/loopback/resident_fraction_max: expected a fraction",
+        );
+        check(
+            &|d| d["paths"][0]["loopback"]["passes"] = json!(-1),
+            "/paths/0/loopback/passes: expected a non-negative integer",
+        );
+        check(&|d| d["paths"][0]["loopback"]["speed"] = json!(1), "/paths/0/loopback/speed: unknown field");
+        check(
+            &|d| d["loopback"]["slice_size"] = json!("1MiB"),
+            "/loopback/slice_size: expected a non-negative integer",
+        );
+        check(&|d| d["workload"] = good_run()["workload"].clone(), "/loopback: expected null beside a workload");
+        let run = good_run();
+        let mut doc = run.clone();
+        doc["workload"] = Value::Null;
+        assert!(validate(&doc).unwrap_err().to_string().contains("/workload: expected a workload"));
+        let mut doc = run;
+        doc["paths"][1]["loopback"] = good["paths"][0]["loopback"].clone();
+        assert!(validate(&doc)
+            .unwrap_err()
+            .to_string()
+            .contains("/paths/1/loopback: expected null outside phase loopback"));
+    }
+
+    fn good_run() -> Value {
+        serde_json::to_value(example(1.0)).unwrap()
     }
 
     #[test]

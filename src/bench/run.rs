@@ -380,6 +380,7 @@ pub fn run_one(args: &RunArgs, w: &Workload, command: &[String]) -> anyhow::Resu
         interrupted,
         notes: notes.clone(),
         workload: Results::workload_value(&w),
+        loopback: None,
         limits,
         summary: results::summarize(&paths),
         paths,

@@ -2,7 +2,8 @@
 //! `bench::compare`'s `results_fixtures_are_current` test): exit 1 on a regression, 0 within
 //! the threshold, 2 on bad input; on repeated results written here from
 //! `results::example_repeated` (deterministic spread and shift): Welch's t-test; on a version 2
-//! file: the threshold rule.
+//! file: the threshold rule; version 3 files (and the committed CI baseline) still read;
+//! `fetchbench read-paths` documents compare, the old `fetchbench-read-paths` v1 ones are refused.
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -249,4 +250,38 @@ fn version_2_files_still_compare() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1), "1 sample against 5: the threshold rule: {}", text(&out));
+}
+
+/// Version 3 files (as the harness wrote them before `read-paths` documents) still compare,
+/// and so does `results/baseline.json`, the baseline `scripts/ci-gate.sh` compares against.
+#[test]
+fn version_3_files_and_the_ci_baseline_still_compare() {
+    let out = compare("base-v3.json", "slower-20pct.json", &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("REGRESSION"), "{}", text(&out));
+    let out = compare("base.json", "base-v3.json", &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("differ"), "{}", text(&out));
+    let baseline = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("results/baseline.json");
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_fetchbench")).arg("compare").arg(&baseline).arg(&baseline).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+}
+
+/// Two `fetchbench read-paths` documents compare (phase `loopback`); the `fetchbench-read-paths`
+/// v1 document of the old `read-paths --json` is refused (exit 2) naming the file, the old
+/// schema and what to do, on either side.
+#[test]
+fn read_paths_documents_compare_and_old_ones_are_refused() {
+    let out = compare("read-paths.json", "read-paths.json", &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("sendfile/loopback") && stdout.contains("no regression"), "{stdout}");
+    for (base, new) in [("read-paths-v1.json", "read-paths.json"), ("read-paths.json", "read-paths-v1.json")] {
+        let out = compare(base, new, &[]);
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("read-paths-v1.json: a fetchbench-read-paths v1 document"), "{stderr}");
+        assert!(stderr.contains("re-run `fetchbench read-paths --json`"), "{stderr}");
+    }
 }

@@ -12,6 +12,9 @@
 //! the truncation test runs each kind in a child process, so a `SIGBUS` is reported, not fatal.
 //!
 //! The `null` path sends zeros, not file bytes: for it the expected bytes are zeros.
+//!
+//! At the end, `fetchbench read-paths` itself (the harness's loopback mode, `bench::read_paths`):
+//! its table, and its `--json` results document read back and by `fetchbench compare`.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read};
@@ -958,4 +961,67 @@ fn sigpipe_default_disposition() {
         }
     }
     assert!(killed.is_empty(), "killed by SIGPIPE: {killed:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// `fetchbench read-paths`, the harness's loopback mode, end to end.
+
+/// `fetchbench read-paths` on a small temp file: the table keeps its columns and rows; `--json`
+/// prints a results document (schema `fetchbench-results`, phase `loopback`) that validates and
+/// that `fetchbench compare` reads.
+#[test]
+fn read_paths_command_prints_the_table_or_a_results_document() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_fetchbench"))
+            .args(["read-paths", "--size", "1MiB", "--total", "2MiB", "--slice", "64KiB", "--paths", "null,copy"])
+            .arg("--temp-dir")
+            .arg(dir.path())
+            .args(extra)
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap()
+    };
+    let text = |out: &std::process::Output| {
+        format!("stdout:\n{}\nstderr:\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+    };
+    let out = run(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.starts_with("fetchbench read-paths  "), "{table}");
+    assert!(table.contains("slice 64 KiB, 2 MiB per path after a warm-up pass, page cache hot\n"), "{table}");
+    assert!(table.contains("path             GB/s CPU s/GB   user    sys  sender syscall/MB  cached\n"), "{table}");
+    assert!(table.contains("\nnull   ") && table.contains("\ncopy   "), "{table}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("read-paths: copy: moving 2097152 bytes"), "{}", text(&out));
+
+    let out = run(&["--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let doc = String::from_utf8_lossy(&out.stdout).into_owned();
+    let r = fetchbench::bench::results::Results::from_json(&doc).unwrap();
+    assert_eq!(
+        (r.schema.as_str(), r.schema_version),
+        ("fetchbench-results", fetchbench::bench::results::SCHEMA_VERSION)
+    );
+    assert_eq!(r.target, "loopback");
+    assert!(r.workload.is_null());
+    let config = r.loopback.as_ref().unwrap();
+    assert_eq!(
+        (config.file_size, config.slice_size, config.total_bytes, config.temp_file),
+        (1 << 20, 64 << 10, 2 << 20, true)
+    );
+    let paths: Vec<(&str, &str)> = r.paths.iter().map(|p| (p.read_path.as_str(), p.phase.as_str())).collect();
+    assert_eq!(paths, [("null", "loopback"), ("copy", "loopback")]);
+    for p in &r.paths {
+        let l = p.loopback.as_ref().unwrap();
+        assert_eq!((p.bytes, l.requested.as_str(), l.passes), (2 << 20, p.read_path.as_str(), 2), "{p:?}");
+        assert!(p.mb_per_sec > 0.0 && l.transfers == 32 && l.syscalls > 0, "{p:?}");
+    }
+    assert!(!config.file.is_empty() && !std::path::Path::new(&config.file).exists(), "the temp file is removed");
+
+    let file = dir.path().join("read-paths.json");
+    std::fs::write(&file, &doc).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_fetchbench")).arg("compare").arg(&file).arg(&file).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("copy/loopback") && stdout.contains("no regression"), "{stdout}");
 }
