@@ -1196,15 +1196,8 @@ pub fn example_repeated(speeds: &[f64]) -> Results {
 /// `copy` and `sendfile` moving a 256 MiB temp file in 1 MiB slices, page cache hot, `uring-splice`
 /// skipped. For tests, fixtures and examples of the schema.
 pub fn example_read_paths() -> Results {
-    let limits = LimitsResult {
-        source: Some("limits.json".into()),
-        figures: vec![LimitFigure {
-            key: "iperf3_loopback".into(),
-            label: "iperf3".into(),
-            bytes_per_sec: Some(4e9),
-            cpu_seconds_per_gb: Some(0.25),
-        }],
-    };
+    // The context (machine, git, date, limits) of the run example.
+    let run = example(1.0);
     let paths: Vec<PathResult> =
         [("copy", 1.38, 0.014, 0.911, 30.5, 0.722), ("sendfile", 2.28, 0.006, 0.581, 1.0, 0.398)]
             .into_iter()
@@ -1254,18 +1247,6 @@ pub fn example_read_paths() -> Results {
             })
             .collect();
     Results {
-        schema: SCHEMA.into(),
-        schema_version: SCHEMA_VERSION,
-        date: "2026-11-30T08:00:00Z".into(),
-        machine: Machine {
-            nproc: 2,
-            kernel: "6.1.0-example".into(),
-            arch: "x86_64".into(),
-            cpu_model: "Example CPU @ 2.00GHz".into(),
-            memory_bytes: 24 << 30,
-            io_uring: false,
-        },
-        git: Git { commit: Some("0123456789abcdef0123456789abcdef01234567".into()), dirty: false },
         command: [
             "fetchbench",
             "read-paths",
@@ -1277,6 +1258,7 @@ pub fn example_read_paths() -> Results {
         ]
         .map(String::from)
         .to_vec(),
+        machine: Machine { io_uring: false, ..run.machine },
         target: "loopback".into(),
         interrupted: false,
         notes: vec!["read path uring-splice: skipped: io_uring_setup: Operation not permitted".into()],
@@ -1291,9 +1273,9 @@ pub fn example_read_paths() -> Results {
             buffer_size: 64 << 10,
             pipe_size: 1 << 20,
         }),
-        limits,
         summary: summarize(&paths),
         paths,
+        ..run
     }
 }
 
