@@ -4,9 +4,13 @@
 //! `results::example_repeated` (deterministic spread and shift): Welch's t-test; on a version 2
 //! file: the threshold rule; version 3 files (and the committed CI baseline) still read;
 //! `fetchbench read-paths` documents compare, the old `fetchbench-read-paths` v1 ones are refused.
+//! A file with the same (read path, phase) twice is refused (exit 2), and the CI gate's committed
+//! baseline (`results/baseline.json`) is a valid results file.
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
+
+use crate::bench_run::fetchbench;
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/results").join(name)
@@ -284,4 +288,34 @@ fn read_paths_documents_compare_and_old_ones_are_refused() {
         assert!(stderr.contains("read-paths-v1.json: a fetchbench-read-paths v1 document"), "{stderr}");
         assert!(stderr.contains("re-run `fetchbench read-paths --json`"), "{stderr}");
     }
+}
+
+/// `compare` matches entries by (read path, phase): a file holding the same pair twice is
+/// ambiguous (which one is compared?) and must be refused as bad input (exit 2); the reviewed
+/// harness compared one of them silently and exited 0.
+#[test]
+fn compare_refuses_duplicate_entries() {
+    let base = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/results/base.json");
+    let mut doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&base).unwrap()).unwrap();
+    let paths = doc["paths"].as_array_mut().unwrap();
+    let mut dup = paths[0].clone();
+    dup["mb_per_sec"] = serde_json::json!(paths[0]["mb_per_sec"].as_f64().unwrap() * 0.5);
+    paths.push(dup);
+    let dir = tempfile::tempdir().unwrap();
+    let doctored = dir.path().join("dup.json");
+    std::fs::write(&doctored, serde_json::to_string(&doc).unwrap()).unwrap();
+    let out = fetchbench().arg("compare").arg(&base).arg(&doctored).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+}
+
+/// "`scripts/ci-gate.sh` runs a short workload and compares it with a baseline committed under
+/// `results/`" and "passes against the committed baseline": the script's default baseline,
+/// `results/baseline.json`, must be in the tree and be a valid results file (the reviewed tree
+/// had only `results/README.md`, so `scripts/ci-gate.sh` exits 2 with "no baseline").
+#[test]
+fn the_ci_gate_baseline_is_committed_and_valid() {
+    let baseline = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("results/baseline.json");
+    assert!(baseline.is_file(), "no committed baseline at {}", baseline.display());
+    let out = fetchbench().arg("compare").arg(&baseline).arg(&baseline).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
 }

@@ -1,19 +1,22 @@
-//! `fetchbench consume` as a child process (issue 12, items 5 and 7): `--max-records` in a group
-//! commits exactly what it printed, internal topics (`__consumer_offsets`) are readable by
-//! assignment, `exclude.internal.topics` keeps them out of pattern subscriptions, and a
-//! partition without a leader is reported instead of waited for in silence.
+//! `fetchbench consume` (`client::consume_cmd`), mostly as a child process (issue 12, items 5
+//! and 7): `--max-records` in a group commits exactly what it printed, internal topics
+//! (`__consumer_offsets`) are readable by assignment, `exclude.internal.topics` keeps them out of
+//! pattern subscriptions, and a partition without a leader is reported instead of waited for in
+//! silence; `--exit-at-end` on empty and filled partitions (in process), and SIGINT committing
+//! what was printed and leaving the group.
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use fetchbench::broker::BrokerHandle;
+use fetchbench::client::consume_cmd::{self, ConsumeArgs};
 use fetchbench::client::consumer::{Consumer, ConsumerConfig, TopicPartition};
 
 use crate::common::{run_with_timeout, start_group_broker, ChildOutput};
-use crate::review_client::produce;
+use crate::consumer_positions::{config, produce, start_in, WAIT};
 
 /// A generous bound for one `consume --exit-at-end` run (each takes well under a second here).
 const RUN: Duration = Duration::from_secs(60);
@@ -22,7 +25,9 @@ const RUN: Duration = Duration::from_secs(60);
 /// whole-topic runs small).
 const OFFSETS_PARTITIONS: i32 = 5;
 
-fn start_in(dir: &Path) -> BrokerHandle {
+/// A broker for consumer groups with 3 partitions per auto-created topic and a small
+/// `__consumer_offsets` ([`OFFSETS_PARTITIONS`]).
+fn start_with_small_offsets_topic(dir: &Path) -> BrokerHandle {
     start_group_broker(dir, "127.0.0.1:0".parse().unwrap(), |c| {
         c.num_partitions = 3;
         c.offsets_topic_num_partitions = OFFSETS_PARTITIONS;
@@ -86,7 +91,7 @@ fn printed(stdout: &str) -> Vec<(i32, i64)> {
 #[test]
 fn max_records_in_a_group_commits_exactly_what_was_printed() {
     let tmp = tempfile::tempdir().unwrap();
-    let broker = start_in(tmp.path());
+    let broker = start_with_small_offsets_topic(tmp.path());
     let addr = broker.local_addr();
     produce(addr, "mr", 0, &["a", "b", "c", "d", "e", "f"]);
     let tp: TopicPartition = ("mr".into(), 0);
@@ -118,7 +123,7 @@ fn max_records_in_a_group_commits_exactly_what_was_printed() {
 #[test]
 fn max_records_across_partitions_leaves_the_unprinted_records_to_the_next_run() {
     let tmp = tempfile::tempdir().unwrap();
-    let broker = start_in(tmp.path());
+    let broker = start_with_small_offsets_topic(tmp.path());
     let addr = broker.local_addr();
     for p in 0..3 {
         produce(addr, "mrp", p, &["a", "b", "c", "d"]);
@@ -159,7 +164,7 @@ fn commit_offsets(broker: &BrokerHandle, group: &str, topic: &str, offset: i64) 
 #[test]
 fn consume_reads_consumer_offsets_by_assignment() {
     let tmp = tempfile::tempdir().unwrap();
-    let broker = start_in(tmp.path());
+    let broker = start_with_small_offsets_topic(tmp.path());
     let addr = broker.local_addr();
     produce(addr, "committed-topic", 0, &["x", "y", "z"]);
     let partition = commit_offsets(&broker, "g-internal", "committed-topic", 2);
@@ -198,7 +203,7 @@ fn consume_reads_consumer_offsets_by_assignment() {
 #[test]
 fn pattern_subscriptions_exclude_internal_topics_unless_told_otherwise() {
     let tmp = tempfile::tempdir().unwrap();
-    let broker = start_in(tmp.path());
+    let broker = start_with_small_offsets_topic(tmp.path());
     let addr = broker.local_addr();
     produce(addr, "visible", 0, &["v"]);
     commit_offsets(&broker, "g-other", "visible", 1);
@@ -229,7 +234,7 @@ fn pattern_subscriptions_exclude_internal_topics_unless_told_otherwise() {
 #[test]
 fn a_partition_without_a_leader_is_reported_not_waited_for_in_silence() {
     let tmp = tempfile::tempdir().unwrap();
-    let broker = start_in(tmp.path());
+    let broker = start_with_small_offsets_topic(tmp.path());
     let addr = broker.local_addr();
     produce(addr, "three", 0, &["a"]);
     // Killed after 15 s: the report comes after 5 s without a leader.
@@ -252,7 +257,7 @@ fn max_records_rewinds_a_poll_that_returned_more_than_remain() {
     use std::io::{BufRead, BufReader};
     use std::process::Stdio;
     let tmp = tempfile::tempdir().unwrap();
-    let broker = start_in(tmp.path());
+    let broker = start_with_small_offsets_topic(tmp.path());
     let addr = broker.local_addr();
     produce(addr, "rw", 0, &["a", "b"]);
     let mut child = Command::new(env!("CARGO_BIN_EXE_fetchbench"))
@@ -280,5 +285,100 @@ fn max_records_rewinds_a_poll_that_returned_more_than_remain() {
     assert!(lines.next().is_none(), "nothing printed after the third record");
     let tp: TopicPartition = ("rw".into(), 0);
     assert_eq!(committed(addr, "g-rw", std::slice::from_ref(&tp)), [Some(3)], "committed = last printed + 1");
+    broker.shutdown().unwrap();
+}
+
+fn consume_args(addr: SocketAddr, topic: &str) -> ConsumeArgs {
+    ConsumeArgs {
+        bootstrap: addr.to_string(),
+        topic: topic.into(),
+        group: None,
+        partition: None,
+        offset: None,
+        from_beginning: false,
+        exit_at_end: true,
+        count: false,
+        max_records: None,
+        format: "%p:%o:%s\\n".into(),
+        config: vec!["fetch.max.wait.ms=100".into()],
+    }
+}
+
+/// `--exit-at-end` (kcat `-e`) on a topic whose partitions are empty exits at once with
+/// nothing, and from the beginning prints every record and exits.
+#[test]
+fn consume_exit_at_end_on_empty_and_filled_partitions() {
+    let tmp = tempfile::tempdir().unwrap();
+    let broker = start_in(tmp.path());
+    let addr = broker.local_addr();
+    produce(addr, "eof", 2, &["x", "y"]);
+    let mut args = consume_args(addr, "eof");
+    args.from_beginning = true;
+    let started = Instant::now();
+    let mut out = Vec::new();
+    let summary = consume_cmd::run(&args, &mut out).unwrap();
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert_eq!(summary.records, 2);
+    assert_eq!(String::from_utf8(out).unwrap(), "2:0:x\n2:1:y\n");
+
+    // An offset past the end of one partition: auto.offset.reset (latest) applies, nothing is
+    // printed, and the run still ends.
+    let mut args = consume_args(addr, "eof");
+    args.partition = Some(2);
+    args.offset = Some("100".into());
+    let mut out = Vec::new();
+    let summary = consume_cmd::run(&args, &mut out).unwrap();
+    assert_eq!(summary.records, 0);
+    drop(broker);
+}
+
+/// Finding: Ctrl-C (SIGINT) or SIGTERM killed `fetchbench consume --group` on the spot: no
+/// commit of what it printed (auto-commit) and no LeaveGroup, so the group waited out
+/// `session.timeout.ms` and the next member re-read the records. kcat and Kafka's
+/// console consumer close the consumer on SIGINT. Fixed: the first signal ends the run,
+/// which closes the consumer (commit + LeaveGroup).
+///
+/// Also a finding: the records were held in a 64 KiB stdout buffer until exit (a tailing
+/// `consume | ...` showed nothing); now each poll's records are flushed, as kcat's are.
+#[test]
+fn consume_cli_sigint_commits_and_leaves_the_group() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    use std::io::{BufRead, BufReader};
+    let tmp = tempfile::tempdir().unwrap();
+    let broker = start_in(tmp.path());
+    let addr = broker.local_addr();
+    produce(addr, "sigint", 0, &["a", "b", "c"]);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fetchbench"))
+        .args(["consume", "--bootstrap", &addr.to_string(), "--topic", "sigint", "--group", "g-sigint"])
+        .args(["--from-beginning", "-X", "fetch.max.wait.ms=100", "-X", "session.timeout.ms=30000"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    for want in ["a", "b", "c"] {
+        assert_eq!(lines.next().unwrap().unwrap(), want);
+    }
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
+    let deadline = Instant::now() + WAIT;
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("consume did not exit after SIGINT");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let _ = status;
+    let group = broker.test_support().coordinator().describe_group("g-sigint");
+    assert_eq!(group.state, "Empty", "LeaveGroup sent: no member waits for its session timeout");
+    let mut c = Consumer::new(config(addr, &[("group.id", "g-sigint")])).unwrap();
+    let tp: TopicPartition = ("sigint".into(), 0);
+    assert_eq!(c.committed(std::slice::from_ref(&tp)).unwrap()[&tp], Some(3), "the printed records committed");
+    drop(c);
     broker.shutdown().unwrap();
 }

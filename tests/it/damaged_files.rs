@@ -2,7 +2,9 @@
 //! broker starts, warns naming the file, rebuilds what the data allows, and keeps serving.
 //! The offset checkpoints, `producer-id-block` and the hole go through the real `fetchbench serve`
 //! process (a damaged file used to end it with exit 2, or to break InitProducerId forever).
+//! A malformed recovery-point checkpoint does not block `LogManager::open`.
 
+use std::fs;
 use std::path::Path;
 
 use fetchbench::log::batch::{BatchBuilder, Compression};
@@ -352,4 +354,16 @@ fn a_partition_metadata_with_another_topic_id_is_warned_about() {
     assert!(d.error.contains("AAAAAAAAAAAAAAAAAAAAAQ") && d.error.contains("B3_HiNPgSQ6oxG9ZZ6ED5A"), "{d:?}");
     assert_eq!(logs.log("t", 0).unwrap().log_end_offset(), 15, "the records stay");
     drop(logs);
+}
+
+#[test]
+fn r09_garbage_recovery_point_checkpoint_does_not_block_open() {
+    use fetchbench::log::manager::LogManager;
+    let tmp = tempfile::tempdir().unwrap();
+    let (mgr, _) = LogManager::open(tmp.path(), LogConfig::default(), |_| None, false).unwrap();
+    drop(mgr);
+    fs::write(tmp.path().join("recovery-point-offset-checkpoint"), b"0\n3\ngarbage").unwrap();
+    fs::write(tmp.path().join("log-start-offset-checkpoint"), b"").unwrap();
+    let r = LogManager::open(tmp.path(), LogConfig::default(), |_| None, false);
+    assert!(r.is_ok(), "Kafka resets a malformed checkpoint to 0 with a warning; fetchbench: {:?}", r.err());
 }

@@ -1,7 +1,8 @@
 //! fetchbench's producer (`client::producer`) and `fetchbench produce` against the embedded
 //! broker: murmur2 and config parsing; keyed records with every codec read back exactly by kcat
 //! and by confluent-kafka (librdkafka); idempotent batches (producer id, epoch and sequences in
-//! the stored batches); `acks=0`; the CLI end to end.
+//! the stored batches); `acks=0`; the CLI end to end; null and empty keys, headers and
+//! timestamps round-tripping to fetchbench's consumer with every codec.
 //!
 //! kcat or confluent-kafka missing: those tests fail in CI (`CI` set) and skip with a notice
 //! elsewhere, as in `kcat.rs` and `python_clients.rs`.
@@ -12,12 +13,16 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use fetchbench::broker::{Broker, BrokerConfig, BrokerHandle};
+use fetchbench::client::consumer::{Consumer, TopicPartition};
 use fetchbench::client::producer::{
     murmur2, partition_for_key, Acks, Producer, ProducerConfig, ProducerError, RecordMetadata,
 };
 use fetchbench::log::batch::{Compression, Header};
 use fetchbench::log::RecordBatch;
 use fetchbench::read_path::ReadPathKind;
+
+use crate::consumer::poll_n;
+use crate::consumer_positions::{config, start_in};
 
 fn in_ci() -> bool {
     std::env::var("CI").map(|v| !v.is_empty() && v != "false").unwrap_or(false)
@@ -518,4 +523,46 @@ fn slow_unkeyed_records_spread_over_partitions() {
     // Each switch comes after a run of records, not per record.
     let switches = partitions.windows(2).filter(|w| w[0] != w[1]).count();
     assert!((3..=8).contains(&switches), "{partitions:?}");
+}
+
+/// Our producer to our consumer: a null key and an empty key stay apart, a null value stays
+/// null, headers (a null header value included) and CreateTime timestamps round-trip, for
+/// every codec.
+#[test]
+fn null_and_empty_keys_headers_and_timestamps_round_trip() {
+    use fetchbench::client::producer::{Producer, ProducerConfig};
+    use fetchbench::log::batch::Header;
+    let tmp = tempfile::tempdir().unwrap();
+    let broker = start_in(tmp.path());
+    let addr = broker.local_addr();
+    for (i, codec) in ["none", "gzip", "snappy", "lz4", "zstd"].iter().enumerate() {
+        let topic = format!("roundtrip-{codec}");
+        let producer = Producer::new(
+            ProducerConfig::from_pairs(&[
+                ("bootstrap.servers", addr.to_string().as_str()),
+                ("compression.type", codec),
+            ])
+            .unwrap(),
+        )
+        .unwrap();
+        let h = [Header { key: b"h1", value: Some(b"v1") }, Header { key: b"h2", value: None }];
+        producer.send(&topic, Some(0), None, Some(b"null-key"), &h, Some(1_000)).unwrap();
+        producer.send(&topic, Some(0), Some(b""), Some(b"empty-key"), &[], Some(2_000)).unwrap();
+        producer.send(&topic, Some(0), Some(b"k"), None, &[], Some(3_000)).unwrap();
+        producer.flush().unwrap();
+        producer.close().unwrap();
+        let tp: TopicPartition = (topic.clone(), 0);
+        let mut c = Consumer::new(config(addr, &[("auto.offset.reset", "earliest")])).unwrap();
+        c.assign(std::slice::from_ref(&tp)).unwrap();
+        let got = poll_n(&mut c, 3);
+        assert_eq!(got[0].key, None, "{codec}: null key");
+        assert_eq!(got[1].key.as_deref(), Some(&b""[..]), "{codec}: empty key");
+        assert_eq!(got[2].value, None, "{codec}: null value");
+        assert_eq!(got.iter().map(|r| r.timestamp).collect::<Vec<_>>(), [1_000, 2_000, 3_000], "{codec}");
+        let headers: Vec<(Vec<u8>, Option<Vec<u8>>)> =
+            got[0].headers.iter().map(|h| (h.key.to_vec(), h.value.as_ref().map(|v| v.to_vec()))).collect();
+        assert_eq!(headers, [(b"h1".to_vec(), Some(b"v1".to_vec())), (b"h2".to_vec(), None)], "{codec}");
+        assert!(got[1].headers.is_empty() && i < 5);
+    }
+    broker.shutdown().unwrap();
 }

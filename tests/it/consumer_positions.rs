@@ -1,5 +1,15 @@
-//! Review round on the client (`src/client/`): each test is a finding or a guarded behaviour of
-//! fetchbench's own consumer and producer against the embedded broker.
+//! fetchbench's consumer (`client::consumer`) keeps its positions and commits right where the
+//! broker or the application moves under it: after a broker restart on the same port (assigned
+//! and in a group: Kafka's `NetworkClient` reconnects for metadata and the coordinator), across
+//! partitions under `max.poll.records` (a commit stores last returned + 1, Kafka's
+//! `FetchCollector`), with a seek while a Fetch is in flight (its stale answer dropped), with
+//! `poll(Duration::ZERO)`, and through a cooperative revocation with records of the revoked
+//! partitions buffered (each record delivered once, Kafka's `SubscriptionState`).
+//!
+//! Each test starts its own broker (3 partitions per auto-created topic): in-process, or
+//! `fetchbench serve` as a child process where a restart must close every connection. The
+//! helpers that address a broker by its socket address ([`produce`], [`config`], [`start_in`])
+//! are shared with `consume_cli.rs` and `producer.rs`.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -9,7 +19,6 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use fetchbench::broker::BrokerHandle;
-use fetchbench::client::consume_cmd::{self, ConsumeArgs};
 use fetchbench::client::consumer::{Consumer, ConsumerConfig, TopicPartition};
 use fetchbench::client::KafkaConnection;
 use fetchbench::log::batch::{BatchBuilder, Compression};
@@ -18,22 +27,25 @@ use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProdu
 use kafka_protocol::messages::{ApiKey, MetadataRequest, ProduceRequest, RequestKind, ResponseKind, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
-const WAIT: Duration = Duration::from_secs(20);
-
 use crate::consumer::{poll_n, values};
 
+/// How long a test waits for records or a state.
+pub(crate) const WAIT: Duration = Duration::from_secs(20);
+
+/// A broker for consumer groups on `addr` (3 partitions per auto-created topic).
 fn start_at(dir: &Path, addr: SocketAddr) -> BrokerHandle {
     crate::common::start_group_broker(dir, addr, |c| c.num_partitions = 3)
 }
 
-fn start_in(dir: &Path) -> BrokerHandle {
+/// [`start_at`] on a free port of 127.0.0.1.
+pub(crate) fn start_in(dir: &Path) -> BrokerHandle {
     start_at(dir, "127.0.0.1:0".parse().unwrap())
 }
 
 /// Produces `values` to `topic`-`partition` as one batch (the topic auto-created); returns the
 /// base offset.
 pub(crate) fn produce(broker_addr: SocketAddr, topic: &str, partition: i32, values: &[&str]) -> i64 {
-    let mut conn = KafkaConnection::connect(broker_addr, "review-client", Duration::from_secs(10)).unwrap();
+    let mut conn = KafkaConnection::connect(broker_addr, "consumer-positions-test", Duration::from_secs(10)).unwrap();
     let md = MetadataRequest::default().with_allow_auto_topic_creation(true).with_topics(Some(vec![
         MetadataRequestTopic::default().with_name(Some(TopicName(StrBytes::from_string(topic.into())))),
     ]));
@@ -55,7 +67,9 @@ pub(crate) fn produce(broker_addr: SocketAddr, topic: &str, partition: i32, valu
     p.base_offset
 }
 
-fn config(addr: SocketAddr, pairs: &[(&str, &str)]) -> ConsumerConfig {
+/// A consumer config for the broker at `addr` with short fetch waits and session timeouts, then
+/// `pairs`.
+pub(crate) fn config(addr: SocketAddr, pairs: &[(&str, &str)]) -> ConsumerConfig {
     let mut c = ConsumerConfig::new(addr.to_string());
     c.set("fetch.max.wait.ms", "100").unwrap();
     c.set("heartbeat.interval.ms", "300").unwrap();
@@ -239,50 +253,6 @@ fn seek_with_a_fetch_in_flight_discards_the_stale_answer() {
     broker.shutdown().unwrap();
 }
 
-fn consume_args(addr: SocketAddr, topic: &str) -> ConsumeArgs {
-    ConsumeArgs {
-        bootstrap: addr.to_string(),
-        topic: topic.into(),
-        group: None,
-        partition: None,
-        offset: None,
-        from_beginning: false,
-        exit_at_end: true,
-        count: false,
-        max_records: None,
-        format: "%p:%o:%s\\n".into(),
-        config: vec!["fetch.max.wait.ms=100".into()],
-    }
-}
-
-/// `--exit-at-end` (kcat `-e`) on a topic whose partitions are empty exits at once with
-/// nothing, and from the beginning prints every record and exits.
-#[test]
-fn consume_exit_at_end_on_empty_and_filled_partitions() {
-    let tmp = tempfile::tempdir().unwrap();
-    let broker = start_in(tmp.path());
-    let addr = broker.local_addr();
-    produce(addr, "eof", 2, &["x", "y"]);
-    let mut args = consume_args(addr, "eof");
-    args.from_beginning = true;
-    let started = Instant::now();
-    let mut out = Vec::new();
-    let summary = consume_cmd::run(&args, &mut out).unwrap();
-    assert!(started.elapsed() < Duration::from_secs(10));
-    assert_eq!(summary.records, 2);
-    assert_eq!(String::from_utf8(out).unwrap(), "2:0:x\n2:1:y\n");
-
-    // An offset past the end of one partition: auto.offset.reset (latest) applies, nothing is
-    // printed, and the run still ends.
-    let mut args = consume_args(addr, "eof");
-    args.partition = Some(2);
-    args.offset = Some("100".into());
-    let mut out = Vec::new();
-    let summary = consume_cmd::run(&args, &mut out).unwrap();
-    assert_eq!(summary.records, 0);
-    drop(broker);
-}
-
 /// Finding: `poll(Duration::ZERO)` never read a Fetch answer (it returned before looking at the
 /// socket), so a consumer polling with a zero timeout got no record ever. Kafka's
 /// `poll(Duration.ZERO)` returns what already arrived (`NetworkClient.poll(0)` reads ready
@@ -304,48 +274,6 @@ fn poll_with_a_zero_timeout_returns_records_that_arrived() {
     }
     assert_eq!(values(&got), ["a", "b", "c"], "poll(0) in a loop");
     drop(c);
-    broker.shutdown().unwrap();
-}
-
-/// Our producer to our consumer: a null key and an empty key stay apart, a null value stays
-/// null, headers (a null header value included) and CreateTime timestamps round-trip, for
-/// every codec.
-#[test]
-fn null_and_empty_keys_headers_and_timestamps_round_trip() {
-    use fetchbench::client::producer::{Producer, ProducerConfig};
-    use fetchbench::log::batch::Header;
-    let tmp = tempfile::tempdir().unwrap();
-    let broker = start_in(tmp.path());
-    let addr = broker.local_addr();
-    for (i, codec) in ["none", "gzip", "snappy", "lz4", "zstd"].iter().enumerate() {
-        let topic = format!("roundtrip-{codec}");
-        let producer = Producer::new(
-            ProducerConfig::from_pairs(&[
-                ("bootstrap.servers", addr.to_string().as_str()),
-                ("compression.type", codec),
-            ])
-            .unwrap(),
-        )
-        .unwrap();
-        let h = [Header { key: b"h1", value: Some(b"v1") }, Header { key: b"h2", value: None }];
-        producer.send(&topic, Some(0), None, Some(b"null-key"), &h, Some(1_000)).unwrap();
-        producer.send(&topic, Some(0), Some(b""), Some(b"empty-key"), &[], Some(2_000)).unwrap();
-        producer.send(&topic, Some(0), Some(b"k"), None, &[], Some(3_000)).unwrap();
-        producer.flush().unwrap();
-        producer.close().unwrap();
-        let tp: TopicPartition = (topic.clone(), 0);
-        let mut c = Consumer::new(config(addr, &[("auto.offset.reset", "earliest")])).unwrap();
-        c.assign(std::slice::from_ref(&tp)).unwrap();
-        let got = poll_n(&mut c, 3);
-        assert_eq!(got[0].key, None, "{codec}: null key");
-        assert_eq!(got[1].key.as_deref(), Some(&b""[..]), "{codec}: empty key");
-        assert_eq!(got[2].value, None, "{codec}: null value");
-        assert_eq!(got.iter().map(|r| r.timestamp).collect::<Vec<_>>(), [1_000, 2_000, 3_000], "{codec}");
-        let headers: Vec<(Vec<u8>, Option<Vec<u8>>)> =
-            got[0].headers.iter().map(|h| (h.key.to_vec(), h.value.as_ref().map(|v| v.to_vec()))).collect();
-        assert_eq!(headers, [(b"h1".to_vec(), Some(b"v1".to_vec())), (b"h2".to_vec(), None)], "{codec}");
-        assert!(got[1].headers.is_empty() && i < 5);
-    }
     broker.shutdown().unwrap();
 }
 
@@ -427,56 +355,5 @@ fn cooperative_revocation_with_buffered_records_delivers_each_record_once() {
     let want: Vec<(i32, i64)> = (0..3).flat_map(|p| (0..20).map(move |o| (p, o))).collect();
     assert_eq!(dups, want, "every record");
     assert_eq!(keys.len(), 60, "no record twice: {seen:?}");
-    broker.shutdown().unwrap();
-}
-
-/// Finding: Ctrl-C (SIGINT) or SIGTERM killed `fetchbench consume --group` on the spot: no
-/// commit of what it printed (auto-commit) and no LeaveGroup, so the group waited out
-/// `session.timeout.ms` and the next member re-read the records. kcat and Kafka's
-/// console consumer close the consumer on SIGINT. Fixed: the first signal ends the run,
-/// which closes the consumer (commit + LeaveGroup).
-///
-/// Also a finding: the records were held in a 64 KiB stdout buffer until exit (a tailing
-/// `consume | ...` showed nothing); now each poll's records are flushed, as kcat's are.
-#[test]
-fn consume_cli_sigint_commits_and_leaves_the_group() {
-    use nix::sys::signal::{kill, Signal};
-    use nix::unistd::Pid;
-    use std::io::{BufRead, BufReader};
-    let tmp = tempfile::tempdir().unwrap();
-    let broker = start_in(tmp.path());
-    let addr = broker.local_addr();
-    produce(addr, "sigint", 0, &["a", "b", "c"]);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_fetchbench"))
-        .args(["consume", "--bootstrap", &addr.to_string(), "--topic", "sigint", "--group", "g-sigint"])
-        .args(["--from-beginning", "-X", "fetch.max.wait.ms=100", "-X", "session.timeout.ms=30000"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    for want in ["a", "b", "c"] {
-        assert_eq!(lines.next().unwrap().unwrap(), want);
-    }
-    kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
-    let deadline = Instant::now() + WAIT;
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("consume did not exit after SIGINT");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let _ = status;
-    let group = broker.test_support().coordinator().describe_group("g-sigint");
-    assert_eq!(group.state, "Empty", "LeaveGroup sent: no member waits for its session timeout");
-    let mut c = Consumer::new(config(addr, &[("group.id", "g-sigint")])).unwrap();
-    let tp: TopicPartition = ("sigint".into(), 0);
-    assert_eq!(c.committed(std::slice::from_ref(&tp)).unwrap()[&tp], Some(3), "the printed records committed");
-    drop(c);
     broker.shutdown().unwrap();
 }
