@@ -15,22 +15,22 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use super::batch::builder::{set_base_offset, set_partition_leader_epoch};
-use super::batch::{BatchBoundaries, BatchError, BatchHeader, RecordBatch, ATTRIBUTES_OFFSET, CRC_OFFSET};
-use super::checkpoint::{
+use crate::log::batch::builder::{set_base_offset, set_partition_leader_epoch};
+use crate::log::batch::{BatchBoundaries, BatchError, BatchHeader, RecordBatch, ATTRIBUTES_OFFSET, CRC_OFFSET};
+use crate::log::checkpoint::{
     read_leader_epoch_checkpoint, read_partition_metadata, write_leader_epoch_checkpoint, write_partition_metadata,
     EpochEntry, TopicId, LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA,
 };
-use super::config::{LogConfig, TimestampType};
-use super::error::LogError;
-use super::producer_state::{
+use crate::log::config::{LogConfig, TimestampType};
+use crate::log::error::LogError;
+use crate::log::producer_state::{
     ProducerCheck, ProducerStateManager, DEFAULT_PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS,
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
 };
-use super::segment::{self, Segment, SegmentConfig};
-use super::time_index::TimestampOffset;
+use crate::log::segment::{self, Segment, SegmentConfig};
+use crate::log::time_index::TimestampOffset;
 
-pub use super::segment::{FileSlice, SegmentFile};
+pub use crate::log::segment::{FileSlice, SegmentFile};
 
 /// ListOffsets target timestamp meaning "the earliest offset" (Kafka's `EARLIEST_TIMESTAMP`).
 pub const EARLIEST_TIMESTAMP: i64 = -2;
@@ -51,7 +51,7 @@ pub struct LogOffsetMetadata {
 /// What an append did.
 ///
 /// When `duplicate` is true the record set was a retry of idempotent batches already in the log
-/// (Kafka's duplicate detection, see [`producer_state`](super::producer_state)): NOTHING was
+/// (Kafka's duplicate detection, see [`producer_state`](crate::log::producer_state)): NOTHING was
 /// appended, `first_offset` / `last_offset` / `max_timestamp` are those of the ORIGINAL batches
 /// (what Kafka's `UnifiedLog.append` answers), `offset_of_max_timestamp` is `last_offset`, and
 /// `batches` and `bytes` are 0.
@@ -128,8 +128,8 @@ pub struct LoadReport {
 /// `CheckpointReadBuffer` and `PartitionMetadataReadBuffer` throw an `IOException` on such a file,
 /// and Kafka's `LogManager` then takes the whole log directory offline (on one directory, the
 /// broker stops). Here each file is rebuilt where the data allows (see
-/// [`PartitionLog::open`], [`LogManager::open`](super::manager::LogManager::open) and
-/// [`ProducerIdManager::open`](super::producer_id::ProducerIdManager::open)), with a warning
+/// [`PartitionLog::open`], [`LogManager::open`](crate::log::manager::LogManager::open) and
+/// [`ProducerIdManager::open`](crate::log::producer_id::ProducerIdManager::open)), with a warning
 /// naming the file; start-up goes on.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DamagedFile {
@@ -269,7 +269,7 @@ impl PartitionLog {
     /// or corrupt tails truncated, later segments deleted), producer snapshots past the log end
     /// removed. An empty directory gets one empty segment at offset 0. Finally the idempotent
     /// producers' state is rebuilt by replaying the batch headers of the recovered log (Kafka reads
-    /// its `.snapshot` files instead; see [`producer_state`](super::producer_state)); read-only
+    /// its `.snapshot` files instead; see [`producer_state`](crate::log::producer_state)); read-only
     /// opens skip it (they take no appends).
     ///
     /// A damaged `leader-epoch-checkpoint` is rebuilt from the partition leader epoch of every
@@ -627,7 +627,7 @@ impl PartitionLog {
 
     /// Appends v2 batches as a leader does: validates each (length, magic, CRC), assigns offsets
     /// from the log end offset by rewriting each base offset (outside the CRC), checks idempotent
-    /// producers' epochs and sequences ([`producer_state`](super::producer_state), Kafka's
+    /// producers' epochs and sequences ([`producer_state`](crate::log::producer_state), Kafka's
     /// `analyzeAndValidateProducerState`), rolls first when the append would not fit the active
     /// segment, and moves the high watermark to the new LEO. `records` holds one or more whole
     /// batches (a produce request's record set). Every batch is checked before anything is
