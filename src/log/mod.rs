@@ -4,18 +4,24 @@
 //!
 //! | module | Kafka class | what |
 //! |---|---|---|
-//! | [`batch`] | `DefaultRecordBatch`, `AbstractLegacyRecordBatch` | RecordBatch v2 view, CRC-32C, records, codecs; legacy magic 0/1 decoder |
-//! | [`offset_index`] | `OffsetIndex` | sparse `.index`: relative offset -> position |
-//! | [`time_index`] | `TimeIndex` | sparse `.timeindex`: timestamp -> relative offset |
+//! | [`batch`] | `DefaultRecordBatch`, `AbstractLegacyRecordBatch` | RecordBatch v2 view, CRC-32C, records, codecs; legacy magic 0/1 decoder (one file per concept, see its table) |
+//! | `index` | `AbstractIndex` | the memory-mapped index file both indexes are built on: preallocation, sparse chunk allocation, entry search, resize/trim/rename |
+//! | [`offset_index`] | `OffsetIndex` | sparse `.index`: relative offset -> position, on `index` |
+//! | [`time_index`] | `TimeIndex` | sparse `.timeindex`: timestamp -> relative offset, on `index` |
 //! | [`segment`] | `LogSegment`, `FileRecords` | one `.log` with its indexes: append, scan, recover |
-//! | [`partition`] | `UnifiedLog`, `LocalLog` | ordered segments, offsets, read -> [`FileSlice`] |
+//! | [`partition`] | `UnifiedLog`, `LocalLog`, `LogLoader`, `LogValidator` | ordered segments, offsets: open and recovery, append validation, read -> [`FileSlice`], segment deletion and the cleaner's swap (one file per concept, see its table) |
 //! | [`producer_state`] | `ProducerStateManager`, `ProducerStateEntry` | idempotent producers: epochs, last 5 batches, sequence checks |
 //! | [`producer_id`] | `ProducerIdManager` | producer id blocks for InitProducerId, persisted in the log dir |
-//! | [`cleaner`] | `LogCleaner`, retention in `UnifiedLog` | retention and compaction |
+//! | [`cleaner`] | `LogCleaner`, retention in `UnifiedLog` | retention and compaction policies |
 //! | [`config`] | `LogConfig` | topic and broker configs with Kafka's names and defaults |
 //! | [`manager`] | `LogManager` | a `log.dirs` directory: partitions, checkpoints, clean-shutdown marker |
 //! | [`checkpoint`] | `OffsetCheckpointFile`, `PartitionMetadataFile` | Kafka's small text files |
 //! | [`dump`] | `kafka-dump-log.sh` | the `log dump` tool (its `__consumer_offsets` decoder is a hook the CLI fills from `protocol`) |
+//! | `error` | | [`LogError`], the storage engine's error |
+//!
+//! This file only declares the modules and re-exports the types most callers need; the files of
+//! the engine import each other from the defining file (`super::error::LogError`), not through
+//! these re-exports.
 
 pub mod batch;
 pub mod checkpoint;

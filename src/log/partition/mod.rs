@@ -1,10 +1,39 @@
-//! One partition's log, Kafka's `UnifiedLog` over `LocalLog`: everything is in `partition_log`
-//! for now; this file declares it and re-exports its public items.
+//! One partition's log: ordered segments, offsets, appends, reads. Kafka's `UnifiedLog` over
+//! `LocalLog`, split by concept as Kafka splits it:
+//!
+//! | file | Kafka class | what |
+//! |---|---|---|
+//! | `partition_log` | `UnifiedLog`, `LocalLog` | [`PartitionLog`]: state and accessors, [`append`](PartitionLog::append), roll, flush, close; [`AppendInfo`], [`LogOffsetMetadata`] |
+//! | `loader` | `LogLoader` | [`PartitionLog::open`]: leftovers, `.swap` completion, index checks, recovery, checkpoints, producer state rebuilt; [`OpenOptions`], [`LoadReport`], [`DamagedFile`], [`OffsetHole`] |
+//! | `validator` | `LogValidator` | checks on appended batches, offset assignment, leader epoch and LogAppendTime stamping |
+//! | `read` | `LocalLog.read`, `UnifiedLog.fetchOffsetByTimestamp` | [`PartitionLog::read`] -> [`FileSlice`], offset for a timestamp, the high watermark |
+//! | `retention` | `UnifiedLog.deleteOldSegments`, `replaceSegments` (the `LogCleaner` side) | deleting the oldest segments, swapping in cleaned ones |
+//! | `epoch_cache` | `LeaderEpochFileCache` | assigning and truncating leader epoch entries |
+//!
+//! The policies that decide what retention and compaction remove are in
+//! [`cleaner`](super::cleaner). The files import each other from the defining file; this one only
+//! declares them and re-exports their public items.
+//!
+//! Offsets, as Kafka names them:
+//! - **log start offset**: the first offset still readable; advanced by retention.
+//! - **log end offset** (LEO): the offset the next appended record gets.
+//! - **high watermark** (HW): the offset up to which consumers may read. This broker has one
+//!   replica (the leader is the whole ISR), so the HW moves to the LEO after every append, as Kafka's
+//!   does with `replication.factor=1`; [`PartitionLog::set_high_watermark`] exists for tests and
+//!   future replication.
+//! - **recovery point**: the offset up to which the log is known to be fsynced; after an unclean
+//!   shutdown, segments from the one holding it onwards are recovered (CRC-checked, indexes rebuilt).
 
+mod epoch_cache;
+mod loader;
 mod partition_log;
+mod read;
+mod retention;
+mod validator;
 
-pub(crate) use partition_log::compacted_internal_topic;
-pub use partition_log::{
-    now_ms, parse_topic_partition, AppendInfo, DamagedFile, FileSlice, LoadReport, LogOffsetMetadata, OffsetHole,
-    OpenOptions, PartitionLog, SegmentFile, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP,
-};
+pub(crate) use loader::compacted_internal_topic;
+pub use loader::{parse_topic_partition, DamagedFile, LoadReport, OffsetHole, OpenOptions};
+pub use partition_log::{now_ms, AppendInfo, LogOffsetMetadata, PartitionLog};
+pub use read::{EARLIEST_TIMESTAMP, LATEST_TIMESTAMP};
+
+pub use super::segment::{FileSlice, SegmentFile};

@@ -1,0 +1,97 @@
+//! The read side of a partition's log: [`PartitionLog::read`] (Kafka's `LocalLog.read`, a fetch
+//! answered with a [`FileSlice`] naming bytes of a segment), [`PartitionLog::fetch_offset_by_timestamp`]
+//! (ListOffsets, KIP-79) and the high watermark that bounds both.
+
+use crate::log::error::LogError;
+use crate::log::segment::FileSlice;
+use crate::log::time_index::TimestampOffset;
+
+use super::partition_log::{LogOffsetMetadata, PartitionLog};
+
+/// ListOffsets target timestamp meaning "the earliest offset" (Kafka's `EARLIEST_TIMESTAMP`).
+pub const EARLIEST_TIMESTAMP: i64 = -2;
+/// ListOffsets target timestamp meaning "the latest offset" (Kafka's `LATEST_TIMESTAMP`).
+pub const LATEST_TIMESTAMP: i64 = -1;
+
+impl PartitionLog {
+    /// Moves the high watermark to `offset` (clamped to `[log start offset, log end offset]`).
+    pub fn set_high_watermark(&mut self, offset: i64) -> Result<(), LogError> {
+        let offset = offset.clamp(self.log_start_offset, self.log_end_offset.offset);
+        self.high_watermark = self.offset_metadata(offset)?;
+        Ok(())
+    }
+
+    fn offset_metadata(&self, offset: i64) -> Result<LogOffsetMetadata, LogError> {
+        if offset == self.log_end_offset.offset {
+            return Ok(self.log_end_offset);
+        }
+        for (&base, seg) in
+            self.segments.range(..=offset).next_back().into_iter().chain(self.segments.range(offset + 1..))
+        {
+            if let Some(info) = seg.translate_offset(offset, 0)? {
+                return Ok(LogOffsetMetadata { offset, segment_base_offset: base, position: info.position });
+            }
+        }
+        Ok(self.log_end_offset)
+    }
+
+    /// Kafka's `LogSegment.read` through `LocalLog.read`: a [`FileSlice`] starting at the batch that
+    /// contains `fetch_offset` (or, inside a compaction gap, the next batch), cut by bytes at
+    /// `max_bytes` (so it may end inside a batch), never past the high watermark's position; with
+    /// `min_one_batch` (KIP-74) the first batch is whole even when larger than `max_bytes`. At the
+    /// high watermark (or with nothing to return) the slice is empty (`len == 0`). Reads index
+    /// entries and batch headers only, never record bytes.
+    ///
+    /// Errors: [`LogError::OffsetOutOfRange`] when `fetch_offset` is below the log start offset or
+    /// above the log end offset; [`LogError::Io`] / [`LogError::Batch`] when a header cannot be read.
+    pub fn read(&self, fetch_offset: i64, max_bytes: u32, min_one_batch: bool) -> Result<FileSlice, LogError> {
+        if fetch_offset < self.log_start_offset || fetch_offset > self.log_end_offset.offset {
+            return Err(LogError::OffsetOutOfRange {
+                partition: format!("{}-{}", self.topic, self.partition),
+                offset: fetch_offset,
+                log_start_offset: self.log_start_offset,
+                log_end_offset: self.log_end_offset.offset,
+            });
+        }
+        let hw = self.high_watermark;
+        let empty = || {
+            let seg = self.segments.get(&hw.segment_base_offset).unwrap_or_else(|| self.active_segment());
+            FileSlice { segment: seg.file().clone(), position: hw.position.min(seg.size()) as u64, len: 0 }
+        };
+        if fetch_offset >= hw.offset {
+            return Ok(empty());
+        }
+        let start_base = self.segments.range(..=fetch_offset).next_back().map(|(b, _)| *b).unwrap_or(i64::MIN);
+        for (&base, seg) in self.segments.range(start_base..) {
+            if base > hw.segment_base_offset {
+                break;
+            }
+            let max_position = if base == hw.segment_base_offset { hw.position } else { seg.size() };
+            if let Some(slice) = seg.read(fetch_offset, max_bytes, max_position, min_one_batch)? {
+                return Ok(slice);
+            }
+        }
+        Ok(empty())
+    }
+
+    /// Kafka's `UnifiedLog.fetchOffsetByTimestamp` (KIP-79): for [`EARLIEST_TIMESTAMP`] the log
+    /// start offset, for [`LATEST_TIMESTAMP`] the log end offset (both with timestamp -1); otherwise
+    /// the earliest offset whose record timestamp is >= `target_ms`, looking inside batches. `None`
+    /// when no record is that recent (the broker answers offset -1, timestamp -1).
+    pub fn fetch_offset_by_timestamp(&self, target_ms: i64) -> Result<Option<TimestampOffset>, LogError> {
+        match target_ms {
+            EARLIEST_TIMESTAMP => return Ok(Some(TimestampOffset { timestamp: -1, offset: self.log_start_offset })),
+            LATEST_TIMESTAMP => return Ok(Some(TimestampOffset { timestamp: -1, offset: self.log_end_offset.offset })),
+            _ => {}
+        }
+        for seg in self.segments.values() {
+            if seg.size() == 0 || seg.largest_timestamp() < target_ms {
+                continue;
+            }
+            if let Some(found) = seg.find_offset_by_timestamp(target_ms, self.log_start_offset)? {
+                return Ok(Some(found));
+            }
+        }
+        Ok(None)
+    }
+}
