@@ -340,14 +340,13 @@ mod tests {
         b.build().unwrap()
     }
 
-    fn open(dir: &std::path::Path, cfg: LogConfig, clean: bool) -> PartitionLog {
-        PartitionLog::open(dir, cfg, OpenOptions { had_clean_shutdown: clean, ..Default::default() }).unwrap().0
-    }
-
     #[test]
     fn state_rebuilt_from_a_compacted_log_keeps_each_producers_last_batch() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("compacted-0");
+        let open = |dir: &std::path::Path, cfg: LogConfig, clean: bool| {
+            PartitionLog::open(dir, cfg, OpenOptions { had_clean_shutdown: clean, ..Default::default() }).unwrap().0
+        };
         let mut cfg = LogConfig::default();
         cfg.set("cleanup.policy", "compact").unwrap();
         let mut log = open(&dir, cfg.clone(), true);
