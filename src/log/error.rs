@@ -21,7 +21,7 @@ pub enum LogError {
     },
     /// The filesystem has no space left (`ENOSPC`) or the quota is used up (`EDQUOT`) for an
     /// operation on `path`: an append, a segment roll (its index files are allocated up front,
-    /// see [`OffsetIndex`](super::OffsetIndex)), a checkpoint. [`LogError::io`] makes this variant
+    /// see [`OffsetIndex`](super::offset_index::OffsetIndex)), a checkpoint. [`LogError::io`] makes this variant
     /// from those errno values. Nothing half-done is left behind: a failed append or roll leaves
     /// the partition as it was, and the same write succeeds once space is freed. The broker
     /// answers `KAFKA_STORAGE_ERROR` (56) and keeps serving reads (Kafka instead marks the whole

@@ -59,7 +59,7 @@ pub struct IndexEntry {
 /// into the mapping, so on a full filesystem the first write to an unbacked page cannot be backed
 /// and the process dies of `SIGBUS`. Here the index tracks how many leading bytes of the file are
 /// known to be backed on disk, and before an entry is written past that mark the next
-/// [`ALLOCATION_CHUNK`](super::index::ALLOCATION_CHUNK) (64 KiB, page aligned, capped at the file
+/// `ALLOCATION_CHUNK` of the index engine (`index.rs`: 64 KiB, page aligned, capped at the file
 /// length) is allocated with `fallocate(2)` mode 0 inside the file size (tmpfs reserves the pages,
 /// ext4 and xfs allocate unwritten extents; where a filesystem does not support it, `EOPNOTSUPP`,
 /// each block of the chunk is read and written back with `pread`/`pwrite`, which allocates the

@@ -52,8 +52,8 @@ pub struct TimestampOffset {
 ///
 /// Exactly as [`super::offset_index::OffsetIndex`]: preallocated (sparse) to `segment.index.bytes`
 /// rounded down to a multiple of 12 and memory-mapped when writable, allocated on disk one
-/// [`ALLOCATION_CHUNK`](super::index::ALLOCATION_CHUNK) (64 KiB) at a time as entries are appended
-/// (a full disk is [`LogError::OutOfSpace`] from the append, never `SIGBUS`), trimmed to `entries * 12` bytes on
+/// `ALLOCATION_CHUNK` (64 KiB, `index.rs`) at a time as entries are appended (a full disk is
+/// [`LogError::OutOfSpace`] from the append, never `SIGBUS`), trimmed to `entries * 12` bytes on
 /// roll or close; after a crash the zero tail reads as entries (timestamp 0), which
 /// [`TimeIndex::sanity_check`] reports and the segment layer answers by rebuilding. Read-only mode
 /// maps an existing file and never writes or resizes it; the same `SIGBUS` caveat applies if

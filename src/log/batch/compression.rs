@@ -18,7 +18,7 @@
 //! panic.
 //!
 //! The codec of an attributes id, [`Compression::from_id`], is decoded beside the attributes in
-//! [`super::header`] (an unknown id is a [`BatchError`](super::error::BatchError)).
+//! `header.rs` (an unknown id is a [`BatchError`](super::BatchError)).
 
 use std::fmt;
 use std::io::{self, Read, Write};
