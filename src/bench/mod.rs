@@ -16,18 +16,18 @@
 
 pub(crate) mod backlog;
 pub(crate) mod catch_up;
-pub mod chart;
+pub(crate) mod chart;
 pub mod compare;
-pub mod histogram;
+pub(crate) mod histogram;
 pub(crate) mod kcat;
-pub mod limits;
+pub(crate) mod limits;
 pub mod loopback;
-pub mod mixed;
+pub(crate) mod mixed;
 pub mod read_paths;
 pub mod results;
 pub mod run;
-pub mod stats;
-pub mod tail;
+pub(crate) mod stats;
+pub(crate) mod tail;
 pub(crate) mod tail_shared;
 pub mod usage;
 pub mod workload;

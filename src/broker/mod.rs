@@ -90,19 +90,19 @@
 //! zstd) and consumes over every read path (`tests/it/kcat.rs`); kcat, confluent-kafka and
 //! kafka-python consume in groups (`tests/it/group_clients.rs`).
 
-pub mod config;
-pub mod connection;
-pub mod coordinator;
-pub mod delayed_fetch;
-pub mod error;
+pub(crate) mod config;
+pub(crate) mod connection;
+pub(crate) mod coordinator;
+pub(crate) mod delayed_fetch;
+pub(crate) mod error;
 pub mod errors;
-pub mod handler;
-pub mod node;
-pub mod response;
-pub mod server;
-pub mod shared;
-pub mod test_support;
-pub mod topics;
+pub(crate) mod handler;
+pub(crate) mod node;
+pub(crate) mod response;
+pub(crate) mod server;
+pub(crate) mod shared;
+pub(crate) mod test_support;
+pub(crate) mod topics;
 
 pub use config::{BrokerConfig, DEFAULT_LISTEN, NOT_APPLICABLE_KEYS};
 pub use error::BrokerError;

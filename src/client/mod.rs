@@ -8,8 +8,8 @@
 //! ApiVersions (KIP-35, KIP-511).
 
 pub mod admin;
-pub mod assignor;
-pub mod connection;
+pub(crate) mod assignor;
+pub(crate) mod connection;
 pub mod consume_cmd;
 pub mod consumer;
 pub mod produce_cmd;

@@ -33,8 +33,8 @@ pub(crate) mod index;
 pub mod manager;
 pub mod offset_index;
 pub mod partition;
-pub mod producer_id;
-pub mod producer_state;
+pub(crate) mod producer_id;
+pub(crate) mod producer_state;
 pub mod segment;
 pub mod time_index;
 

@@ -80,6 +80,7 @@ pub fn increment_sequence(sequence: i32, increment: i32) -> i32 {
 
 /// `sequence - decrement` wrapping from 0 to `i32::MAX` (Kafka's
 /// `DefaultRecordBatch.decrementSequence`). `decrement` is >= 0.
+#[cfg(test)]
 pub fn decrement_sequence(sequence: i32, decrement: i32) -> i32 {
     if sequence < decrement {
         i32::MAX - (decrement - sequence) + 1

@@ -28,13 +28,13 @@
 //! splice work in kernel `iou-wrk` threads, which belong to the process, so the harness counts
 //! CPU time process-wide.
 
-pub mod copy;
-pub mod direct;
-pub mod mmap;
-pub mod null;
-pub mod sendfile;
-pub mod transfer;
-pub mod uring_splice;
+pub(crate) mod copy;
+pub(crate) mod direct;
+pub(crate) mod mmap;
+pub(crate) mod null;
+pub(crate) mod sendfile;
+pub(crate) mod transfer;
+pub(crate) mod uring_splice;
 pub(crate) mod util;
 
 pub use transfer::{ReadPath, TransferStats};

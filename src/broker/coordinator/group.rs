@@ -265,9 +265,7 @@ pub struct Member {
     pub rebalance_timeout_ms: i32,
     /// `session.timeout.ms`.
     pub session_timeout_ms: i32,
-    /// Protocol type.
-    pub protocol_type: String,
-    /// Supported protocols, most preferred first.
+    /// Supported protocols, most preferred first (the group keeps the protocol type).
     pub protocols: Vec<(String, Bytes)>,
     /// The current assignment (empty until the leader's SyncGroup).
     pub assignment: Bytes,
@@ -409,7 +407,6 @@ impl Group {
         client_host: String,
         rebalance_timeout_ms: i32,
         session_timeout_ms: i32,
-        protocol_type: String,
         protocol: Option<(String, Bytes)>,
         assignment: Bytes,
     ) -> Member {
@@ -420,7 +417,6 @@ impl Group {
             client_host,
             rebalance_timeout_ms,
             session_timeout_ms,
-            protocol_type,
             protocols: protocol.into_iter().collect(),
             assignment,
             awaiting_join: None,
@@ -464,6 +460,7 @@ impl Group {
         &self.members
     }
     /// KIP-394 pending member ids (not members yet).
+    #[cfg(test)]
     pub fn pending_member_count(&self) -> usize {
         self.pending_members.len()
     }
@@ -735,7 +732,6 @@ impl Group {
             client_host: request.client_host,
             rebalance_timeout_ms: request.rebalance_timeout_ms,
             session_timeout_ms: request.session_timeout_ms,
-            protocol_type: request.protocol_type,
             protocols: request.protocols,
             assignment: Bytes::new(),
             awaiting_join: None,

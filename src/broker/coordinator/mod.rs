@@ -3,12 +3,12 @@
 //!
 //! - [`group`]: one group's state machine (Kafka's `ClassicGroup` + the classic half of
 //!   `GroupMetadataManager`), pure: time is passed in, parked requests get tickets.
-//! - [`runtime`]: [`GroupCoordinator`], every group and committed offset behind one lock, the
+//! - [`runtime`]: [`GroupCoordinator`](runtime::GroupCoordinator), every group and committed offset behind one lock, the
 //!   waits of parked JoinGroup / SyncGroup requests, the timers, and the records written to
 //!   (and replayed from) `__consumer_offsets`.
 //! - [`handlers`]: the group APIs on the wire (FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
 //!   LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups), each a
-//!   call on the broker's [`GroupCoordinator`].
+//!   call on the broker's [`GroupCoordinator`](runtime::GroupCoordinator).
 //! - [`storage`]: [`LogStorage`](storage::LogStorage), the coordinator's records appended to the
 //!   broker's own `__consumer_offsets` log, and their replay at start-up.
 //!
@@ -20,10 +20,7 @@
 //! `GroupCoordinatorService.partitionFor`) live in [`crate::protocol::consumer_offsets`], where the
 //! admin client and `log dump` read them too.
 
-pub mod group;
-pub mod handlers;
-pub mod runtime;
-pub mod storage;
-
-pub use runtime::{CommittedOffset, CoordinatorConfig, GroupCoordinator, OffsetsStorage};
-
+pub(crate) mod group;
+pub(crate) mod handlers;
+pub(crate) mod runtime;
+pub(crate) mod storage;

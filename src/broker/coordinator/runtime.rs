@@ -295,7 +295,6 @@ impl GroupCoordinator {
                     m.client_host.clone(),
                     m.rebalance_timeout_ms,
                     m.session_timeout_ms,
-                    v.protocol_type.clone(),
                     protocol.clone().map(|p| (p, Bytes::from(m.subscription.clone()))),
                     Bytes::from(m.assignment.clone()),
                 )

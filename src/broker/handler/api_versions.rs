@@ -51,6 +51,7 @@ pub const HANDLED: [(ApiKey, i16, i16); 18] = [
 pub const ADVERTISED_REFUSED: [(ApiKey, i16, i16); 1] = [(ApiKey::Produce, 0, 2)];
 
 /// Whether `version` of `api_key` is advertised but refused ([`ADVERTISED_REFUSED`]).
+#[cfg(test)]
 pub fn is_advertised_refused(api_key: ApiKey, version: i16) -> bool {
     ADVERTISED_REFUSED.iter().any(|&(k, min, max)| k == api_key && (min..=max).contains(&version))
 }

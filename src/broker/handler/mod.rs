@@ -12,12 +12,12 @@
 //! - [`api_versions`], [`metadata`], [`create_topics`], [`produce`], [`fetch`], [`list_offsets`],
 //!   [`offset_for_leader_epoch`], [`init_producer_id`]: one file per API.
 
-pub mod api_versions;
-pub mod create_topics;
-pub mod dispatch;
-pub mod fetch;
-pub mod init_producer_id;
-pub mod list_offsets;
-pub mod metadata;
-pub mod offset_for_leader_epoch;
-pub mod produce;
+pub(crate) mod api_versions;
+pub(crate) mod create_topics;
+pub(crate) mod dispatch;
+pub(crate) mod fetch;
+pub(crate) mod init_producer_id;
+pub(crate) mod list_offsets;
+pub(crate) mod metadata;
+pub(crate) mod offset_for_leader_epoch;
+pub(crate) mod produce;

@@ -45,26 +45,20 @@
 
 mod abstract_assignor;
 mod partition_assignor;
-pub mod range;
-pub mod roundrobin;
-pub mod sticky;
+pub(crate) mod range;
+pub(crate) mod roundrobin;
+pub(crate) mod sticky;
 mod subscription;
 
 #[cfg(test)]
 mod tests;
 
-pub use partition_assignor::{
-    Assignment, Assignor, MemberSubscription, RebalanceProtocol, TopicPartition, DEFAULT_GENERATION,
-};
+pub use partition_assignor::{Assignor, RebalanceProtocol, TopicPartition};
 pub use range::RangeAssignor;
 pub use roundrobin::RoundRobinAssignor;
-pub use sticky::{
-    decode_cooperative_user_data, encode_cooperative_user_data, CooperativeStickyAssignor, StickyAssignor,
-    StickyUserData,
-};
+pub use sticky::{CooperativeStickyAssignor, StickyAssignor};
 pub use subscription::{
-    build_assignment, build_subscription, decode_assignment, decode_member_subscription, perform_assignment,
-    AssignorError, GroupMember, JoinState,
+    build_subscription, decode_assignment, perform_assignment, AssignorError, GroupMember, JoinState,
 };
 
 /// The names of the assignors [`assignor_by_name`] knows.

@@ -29,18 +29,11 @@ pub enum RebalanceProtocol {
 
 impl RebalanceProtocol {
     /// Kafka's id of the protocol (`EAGER` = 0, `COOPERATIVE` = 1).
+    #[cfg(test)]
     pub fn id(self) -> u8 {
         match self {
             RebalanceProtocol::Eager => 0,
             RebalanceProtocol::Cooperative => 1,
-        }
-    }
-
-    /// Kafka's name of the protocol (`EAGER`, `COOPERATIVE`).
-    pub fn name(self) -> &'static str {
-        match self {
-            RebalanceProtocol::Eager => "EAGER",
-            RebalanceProtocol::Cooperative => "COOPERATIVE",
         }
     }
 }
@@ -65,6 +58,8 @@ pub struct MemberSubscription {
     pub group_instance_id: Option<String>,
 }
 
+/// Builders for the assignor tests (the consumer fills the fields from its subscription).
+#[cfg(test)]
 impl MemberSubscription {
     /// A member subscribed to `topics`, owning nothing, without generation, rack or instance id.
     pub fn new<S: Into<String>>(topics: impl IntoIterator<Item = S>) -> Self {
@@ -80,12 +75,6 @@ impl MemberSubscription {
     /// Sets the generation of the owned partitions.
     pub fn with_generation(mut self, generation: i32) -> Self {
         self.generation = Some(generation);
-        self
-    }
-
-    /// Sets the rack.
-    pub fn with_rack(mut self, rack: impl Into<String>) -> Self {
-        self.rack = Some(rack.into());
         self
     }
 

@@ -9,7 +9,9 @@ use std::collections::BTreeMap;
 use super::partition_assignor::{
     flatten, group_by_topic, Assignor, MemberSubscription, RebalanceProtocol, TopicPartition,
 };
-use crate::protocol::consumer_offsets::{ConsumerAssignment, ConsumerSubscription, OffsetsDecodeError, OffsetsEncodeError};
+use crate::protocol::consumer_offsets::{
+    ConsumerAssignment, ConsumerSubscription, OffsetsDecodeError, OffsetsEncodeError,
+};
 
 /// What a member knows when it (re)joins its group.
 #[derive(Clone, Copy, Debug, Default)]

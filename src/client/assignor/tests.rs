@@ -2,7 +2,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use proptest::prelude::*;
 
+use super::partition_assignor::{Assignment, MemberSubscription, DEFAULT_GENERATION};
 use super::sticky::{decode_cooperative_user_data, encode_cooperative_user_data, StickyUserData};
+use super::subscription::{build_assignment, decode_member_subscription};
 use super::*;
 use crate::protocol::consumer_offsets::ConsumerSubscription;
 
