@@ -18,7 +18,8 @@ use crate::read_path::{ReadPathConfig, ReadPathKind};
 /// Broker configuration, with Kafka's names where Kafka has the setting.
 #[derive(Clone, Debug)]
 pub struct BrokerConfig {
-    /// Address to listen on (port 0: any free port; see [`BrokerHandle::local_addr`]).
+    /// Address to listen on (port 0: any free port; see
+    /// [`BrokerHandle::local_addr`](crate::broker::server::BrokerHandle::local_addr)).
     pub listen: SocketAddr,
     /// The log directory (`log.dirs`, one directory).
     pub log_dir: PathBuf,

@@ -1,8 +1,8 @@
-//! [`Shared`]: the broker state every connection thread and handler gets, the one place where
-//! the broker's locks live (see the lock order in the [module docs](super)): the log directory
-//! ([`LogManager`] behind a mutex), the group coordinator, the long-poll wakeup, the connection
-//! counts of `max.connections` / `max.connections.per.ip`, and the Fetch latency histograms
-//! ([`FetchLatencies`]) with the count of Fetch requests in flight.
+//! [`Shared`]: the broker state every connection thread and handler gets, holding every lock of
+//! the broker (their order is in the [module docs](super)): the log directory ([`LogManager`]
+//! behind a mutex), the group coordinator (with its own lock), the long-poll wakeup, the
+//! connection counts of `max.connections` / `max.connections.per.ip`, and the Fetch latency
+//! histograms ([`FetchLatencies`]) with the count of Fetch requests in flight.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -48,6 +48,8 @@ pub struct Shared {
 
 /// The broker-side consumer Fetch latencies since the last take, in nanoseconds (see
 /// [`BrokerHandle::take_fetch_latency`] for what each value measures), split by the response.
+///
+/// [`BrokerHandle::take_fetch_latency`]: crate::broker::server::BrokerHandle::take_fetch_latency
 #[derive(Debug, Default)]
 pub struct FetchLatencies {
     /// Fetches whose response carried record bytes.
@@ -180,7 +182,8 @@ impl Shared {
         &self.coordinator
     }
 
-    /// Whether [`BrokerHandle::shutdown`] has begun.
+    /// Whether [`BrokerHandle::shutdown`](crate::broker::server::BrokerHandle::shutdown) has
+    /// begun.
     pub fn is_shutting_down(&self) -> bool {
         self.shutting_down.load(Ordering::SeqCst)
     }
@@ -194,6 +197,8 @@ impl Shared {
     /// follower's) answered since the last call, or since start, in nanoseconds, both kinds of
     /// response merged; the histograms are reset. See [`BrokerHandle::take_fetch_latency`],
     /// which calls this.
+    ///
+    /// [`BrokerHandle::take_fetch_latency`]: crate::broker::server::BrokerHandle::take_fetch_latency
     pub fn take_fetch_latency(&self) -> Latency {
         self.take_fetch_latencies().all()
     }

@@ -4,14 +4,13 @@
 //! holds the broker's log lock (or learns its lock order). For tests only: not a stable API, and
 //! nothing in the crate or `main.rs` uses it.
 //!
-//! | query                                        | answers                                             |
-//! |----------------------------------------------|-----------------------------------------------------|
-//! | [`TestSupport::connection_panics`]           | connection threads that panicked (tests assert 0)   |
-//! | [`TestSupport::open_connections`]            | connections counted against `max.connections`       |
-//! | [`TestSupport::coordinator`]                 | the group coordinator: `describe_group`, `fetch_offsets`, `is_loading`, `partition_for` |
-//! | [`TestSupport::create_topic`]                | setup: a topic made in the log directory, as CreateTopics does |
-//! | [`TestSupport::log_end_offset`]              | a partition's log end offset                        |
-//! | [`TestSupport::log_config`]                  | a partition's log configuration                     |
+//! - [`TestSupport::connection_panics`]: connection threads that panicked (tests assert 0);
+//! - [`TestSupport::open_connections`]: connections counted against `max.connections`;
+//! - [`TestSupport::coordinator`]: the group coordinator's queries (`describe_group`,
+//!   `fetch_offsets`, `is_loading`, `partition_for`);
+//! - [`TestSupport::create_topic`]: setup, a topic made in the log directory as CreateTopics does;
+//! - [`TestSupport::log_end_offset`], [`TestSupport::log_config`]: a partition's log end offset
+//!   and log configuration.
 
 use super::coordinator::runtime::GroupCoordinator;
 use super::shared::Shared;
