@@ -14,9 +14,9 @@
 //!
 //! Every close is logged with the peer address and the reason (a frame over
 //! `socket.request.max.bytes` names that limit). A connection past `max.connections` or
-//! `max.connections.per.ip` never gets here: the accept loop closes it at once, unread, with a
-//! warning naming the limit (see [`super`]); the place this connection holds in those limits is
-//! freed when [`serve`] returns.
+//! `max.connections.per.ip` never gets here: the accept loop ([`super::server`]) closes it at
+//! once, unread, with a warning naming the limit; the place this connection holds in those limits
+//! is freed when [`serve`] returns.
 //!
 //! Each consumer Fetch (`replica_id` < 0, see `is_consumer_fetch`) is timed from the return of the frame read
 //! to the return of the response's last write and recorded in the broker's shared histogram
