@@ -58,7 +58,11 @@
 //! ignored (newer writers may append fields).
 
 use std::fmt;
-use std::str;
+
+use super::primitives::{read_version, DecodeError, EncodeError, Reader, TaggedField, Writer};
+
+type DResult<T> = Result<T, DecodeError>;
+type EResult<T> = Result<T, EncodeError>;
 
 /// Key version of an offset commit written by Kafka before 0.10 (same fields as v1).
 pub const OFFSET_COMMIT_KEY_V0: i16 = 0;
@@ -93,383 +97,6 @@ pub fn partition_for(group_id: &str, num_partitions: i32) -> i32 {
     abs % num_partitions.max(1)
 }
 
-/// Errors decoding a `__consumer_offsets` key or value, or consumer protocol bytes. Positions are
-/// byte offsets inside the key, value or embedded bytes being decoded.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum OffsetsDecodeError {
-    /// The record has no key; every `__consumer_offsets` record has one.
-    #[error("record has no key (every __consumer_offsets record has one)")]
-    MissingKey,
-    /// Fewer than 2 bytes: not even the version prefix.
-    #[error("{schema}: {available} bytes, too short for the 2-byte version prefix")]
-    MissingVersion {
-        /// The schema being decoded.
-        schema: &'static str,
-        /// Bytes available.
-        available: usize,
-    },
-    /// A version this decoder does not know.
-    #[error("{schema}: unsupported version {version} (known versions {min}..={max})")]
-    UnsupportedVersion {
-        /// The schema being decoded.
-        schema: &'static str,
-        /// The version prefix found.
-        version: i16,
-        /// Lowest known version.
-        min: i16,
-        /// Highest known version.
-        max: i16,
-    },
-    /// A field extends past the end of the bytes.
-    #[error("{schema} v{version}: {field} at byte {position} needs {needed} bytes, {available} left")]
-    Truncated {
-        /// The schema being decoded.
-        schema: &'static str,
-        /// Its version.
-        version: i16,
-        /// The field being read.
-        field: &'static str,
-        /// Byte position of the field.
-        position: usize,
-        /// Bytes the field needs.
-        needed: usize,
-        /// Bytes left.
-        available: usize,
-    },
-    /// A field holds a value its type does not allow (a negative length, null for a non-nullable
-    /// field, a varint longer than 5 bytes, an array longer than the bytes left could hold).
-    #[error("{schema} v{version}: invalid {field} at byte {position}: {reason}")]
-    Invalid {
-        /// The schema being decoded.
-        schema: &'static str,
-        /// Its version.
-        version: i16,
-        /// The field being read.
-        field: &'static str,
-        /// Byte position of the field.
-        position: usize,
-        /// What was expected.
-        reason: String,
-    },
-    /// A string field is not valid UTF-8.
-    #[error("{schema} v{version}: {field} at byte {position} is not UTF-8")]
-    InvalidUtf8 {
-        /// The schema being decoded.
-        schema: &'static str,
-        /// Its version.
-        version: i16,
-        /// The field being read.
-        field: &'static str,
-        /// Byte position of the string's first byte.
-        position: usize,
-        /// The UTF-8 error.
-        #[source]
-        source: str::Utf8Error,
-    },
-}
-
-/// A value that cannot be encoded at the requested version (a string longer than 32767 bytes in
-/// a non-flexible version, tagged fields in a non-flexible version, an unknown version).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{schema} v{version}: cannot encode {field}: {reason}")]
-pub struct OffsetsEncodeError {
-    /// The schema being encoded.
-    pub schema: &'static str,
-    /// The version requested.
-    pub version: i16,
-    /// The field.
-    pub field: &'static str,
-    /// Why.
-    pub reason: String,
-}
-
-/// A tagged field this decoder does not interpret (KIP-482), kept so that re-encoding
-/// reproduces the input.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TaggedField {
-    /// The tag.
-    pub tag: u32,
-    /// The raw field bytes.
-    pub data: Vec<u8>,
-}
-
-// ---------------------------------------------------------------------------------------------
-// Reader / writer of Kafka's protocol primitives.
-
-struct Reader<'a> {
-    buf: &'a [u8],
-    pos: usize,
-    schema: &'static str,
-    version: i16,
-    flexible: bool,
-}
-
-type DResult<T> = Result<T, OffsetsDecodeError>;
-
-/// Reads the 2-byte version prefix.
-fn read_version(schema: &'static str, buf: &[u8]) -> DResult<i16> {
-    match buf {
-        [a, b, ..] => Ok(i16::from_be_bytes([*a, *b])),
-        _ => Err(OffsetsDecodeError::MissingVersion { schema, available: buf.len() }),
-    }
-}
-
-impl<'a> Reader<'a> {
-    /// A reader positioned after the version prefix, which must be in `min..=max`.
-    fn versioned(schema: &'static str, buf: &'a [u8], min: i16, max: i16, first_flexible: i16) -> DResult<Self> {
-        let version = read_version(schema, buf)?;
-        if !(min..=max).contains(&version) {
-            return Err(OffsetsDecodeError::UnsupportedVersion { schema, version, min, max });
-        }
-        Ok(Reader { buf, pos: 2, schema, version, flexible: version >= first_flexible })
-    }
-
-    fn remaining(&self) -> usize {
-        self.buf.len() - self.pos
-    }
-
-    fn truncated(&self, field: &'static str, needed: usize) -> OffsetsDecodeError {
-        OffsetsDecodeError::Truncated {
-            schema: self.schema,
-            version: self.version,
-            field,
-            position: self.pos,
-            needed,
-            available: self.remaining(),
-        }
-    }
-
-    fn invalid(&self, field: &'static str, position: usize, reason: impl Into<String>) -> OffsetsDecodeError {
-        OffsetsDecodeError::Invalid {
-            schema: self.schema,
-            version: self.version,
-            field,
-            position,
-            reason: reason.into(),
-        }
-    }
-
-    fn take(&mut self, n: usize, field: &'static str) -> DResult<&'a [u8]> {
-        if n > self.remaining() {
-            return Err(self.truncated(field, n));
-        }
-        let s = &self.buf[self.pos..self.pos + n];
-        self.pos += n;
-        Ok(s)
-    }
-
-    fn array<const N: usize>(&mut self, field: &'static str) -> DResult<[u8; N]> {
-        let s = self.take(N, field)?;
-        let mut a = [0u8; N];
-        a.copy_from_slice(s);
-        Ok(a)
-    }
-
-    fn i16(&mut self, field: &'static str) -> DResult<i16> {
-        self.array(field).map(i16::from_be_bytes)
-    }
-    fn i32(&mut self, field: &'static str) -> DResult<i32> {
-        self.array(field).map(i32::from_be_bytes)
-    }
-    fn i64(&mut self, field: &'static str) -> DResult<i64> {
-        self.array(field).map(i64::from_be_bytes)
-    }
-
-    /// Unsigned varint of at most 5 bytes (Kafka's `ByteUtils.readUnsignedVarint`).
-    fn uvarint(&mut self, field: &'static str) -> DResult<u32> {
-        let start = self.pos;
-        let mut value: u32 = 0;
-        for i in 0..5 {
-            let b = self.take(1, field)?[0];
-            value |= ((b & 0x7f) as u32) << (7 * i);
-            if b & 0x80 == 0 {
-                return Ok(value);
-            }
-        }
-        Err(self.invalid(field, start, "unsigned varint longer than 5 bytes"))
-    }
-
-    /// A length prefix: `None` for null. Non-flexible: `i16` or `i32` (per `wide`), -1 = null.
-    /// Flexible: unsigned varint of length + 1, 0 = null.
-    fn length(&mut self, field: &'static str, wide: bool) -> DResult<Option<usize>> {
-        let start = self.pos;
-        if self.flexible {
-            let n = self.uvarint(field)?;
-            return Ok(n.checked_sub(1).map(|n| n as usize));
-        }
-        let n = if wide { self.i32(field)? } else { self.i16(field)? as i32 };
-        match n {
-            -1 => Ok(None),
-            n if n < -1 => Err(self.invalid(field, start, format!("negative length {n}"))),
-            n => Ok(Some(n as usize)),
-        }
-    }
-
-    fn nullable_string(&mut self, field: &'static str) -> DResult<Option<String>> {
-        let Some(n) = self.length(field, false)? else { return Ok(None) };
-        let position = self.pos;
-        let bytes = self.take(n, field)?;
-        let s = str::from_utf8(bytes).map_err(|source| OffsetsDecodeError::InvalidUtf8 {
-            schema: self.schema,
-            version: self.version,
-            field,
-            position,
-            source,
-        })?;
-        Ok(Some(s.to_string()))
-    }
-
-    fn string(&mut self, field: &'static str) -> DResult<String> {
-        let start = self.pos;
-        self.nullable_string(field)?.ok_or_else(|| self.invalid(field, start, "null for a non-nullable string"))
-    }
-
-    fn nullable_bytes(&mut self, field: &'static str) -> DResult<Option<Vec<u8>>> {
-        let Some(n) = self.length(field, true)? else { return Ok(None) };
-        Ok(Some(self.take(n, field)?.to_vec()))
-    }
-
-    fn bytes(&mut self, field: &'static str) -> DResult<Vec<u8>> {
-        let start = self.pos;
-        self.nullable_bytes(field)?.ok_or_else(|| self.invalid(field, start, "null for non-nullable bytes"))
-    }
-
-    /// A non-nullable array's element count, checked against the bytes left: each element takes
-    /// at least `min_element_size` bytes, so a count the buffer cannot hold is refused before
-    /// anything is allocated.
-    fn array_len(&mut self, field: &'static str, min_element_size: usize) -> DResult<usize> {
-        let start = self.pos;
-        let n = self.length(field, true)?.ok_or_else(|| self.invalid(field, start, "null for a non-nullable array"))?;
-        if n.saturating_mul(min_element_size.max(1)) > self.remaining() {
-            return Err(self.invalid(
-                field,
-                start,
-                format!("array of {n} elements cannot fit in the {} bytes left", self.remaining()),
-            ));
-        }
-        Ok(n)
-    }
-
-    /// The tagged-field section of a flexible struct (none in non-flexible versions).
-    fn tagged_fields(&mut self) -> DResult<Vec<TaggedField>> {
-        if !self.flexible {
-            return Ok(Vec::new());
-        }
-        let n = self.uvarint("tagged field count")? as usize;
-        // Each tagged field takes at least 2 bytes (tag and size varints).
-        if n.saturating_mul(2) > self.remaining() {
-            let at = self.pos;
-            return Err(self.invalid("tagged field count", at, format!("{n} tagged fields cannot fit")));
-        }
-        let mut out = Vec::with_capacity(n);
-        for _ in 0..n {
-            let tag = self.uvarint("tagged field tag")?;
-            let size = self.uvarint("tagged field size")? as usize;
-            out.push(TaggedField { tag, data: self.take(size, "tagged field data")?.to_vec() });
-        }
-        Ok(out)
-    }
-}
-
-struct Writer {
-    out: Vec<u8>,
-    schema: &'static str,
-    version: i16,
-    flexible: bool,
-}
-
-type EResult<T> = Result<T, OffsetsEncodeError>;
-
-impl Writer {
-    fn new(schema: &'static str, version: i16, flexible: bool) -> Self {
-        let mut out = Vec::with_capacity(64);
-        out.extend_from_slice(&version.to_be_bytes());
-        Writer { out, schema, version, flexible }
-    }
-    fn err(&self, field: &'static str, reason: impl Into<String>) -> OffsetsEncodeError {
-        OffsetsEncodeError { schema: self.schema, version: self.version, field, reason: reason.into() }
-    }
-    fn i16(&mut self, v: i16) {
-        self.out.extend_from_slice(&v.to_be_bytes());
-    }
-    fn i32(&mut self, v: i32) {
-        self.out.extend_from_slice(&v.to_be_bytes());
-    }
-    fn i64(&mut self, v: i64) {
-        self.out.extend_from_slice(&v.to_be_bytes());
-    }
-    fn uvarint(&mut self, mut v: u32) {
-        while v >= 0x80 {
-            self.out.push((v as u8 & 0x7f) | 0x80);
-            v >>= 7;
-        }
-        self.out.push(v as u8);
-    }
-    fn length(&mut self, field: &'static str, len: Option<usize>, wide: bool) -> EResult<()> {
-        if self.flexible {
-            let n = match len {
-                None => 0,
-                Some(n) => u32::try_from(n)
-                    .ok()
-                    .and_then(|n| n.checked_add(1))
-                    .ok_or_else(|| self.err(field, format!("length {n} too large")))?,
-            };
-            self.uvarint(n);
-            return Ok(());
-        }
-        let max = if wide { i32::MAX as usize } else { i16::MAX as usize };
-        let n = match len {
-            None => -1,
-            Some(n) if n > max => return Err(self.err(field, format!("length {n} exceeds {max}"))),
-            Some(n) => n as i32,
-        };
-        if wide {
-            self.i32(n);
-        } else {
-            self.i16(n as i16);
-        }
-        Ok(())
-    }
-    fn nullable_string(&mut self, field: &'static str, s: Option<&str>) -> EResult<()> {
-        self.length(field, s.map(str::len), false)?;
-        if let Some(s) = s {
-            self.out.extend_from_slice(s.as_bytes());
-        }
-        Ok(())
-    }
-    fn string(&mut self, field: &'static str, s: &str) -> EResult<()> {
-        self.nullable_string(field, Some(s))
-    }
-    fn nullable_bytes(&mut self, field: &'static str, b: Option<&[u8]>) -> EResult<()> {
-        self.length(field, b.map(<[u8]>::len), true)?;
-        if let Some(b) = b {
-            self.out.extend_from_slice(b);
-        }
-        Ok(())
-    }
-    fn array_len(&mut self, field: &'static str, n: usize) -> EResult<()> {
-        self.length(field, Some(n), true)
-    }
-    fn tagged_fields(&mut self, fields: &[TaggedField]) -> EResult<()> {
-        if !self.flexible {
-            if !fields.is_empty() {
-                return Err(self.err("tagged fields", "this version does not support tagged fields"));
-            }
-            return Ok(());
-        }
-        let n = u32::try_from(fields.len()).map_err(|_| self.err("tagged fields", "too many"))?;
-        self.uvarint(n);
-        for f in fields {
-            self.uvarint(f.tag);
-            let size = u32::try_from(f.data.len()).map_err(|_| self.err("tagged field data", "too large"))?;
-            self.uvarint(size);
-            self.out.extend_from_slice(&f.data);
-        }
-        Ok(())
-    }
-}
-
 // ---------------------------------------------------------------------------------------------
 // Keys.
 
@@ -497,11 +124,11 @@ impl OffsetCommitKey {
 
     /// Decodes a key whose version prefix is 0 or 1.
     ///
-    /// Errors: [`OffsetsDecodeError`] naming the field and byte position.
-    pub fn decode(bytes: &[u8]) -> Result<Self, OffsetsDecodeError> {
+    /// Errors: [`DecodeError`] naming the field and byte position.
+    pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
         let mut r = Reader::versioned(Self::SCHEMA, bytes, 0, 1, i16::MAX)?;
         Ok(OffsetCommitKey {
-            version: r.version,
+            version: r.version(),
             group: r.string("group")?,
             topic: r.string("topic")?,
             partition: r.i32("partition")?,
@@ -510,8 +137,8 @@ impl OffsetCommitKey {
 
     /// Encodes the key, version prefix included.
     ///
-    /// Errors: [`OffsetsEncodeError`] for a version other than 0/1 or a string over 32767 bytes.
-    pub fn encode(&self) -> Result<Vec<u8>, OffsetsEncodeError> {
+    /// Errors: [`EncodeError`] for a version other than 0/1 or a string over 32767 bytes.
+    pub fn encode(&self) -> Result<Vec<u8>, EncodeError> {
         let mut w = Writer::new(Self::SCHEMA, self.version, false);
         if !(0..=1).contains(&self.version) {
             return Err(w.err("version", "offset commit keys have versions 0 and 1"));
@@ -519,7 +146,7 @@ impl OffsetCommitKey {
         w.string("group", &self.group)?;
         w.string("topic", &self.topic)?;
         w.i32(self.partition);
-        Ok(w.out)
+        Ok(w.finish())
     }
 }
 
@@ -542,22 +169,22 @@ impl GroupMetadataKey {
 
     /// Decodes a key whose version prefix is 2.
     ///
-    /// Errors: [`OffsetsDecodeError`].
-    pub fn decode(bytes: &[u8]) -> Result<Self, OffsetsDecodeError> {
+    /// Errors: [`DecodeError`].
+    pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
         let mut r = Reader::versioned(Self::SCHEMA, bytes, 2, 2, i16::MAX)?;
-        Ok(GroupMetadataKey { version: r.version, group: r.string("group")? })
+        Ok(GroupMetadataKey { version: r.version(), group: r.string("group")? })
     }
 
     /// Encodes the key, version prefix included.
     ///
-    /// Errors: [`OffsetsEncodeError`] for a version other than 2 or a group id over 32767 bytes.
-    pub fn encode(&self) -> Result<Vec<u8>, OffsetsEncodeError> {
+    /// Errors: [`EncodeError`] for a version other than 2 or a group id over 32767 bytes.
+    pub fn encode(&self) -> Result<Vec<u8>, EncodeError> {
         let mut w = Writer::new(Self::SCHEMA, self.version, false);
         if self.version != GROUP_METADATA_KEY_V2 {
             return Err(w.err("version", "group metadata keys have version 2"));
         }
         w.string("group", &self.group)?;
-        Ok(w.out)
+        Ok(w.finish())
     }
 }
 
@@ -615,10 +242,10 @@ impl OffsetCommitValue {
 
     /// Decodes a value of version 0..=4.
     ///
-    /// Errors: [`OffsetsDecodeError`] naming the field and byte position.
-    pub fn decode(bytes: &[u8]) -> Result<Self, OffsetsDecodeError> {
+    /// Errors: [`DecodeError`] naming the field and byte position.
+    pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
         let mut r = Reader::versioned(Self::SCHEMA, bytes, 0, Self::MAX_VERSION, 4)?;
-        let v = r.version;
+        let v = r.version();
         let offset = r.i64("offset")?;
         let leader_epoch = if v >= 3 { r.i32("leader_epoch")? } else { -1 };
         let metadata = r.string("metadata")?;
@@ -639,9 +266,9 @@ impl OffsetCommitValue {
     /// Encodes the value at `self.version`, version prefix included. Fields the version does not
     /// have are left out (they are all "ignorable" in Kafka's schema).
     ///
-    /// Errors: [`OffsetsEncodeError`] for an unknown version, a metadata string over 32767 bytes
+    /// Errors: [`EncodeError`] for an unknown version, a metadata string over 32767 bytes
     /// in v0..v3, or tagged fields before v4.
-    pub fn encode(&self) -> Result<Vec<u8>, OffsetsEncodeError> {
+    pub fn encode(&self) -> Result<Vec<u8>, EncodeError> {
         let v = self.version;
         let mut w = Writer::new(Self::SCHEMA, v, v >= 4);
         if !(0..=Self::MAX_VERSION).contains(&v) {
@@ -657,7 +284,7 @@ impl OffsetCommitValue {
             w.i64(self.expire_timestamp_ms);
         }
         w.tagged_fields(&self.unknown_tagged_fields)?;
-        Ok(w.out)
+        Ok(w.finish())
     }
 }
 
@@ -690,14 +317,14 @@ impl MemberMetadata {
     /// Decodes [`Self::subscription`] as the consumer protocol's subscription (meaningful when
     /// the group's protocol type is `consumer`).
     ///
-    /// Errors: [`OffsetsDecodeError`].
-    pub fn consumer_subscription(&self) -> Result<ConsumerSubscription, OffsetsDecodeError> {
+    /// Errors: [`DecodeError`].
+    pub fn consumer_subscription(&self) -> Result<ConsumerSubscription, DecodeError> {
         ConsumerSubscription::decode(&self.subscription)
     }
     /// Decodes [`Self::assignment`] as the consumer protocol's assignment.
     ///
-    /// Errors: [`OffsetsDecodeError`].
-    pub fn consumer_assignment(&self) -> Result<ConsumerAssignment, OffsetsDecodeError> {
+    /// Errors: [`DecodeError`].
+    pub fn consumer_assignment(&self) -> Result<ConsumerAssignment, DecodeError> {
         ConsumerAssignment::decode(&self.assignment)
     }
 }
@@ -735,16 +362,16 @@ impl GroupMetadataValue {
 
     /// Decodes a value of version 0..=4.
     ///
-    /// Errors: [`OffsetsDecodeError`] naming the field and byte position.
-    pub fn decode(bytes: &[u8]) -> Result<Self, OffsetsDecodeError> {
+    /// Errors: [`DecodeError`] naming the field and byte position.
+    pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
         let mut r = Reader::versioned(Self::SCHEMA, bytes, 0, Self::MAX_VERSION, 4)?;
-        let v = r.version;
+        let v = r.version();
         let protocol_type = r.string("protocol_type")?;
         let generation = r.i32("generation")?;
         let protocol = r.nullable_string("protocol")?;
         let leader = r.nullable_string("leader")?;
         let current_state_timestamp_ms = if v >= 2 { r.i64("current_state_timestamp")? } else { -1 };
-        let min_member = if r.flexible { 1 + 1 + 1 + 4 + 4 + 1 + 1 + 1 } else { MIN_MEMBER_SIZE };
+        let min_member = if r.flexible() { 1 + 1 + 1 + 4 + 4 + 1 + 1 + 1 } else { MIN_MEMBER_SIZE };
         let n = r.array_len("members", min_member)?;
         let mut members = Vec::with_capacity(n);
         for _ in 0..n {
@@ -785,9 +412,9 @@ impl GroupMetadataValue {
     /// Encodes the value at `self.version`, version prefix included; fields the version does
     /// not have are left out.
     ///
-    /// Errors: [`OffsetsEncodeError`] for an unknown version, an over-long string, or tagged
+    /// Errors: [`EncodeError`] for an unknown version, an over-long string, or tagged
     /// fields before v4.
-    pub fn encode(&self) -> Result<Vec<u8>, OffsetsEncodeError> {
+    pub fn encode(&self) -> Result<Vec<u8>, EncodeError> {
         let v = self.version;
         let mut w = Writer::new(Self::SCHEMA, v, v >= 4);
         if !(0..=Self::MAX_VERSION).contains(&v) {
@@ -817,7 +444,7 @@ impl GroupMetadataValue {
             w.tagged_fields(&m.unknown_tagged_fields)?;
         }
         w.tagged_fields(&self.unknown_tagged_fields)?;
-        Ok(w.out)
+        Ok(w.finish())
     }
 }
 
@@ -890,10 +517,10 @@ impl ConsumerSubscription {
 
     /// Decodes subscription bytes (version prefix included).
     ///
-    /// Errors: [`OffsetsDecodeError`] (a negative version is unsupported).
-    pub fn decode(bytes: &[u8]) -> Result<Self, OffsetsDecodeError> {
+    /// Errors: [`DecodeError`] (a negative version is unsupported).
+    pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
         let mut r = Reader::versioned(Self::SCHEMA, bytes, 0, i16::MAX, i16::MAX)?;
-        let version = r.version;
+        let version = r.version();
         let v = version.min(CONSUMER_PROTOCOL_MAX_VERSION);
         let n = r.array_len("topics", 2)?;
         let mut topics = Vec::with_capacity(n);
@@ -909,8 +536,8 @@ impl ConsumerSubscription {
 
     /// Encodes at `self.version` (versions above 3 with the v3 layout).
     ///
-    /// Errors: [`OffsetsEncodeError`] for a negative version or an over-long string.
-    pub fn encode(&self) -> Result<Vec<u8>, OffsetsEncodeError> {
+    /// Errors: [`EncodeError`] for a negative version or an over-long string.
+    pub fn encode(&self) -> Result<Vec<u8>, EncodeError> {
         let mut w = Writer::new(Self::SCHEMA, self.version, false);
         if self.version < 0 {
             return Err(w.err("version", "negative version"));
@@ -930,7 +557,7 @@ impl ConsumerSubscription {
         if v >= 3 {
             w.nullable_string("rack_id", self.rack_id.as_deref())?;
         }
-        Ok(w.out)
+        Ok(w.finish())
     }
 }
 
@@ -951,25 +578,25 @@ impl ConsumerAssignment {
 
     /// Decodes assignment bytes (version prefix included).
     ///
-    /// Errors: [`OffsetsDecodeError`] (a negative version is unsupported).
-    pub fn decode(bytes: &[u8]) -> Result<Self, OffsetsDecodeError> {
+    /// Errors: [`DecodeError`] (a negative version is unsupported).
+    pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
         let mut r = Reader::versioned(Self::SCHEMA, bytes, 0, i16::MAX, i16::MAX)?;
         let assigned_partitions = read_topic_partitions(&mut r, "assigned_partitions")?;
         let user_data = r.nullable_bytes("user_data")?;
-        Ok(ConsumerAssignment { version: r.version, assigned_partitions, user_data })
+        Ok(ConsumerAssignment { version: r.version(), assigned_partitions, user_data })
     }
 
     /// Encodes at `self.version`.
     ///
-    /// Errors: [`OffsetsEncodeError`] for a negative version or an over-long string.
-    pub fn encode(&self) -> Result<Vec<u8>, OffsetsEncodeError> {
+    /// Errors: [`EncodeError`] for a negative version or an over-long string.
+    pub fn encode(&self) -> Result<Vec<u8>, EncodeError> {
         let mut w = Writer::new(Self::SCHEMA, self.version, false);
         if self.version < 0 {
             return Err(w.err("version", "negative version"));
         }
         write_topic_partitions(&mut w, "assigned_partitions", &self.assigned_partitions)?;
         w.nullable_bytes("user_data", self.user_data.as_deref())?;
-        Ok(w.out)
+        Ok(w.finish())
     }
 
     /// The assigned partitions as `(topic, partition)` pairs, in order.
@@ -1016,11 +643,11 @@ pub enum OffsetsRecord {
 
 /// Decodes one `__consumer_offsets` record from its key and value (`None` = null).
 ///
-/// Errors: [`OffsetsDecodeError::MissingKey`] for a null key, and the decoding errors of the key
+/// Errors: [`DecodeError::MissingKey`] for a null key, and the decoding errors of the key
 /// and value schemas. A key version other than 0, 1, 2 is not an error: it gives
 /// [`OffsetsRecord::Unknown`].
-pub fn decode_record(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<OffsetsRecord, OffsetsDecodeError> {
-    let key = key.ok_or(OffsetsDecodeError::MissingKey)?;
+pub fn decode_record(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<OffsetsRecord, DecodeError> {
+    let key = key.ok_or(DecodeError::MissingKey)?;
     match read_version("__consumer_offsets key", key)? {
         OFFSET_COMMIT_KEY_V0 | OFFSET_COMMIT_KEY_V1 => Ok(OffsetsRecord::OffsetCommit {
             key: OffsetCommitKey::decode(key)?,
@@ -1371,15 +998,12 @@ mod tests {
 
     #[test]
     fn errors_carry_context() {
-        assert!(matches!(decode_record(None, None), Err(OffsetsDecodeError::MissingKey)));
-        assert!(matches!(
-            decode_record(Some(&[0]), None),
-            Err(OffsetsDecodeError::MissingVersion { available: 1, .. })
-        ));
+        assert!(matches!(decode_record(None, None), Err(DecodeError::MissingKey)));
+        assert!(matches!(decode_record(Some(&[0]), None), Err(DecodeError::MissingVersion { available: 1, .. })));
         // Key v1 whose group length says 10 bytes but only 3 follow.
         let e = decode_record(Some(&[0, 1, 0, 10, b'a', b'b', b'c']), None).unwrap_err();
         match e {
-            OffsetsDecodeError::Truncated { schema, version, field, position, needed, available } => {
+            DecodeError::Truncated { schema, version, field, position, needed, available } => {
                 assert_eq!(
                     (schema, version, field, position, needed, available),
                     ("OffsetCommitKey", 1, "group", 4, 10, 3)
@@ -1390,14 +1014,14 @@ mod tests {
         // Value of an unknown version.
         let (key, _) = real_commit();
         let e = decode_record(Some(&key), Some(&[0, 9])).unwrap_err();
-        assert!(matches!(e, OffsetsDecodeError::UnsupportedVersion { schema: "OffsetCommitValue", version: 9, .. }));
+        assert!(matches!(e, DecodeError::UnsupportedVersion { schema: "OffsetCommitValue", version: 9, .. }));
         assert!(e.to_string().contains("unsupported version 9"), "{e}");
         // Null for a non-nullable string.
         let e = OffsetCommitKey::decode(&[0, 1, 0xff, 0xff]).unwrap_err();
-        assert!(matches!(e, OffsetsDecodeError::Invalid { field: "group", position: 2, .. }), "{e:?}");
+        assert!(matches!(e, DecodeError::Invalid { field: "group", position: 2, .. }), "{e:?}");
         // Invalid UTF-8 keeps the source error.
         let e = OffsetCommitKey::decode(&[0, 1, 0, 1, 0xff]).unwrap_err();
-        assert!(matches!(e, OffsetsDecodeError::InvalidUtf8 { field: "group", position: 4, .. }), "{e:?}");
+        assert!(matches!(e, DecodeError::InvalidUtf8 { field: "group", position: 4, .. }), "{e:?}");
         assert!(std::error::Error::source(&e).is_some());
         // A member count the bytes cannot hold is refused before allocating.
         let mut g = vec![0, 3, 0, 0];
@@ -1406,14 +1030,14 @@ mod tests {
         g.extend_from_slice(&0i64.to_be_bytes());
         g.extend_from_slice(&i32::MAX.to_be_bytes());
         let e = GroupMetadataValue::decode(&g).unwrap_err();
-        assert!(matches!(e, OffsetsDecodeError::Invalid { field: "members", position: 20, .. }), "{e:?}");
+        assert!(matches!(e, DecodeError::Invalid { field: "members", position: 20, .. }), "{e:?}");
         // Over-long varint in a flexible value.
         let mut v4 = vec![0, 4];
         v4.extend_from_slice(&0i64.to_be_bytes());
         v4.extend_from_slice(&0i32.to_be_bytes());
         v4.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0xff, 0x01]);
         let e = OffsetCommitValue::decode(&v4).unwrap_err();
-        assert!(matches!(e, OffsetsDecodeError::Invalid { field: "metadata", position: 14, .. }), "{e:?}");
+        assert!(matches!(e, DecodeError::Invalid { field: "metadata", position: 14, .. }), "{e:?}");
     }
 
     #[test]
@@ -1475,7 +1099,7 @@ mod tests {
         assert_eq!(ConsumerSubscription::decode(&bytes).unwrap().topics, vec!["t".to_string()]);
         assert!(matches!(
             ConsumerSubscription::decode(&[0xff, 0xff]),
-            Err(OffsetsDecodeError::UnsupportedVersion { version: -1, .. })
+            Err(DecodeError::UnsupportedVersion { version: -1, .. })
         ));
     }
 

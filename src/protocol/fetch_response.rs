@@ -33,6 +33,7 @@ use std::os::fd::BorrowedFd;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
+use super::primitives::{put_length, put_unsigned_varint};
 use crate::log::FileSlice;
 use crate::read_path::{util, ReadPath, TransferStats};
 
@@ -264,44 +265,25 @@ struct Writer {
 }
 
 impl Writer {
-    fn uvarint(&mut self, mut v: u32) {
-        while v >= 0x80 {
-            self.buf.put_u8((v as u8) | 0x80);
-            v >>= 7;
-        }
-        self.buf.put_u8(v as u8);
+    /// A length prefix (protocol primitives: `i32` or `i16` before v12, varint `n + 1` after, null
+    /// for `None`), refused above `limit` (which the prefix can always carry).
+    fn length(&mut self, len: Option<u64>, wide: bool, what: &'static str, limit: u64) -> Result<(), FetchEncodeError> {
+        let too_large = |len| FetchEncodeError::TooLarge { what, len, limit };
+        let len = match len {
+            Some(n) if n > limit => return Err(too_large(n)),
+            Some(n) => Some(usize::try_from(n).map_err(|_| too_large(n))?),
+            None => None,
+        };
+        put_length(&mut self.buf, len, self.flexible, wide).map_err(|e| too_large(e.len as u64))
     }
 
     /// An array length (non-null `Some(n)` or null `None`): `i32` before v12, varint `n + 1` after.
     fn array_len(&mut self, len: Option<usize>, what: &'static str) -> Result<(), FetchEncodeError> {
-        match len {
-            None if self.flexible => self.uvarint(0),
-            None => self.buf.put_i32(-1),
-            Some(n) => {
-                let limit = i32::MAX as u64;
-                if n as u64 > limit {
-                    return Err(FetchEncodeError::TooLarge { what, len: n as u64, limit });
-                }
-                if self.flexible {
-                    self.uvarint(n as u32 + 1);
-                } else {
-                    self.buf.put_i32(n as i32);
-                }
-            }
-        }
-        Ok(())
+        self.length(len.map(|n| n as u64), true, what, i32::MAX as u64)
     }
 
     fn string(&mut self, s: &str) -> Result<(), FetchEncodeError> {
-        let limit = i16::MAX as u64;
-        if s.len() as u64 > limit {
-            return Err(FetchEncodeError::TooLarge { what: "topic name", len: s.len() as u64, limit });
-        }
-        if self.flexible {
-            self.uvarint(s.len() as u32 + 1);
-        } else {
-            self.buf.put_i16(s.len() as i16);
-        }
+        self.length(Some(s.len() as u64), false, "topic name", i16::MAX as u64)?;
         self.buf.put_slice(s.as_bytes());
         Ok(())
     }
@@ -309,22 +291,14 @@ impl Writer {
     /// An empty tagged-field section (flexible versions only).
     fn tagged_fields(&mut self) {
         if self.flexible {
-            self.uvarint(0);
+            put_unsigned_varint(&mut self.buf, 0);
         }
     }
 
     /// The records field: a non-null bytes length, then the slice as a `File` chunk.
     fn records(&mut self, records: Option<&FileSlice>) -> Result<(), FetchEncodeError> {
         let len = records.map_or(0, |s| s.len);
-        let limit = i32::MAX as u64;
-        if len > limit {
-            return Err(FetchEncodeError::TooLarge { what: "record set", len, limit });
-        }
-        if self.flexible {
-            self.uvarint(len as u32 + 1);
-        } else {
-            self.buf.put_i32(len as i32);
-        }
+        self.length(Some(len), true, "record set", i32::MAX as u64)?;
         if let Some(slice) = records.filter(|s| s.len > 0) {
             self.files.push((self.buf.len(), slice.clone()));
             self.files_len += slice.len;

@@ -14,7 +14,10 @@
 //!
 //! Beside the requests and responses, the formats other components put inside them or in a log:
 //! [`consumer_offsets`] holds the `__consumer_offsets` record schemas (written and replayed by the
-//! broker's group coordinator, read by the admin client and by `log dump`).
+//! broker's group coordinator, read by the admin client and by `log dump`). [`primitives`] is the
+//! crate's one codec of Kafka's primitives (lengths, varints, strings) for what `kafka-protocol`
+//! does not do: those records, the sticky assignor's user data, and [`fetch_response`], the Fetch
+//! response framed by hand so that record bytes stay in their files.
 //!
 //! Errors of this layer are [`ProtocolError`]; each carries the API key, version and correlation
 //! id when they are known, so the broker can answer with an error response where the protocol has
@@ -23,5 +26,6 @@
 pub mod consumer_offsets;
 pub mod fetch_response;
 pub mod frame;
+pub mod primitives;
 
 pub use frame::ProtocolError;

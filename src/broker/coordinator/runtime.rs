@@ -854,7 +854,7 @@ pub fn offset_record(
     topic: &str,
     partition: i32,
     c: &CommittedOffset,
-) -> Result<(Vec<u8>, Option<Vec<u8>>), crate::protocol::consumer_offsets::OffsetsEncodeError> {
+) -> Result<(Vec<u8>, Option<Vec<u8>>), crate::protocol::primitives::EncodeError> {
     let key = OffsetCommitKey::new(group, topic, partition).encode()?;
     let leader_epoch = (c.leader_epoch >= 0).then_some(c.leader_epoch);
     let value =

@@ -53,6 +53,7 @@ use super::partition_assignor::{
     flatten, Assignment, Assignor, MemberSubscription, RebalanceProtocol, TopicPartition, DEFAULT_GENERATION,
 };
 use crate::protocol::consumer_offsets::ConsumerSubscription;
+use crate::protocol::primitives::{DecodeError, Reader};
 
 /// The `sticky` assignor (Kafka's `StickyAssignor`, eager). Owned partitions and generation
 /// travel in the subscription user data ([`StickyUserData`]).
@@ -197,26 +198,29 @@ impl StickyUserData {
     /// Decodes as Kafka's `deserializeTopicPartitionAssignment` does: the v1 layout, else the
     /// v0 layout; `None` if neither parses. Bytes after the last field are ignored.
     pub fn decode(bytes: &[u8]) -> Option<Self> {
-        let mut r = ByteReader { buf: bytes, pos: 0 };
-        let partitions = read_previous_assignment(&mut r)?;
-        let generation = r.i32();
+        let mut r = Reader::unversioned(Self::SCHEMA, bytes);
+        let partitions = read_previous_assignment(&mut r).ok()?;
+        let generation = r.i32("generation").ok();
         Some(StickyUserData { partitions, generation })
     }
+
+    const SCHEMA: &'static str = "StickyAssignorUserData";
 }
 
-fn read_previous_assignment(r: &mut ByteReader<'_>) -> Option<Vec<TopicPartition>> {
-    let topics = r.count(6)?;
+/// The previous assignment; a null or negative topic name length is an error.
+fn read_previous_assignment(r: &mut Reader<'_>) -> Result<Vec<TopicPartition>, DecodeError> {
+    // A topic entry is at least an empty name (2) and an empty partition array (4).
+    let topics = r.array_len("previous_assignment", 6)?;
     let mut out = Vec::new();
     for _ in 0..topics {
-        let len = usize::try_from(r.i16()?).ok()?;
         // Kafka decodes names leniently (invalid UTF-8 becomes U+FFFD).
-        let name = String::from_utf8_lossy(r.take(len)?).into_owned();
-        let count = r.count(4)?;
+        let name = String::from_utf8_lossy(r.string_bytes("topic")?).into_owned();
+        let count = r.array_len("partitions", 4)?;
         for _ in 0..count {
-            out.push((name.clone(), r.i32()?));
+            out.push((name.clone(), r.i32("partition")?));
         }
     }
-    Some(out)
+    Ok(out)
 }
 
 /// The `cooperative-sticky` assignor's subscription user data
@@ -228,35 +232,7 @@ pub fn encode_cooperative_user_data(generation: i32) -> Vec<u8> {
 /// Decodes [`encode_cooperative_user_data`]'s bytes (`None` if shorter than 4 bytes; bytes
 /// after the first 4 are ignored).
 pub fn decode_cooperative_user_data(bytes: &[u8]) -> Option<i32> {
-    ByteReader { buf: bytes, pos: 0 }.i32()
-}
-
-struct ByteReader<'a> {
-    buf: &'a [u8],
-    pos: usize,
-}
-
-impl ByteReader<'_> {
-    fn take(&mut self, n: usize) -> Option<&[u8]> {
-        let end = self.pos.checked_add(n).filter(|&e| e <= self.buf.len())?;
-        let out = &self.buf[self.pos..end];
-        self.pos = end;
-        Some(out)
-    }
-
-    fn i16(&mut self) -> Option<i16> {
-        self.take(2).map(|b| i16::from_be_bytes([b[0], b[1]]))
-    }
-
-    fn i32(&mut self) -> Option<i32> {
-        self.take(4).map(|b| i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
-    }
-
-    /// An array count: non-negative, and each element needs at least `min_element` bytes.
-    fn count(&mut self, min_element: usize) -> Option<usize> {
-        let n = usize::try_from(self.i32()?).ok()?;
-        (n.saturating_mul(min_element) <= self.buf.len() - self.pos).then_some(n)
-    }
+    Reader::unversioned("CooperativeStickyAssignorUserData", bytes).i32("generation").ok()
 }
 
 // ---------------------------------------------------------------------------------------------

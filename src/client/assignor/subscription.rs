@@ -9,9 +9,8 @@ use std::collections::BTreeMap;
 use super::partition_assignor::{
     flatten, group_by_topic, Assignor, MemberSubscription, RebalanceProtocol, TopicPartition,
 };
-use crate::protocol::consumer_offsets::{
-    ConsumerAssignment, ConsumerSubscription, OffsetsDecodeError, OffsetsEncodeError,
-};
+use crate::protocol::consumer_offsets::{ConsumerAssignment, ConsumerSubscription};
+use crate::protocol::primitives::{DecodeError, EncodeError};
 
 /// What a member knows when it (re)joins its group.
 #[derive(Clone, Copy, Debug, Default)]
@@ -54,12 +53,12 @@ pub fn build_subscription(assignor: &dyn Assignor, state: &JoinState<'_>, versio
 
 /// Decodes a member's JoinGroup metadata into what `assignor` works with.
 ///
-/// Errors: [`OffsetsDecodeError`] if the bytes are not a consumer protocol subscription.
+/// Errors: [`DecodeError`] if the bytes are not a consumer protocol subscription.
 pub fn decode_member_subscription(
     assignor: &dyn Assignor,
     metadata: &[u8],
     group_instance_id: Option<&str>,
-) -> Result<MemberSubscription, OffsetsDecodeError> {
+) -> Result<MemberSubscription, DecodeError> {
     let subscription = ConsumerSubscription::decode(metadata)?;
     let mut member = assignor.member_subscription(&subscription);
     member.group_instance_id = group_instance_id.map(str::to_string);
@@ -75,8 +74,8 @@ pub fn build_assignment(partitions: &[TopicPartition], version: i16) -> Consumer
 
 /// Decodes a member's assignment bytes into its partitions, in the order they were encoded.
 ///
-/// Errors: [`OffsetsDecodeError`] if the bytes are not a consumer protocol assignment.
-pub fn decode_assignment(bytes: &[u8]) -> Result<Vec<TopicPartition>, OffsetsDecodeError> {
+/// Errors: [`DecodeError`] if the bytes are not a consumer protocol assignment.
+pub fn decode_assignment(bytes: &[u8]) -> Result<Vec<TopicPartition>, DecodeError> {
     Ok(flatten(&ConsumerAssignment::decode(bytes)?.assigned_partitions))
 }
 
@@ -101,7 +100,7 @@ pub enum AssignorError {
         member_id: String,
         /// Why.
         #[source]
-        source: OffsetsDecodeError,
+        source: DecodeError,
     },
     /// An assignment could not be encoded.
     #[error("assignment of member {member_id}: {source}")]
@@ -110,7 +109,7 @@ pub enum AssignorError {
         member_id: String,
         /// Why.
         #[source]
-        source: OffsetsEncodeError,
+        source: EncodeError,
     },
 }
 
