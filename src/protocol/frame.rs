@@ -26,15 +26,20 @@
 //! `kafka-protocol` 0.17 pre-allocates arrays with `Vec::with_capacity(count)` using the count
 //! read from the wire (upstream kafka-protocol-rs PRs #152, #161 and #200, open): a few bytes
 //! claiming a huge count make that allocation fail, which aborts the process. [`decode_request`]
-//! refuses such counts before the crate sees them (a checking first pass, see `CountGuard`), for
-//! `i32` counts and varint (compact) counts alike. [`decode_response`] is not hardened.
+//! decodes the body behind a count guard that refuses such counts before the crate sees them, for
+//! `i32` counts and varint (compact) counts alike ([`super::primitives::decode_guarded`]). Each
+//! request is decoded once: the header once, the body once, except a non-flexible body in which a
+//! plain `i32` field is larger than the bytes left after it (a second pass, see
+//! `decode_guarded`). Flexible versions, the ones current clients send, are always one pass.
+//! [`decode_response`] is not hardened.
 
 use std::io::{self, Read};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
-use kafka_protocol::protocol::buf::{ByteBuf, NotEnoughBytesError};
 use kafka_protocol::protocol::{Decodable, Encodable};
+
+use super::primitives::decode_guarded;
 
 /// Kafka's default `socket.request.max.bytes` (100 MiB): the largest request payload, in bytes
 /// after the 4-byte size, that a broker accepts (`SocketServerConfigs.SOCKET_REQUEST_MAX_BYTES_DEFAULT`).
@@ -351,25 +356,8 @@ pub fn decode_request(payload: Bytes) -> Result<DecodedRequest, ProtocolError> {
         });
     }
 
-    let body_start = buf.clone();
-    let body = match decode_body_guarded(api_key, &mut buf, api_version) {
-        (Ok(body), false) => body,
-        (Ok(_), true) => {
-            // A plain field (or tag id) held a value larger than the bytes left: decode again
-            // with the real values; every length and count is known to fit.
-            buf = body_start;
-            RequestKind::decode(api_key, &mut buf, api_version)
-                .map_err(|e| decode_err("request body", payload.len() - buf.len(), format!("{e:#}")))?
-        }
-        (Err(e), replaced) => {
-            let note = if replaced {
-                " (an i32 larger than the bytes left was read as -2 while checking lengths and counts)"
-            } else {
-                ""
-            };
-            return Err(decode_err("request body", payload.len() - buf.len(), format!("{e:#}{note}")));
-        }
-    };
+    let (body, _passes) = decode_body(api_key, &mut buf, api_version, header_version >= 2);
+    let body = body.map_err(|reason| decode_err("request body", payload.len() - buf.len(), reason))?;
     let trailing_bytes = buf.len();
     Ok(DecodedRequest {
         api_key,
@@ -519,164 +507,106 @@ pub fn decode_response(payload: Bytes, api_key: ApiKey, api_version: i16) -> Res
     })
 }
 
-/// Pass 1 of request decoding: the `kafka-protocol` decoder over a [`CountGuard`] buffer, which
-/// refuses or hides every length or count that cannot fit in the bytes left. Returns
-/// the body, and whether any value was replaced (then the body must be decoded again from the
-/// real bytes, which is safe once pass 1 succeeded).
-fn decode_body_guarded(api_key: ApiKey, buf: &mut Bytes, version: i16) -> (anyhow::Result<RequestKind>, bool) {
-    let mut guard = CountGuard { inner: buf, replaced: false, refused: None };
+/// The request body at `version` (`flexible`: the version uses request header v2 and compact
+/// encodings), decoded by `kafka-protocol` behind [`decode_guarded`]'s count guard, leaving `buf`
+/// where decoding stopped. Returns the body or the decoder's message, and the passes it took.
+fn decode_body(api_key: ApiKey, buf: &mut Bytes, version: i16, flexible: bool) -> (Result<RequestKind, String>, u8) {
     macro_rules! dispatch {
-        ($($variant:ident => $ty:ident),* $(,)?) => {
+        ($guard:ident; $($variant:ident => $ty:ident),* $(,)?) => {
             match api_key {
                 $(ApiKey::$variant => {
-                    <kafka_protocol::messages::$ty as Decodable>::decode(&mut guard, version).map(RequestKind::from)
+                    <kafka_protocol::messages::$ty as Decodable>::decode($guard, version).map(RequestKind::from)
                 })*
             }
         };
     }
-    let result = dispatch!(
-        Produce => ProduceRequest, Fetch => FetchRequest, ListOffsets => ListOffsetsRequest,
-        Metadata => MetadataRequest, OffsetCommit => OffsetCommitRequest, OffsetFetch => OffsetFetchRequest,
-        FindCoordinator => FindCoordinatorRequest, JoinGroup => JoinGroupRequest, Heartbeat => HeartbeatRequest,
-        LeaveGroup => LeaveGroupRequest, SyncGroup => SyncGroupRequest, DescribeGroups => DescribeGroupsRequest,
-        ListGroups => ListGroupsRequest, SaslHandshake => SaslHandshakeRequest, ApiVersions => ApiVersionsRequest,
-        CreateTopics => CreateTopicsRequest, DeleteTopics => DeleteTopicsRequest, DeleteRecords => DeleteRecordsRequest,
-        InitProducerId => InitProducerIdRequest, OffsetForLeaderEpoch => OffsetForLeaderEpochRequest,
-        AddPartitionsToTxn => AddPartitionsToTxnRequest, AddOffsetsToTxn => AddOffsetsToTxnRequest,
-        EndTxn => EndTxnRequest, WriteTxnMarkers => WriteTxnMarkersRequest, TxnOffsetCommit => TxnOffsetCommitRequest,
-        DescribeAcls => DescribeAclsRequest, CreateAcls => CreateAclsRequest, DeleteAcls => DeleteAclsRequest,
-        DescribeConfigs => DescribeConfigsRequest, AlterConfigs => AlterConfigsRequest,
-        AlterReplicaLogDirs => AlterReplicaLogDirsRequest, DescribeLogDirs => DescribeLogDirsRequest,
-        SaslAuthenticate => SaslAuthenticateRequest, CreatePartitions => CreatePartitionsRequest,
-        CreateDelegationToken => CreateDelegationTokenRequest, RenewDelegationToken => RenewDelegationTokenRequest,
-        ExpireDelegationToken => ExpireDelegationTokenRequest, DescribeDelegationToken => DescribeDelegationTokenRequest,
-        DeleteGroups => DeleteGroupsRequest, ElectLeaders => ElectLeadersRequest,
-        IncrementalAlterConfigs => IncrementalAlterConfigsRequest,
-        AlterPartitionReassignments => AlterPartitionReassignmentsRequest,
-        ListPartitionReassignments => ListPartitionReassignmentsRequest, OffsetDelete => OffsetDeleteRequest,
-        DescribeClientQuotas => DescribeClientQuotasRequest, AlterClientQuotas => AlterClientQuotasRequest,
-        DescribeUserScramCredentials => DescribeUserScramCredentialsRequest,
-        AlterUserScramCredentials => AlterUserScramCredentialsRequest, Vote => VoteRequest,
-        BeginQuorumEpoch => BeginQuorumEpochRequest, EndQuorumEpoch => EndQuorumEpochRequest,
-        DescribeQuorum => DescribeQuorumRequest, AlterPartition => AlterPartitionRequest,
-        UpdateFeatures => UpdateFeaturesRequest, Envelope => EnvelopeRequest, FetchSnapshot => FetchSnapshotRequest,
-        DescribeCluster => DescribeClusterRequest, DescribeProducers => DescribeProducersRequest,
-        BrokerRegistration => BrokerRegistrationRequest, BrokerHeartbeat => BrokerHeartbeatRequest,
-        UnregisterBroker => UnregisterBrokerRequest, DescribeTransactions => DescribeTransactionsRequest,
-        ListTransactions => ListTransactionsRequest, AllocateProducerIds => AllocateProducerIdsRequest,
-        ConsumerGroupHeartbeat => ConsumerGroupHeartbeatRequest, ConsumerGroupDescribe => ConsumerGroupDescribeRequest,
-        ControllerRegistration => ControllerRegistrationRequest,
-        GetTelemetrySubscriptions => GetTelemetrySubscriptionsRequest, PushTelemetry => PushTelemetryRequest,
-        AssignReplicasToDirs => AssignReplicasToDirsRequest, ListConfigResources => ListConfigResourcesRequest,
-        DescribeTopicPartitions => DescribeTopicPartitionsRequest, ShareGroupHeartbeat => ShareGroupHeartbeatRequest,
-        ShareGroupDescribe => ShareGroupDescribeRequest, ShareFetch => ShareFetchRequest,
-        ShareAcknowledge => ShareAcknowledgeRequest, AddRaftVoter => AddRaftVoterRequest,
-        RemoveRaftVoter => RemoveRaftVoterRequest, UpdateRaftVoter => UpdateRaftVoterRequest,
-        InitializeShareGroupState => InitializeShareGroupStateRequest,
-        ReadShareGroupState => ReadShareGroupStateRequest, WriteShareGroupState => WriteShareGroupStateRequest,
-        DeleteShareGroupState => DeleteShareGroupStateRequest,
-        ReadShareGroupStateSummary => ReadShareGroupStateSummaryRequest,
-        DescribeShareGroupOffsets => DescribeShareGroupOffsetsRequest,
-        AlterShareGroupOffsets => AlterShareGroupOffsetsRequest,
-        DeleteShareGroupOffsets => DeleteShareGroupOffsetsRequest,
-    );
-    let result = match (result, guard.refused) {
-        (Err(e), Some((value, left))) => {
-            Err(e.context(format!("a length or count of {value} exceeds the {left} bytes left")))
-        }
-        (result, _) => result,
-    };
-    (result, guard.replaced)
+    decode_guarded(buf, flexible, |guard| {
+        dispatch!(guard;
+            Produce => ProduceRequest, Fetch => FetchRequest, ListOffsets => ListOffsetsRequest,
+            Metadata => MetadataRequest, OffsetCommit => OffsetCommitRequest, OffsetFetch => OffsetFetchRequest,
+            FindCoordinator => FindCoordinatorRequest, JoinGroup => JoinGroupRequest, Heartbeat => HeartbeatRequest,
+            LeaveGroup => LeaveGroupRequest, SyncGroup => SyncGroupRequest, DescribeGroups => DescribeGroupsRequest,
+            ListGroups => ListGroupsRequest, SaslHandshake => SaslHandshakeRequest, ApiVersions => ApiVersionsRequest,
+            CreateTopics => CreateTopicsRequest, DeleteTopics => DeleteTopicsRequest, DeleteRecords => DeleteRecordsRequest,
+            InitProducerId => InitProducerIdRequest, OffsetForLeaderEpoch => OffsetForLeaderEpochRequest,
+            AddPartitionsToTxn => AddPartitionsToTxnRequest, AddOffsetsToTxn => AddOffsetsToTxnRequest,
+            EndTxn => EndTxnRequest, WriteTxnMarkers => WriteTxnMarkersRequest, TxnOffsetCommit => TxnOffsetCommitRequest,
+            DescribeAcls => DescribeAclsRequest, CreateAcls => CreateAclsRequest, DeleteAcls => DeleteAclsRequest,
+            DescribeConfigs => DescribeConfigsRequest, AlterConfigs => AlterConfigsRequest,
+            AlterReplicaLogDirs => AlterReplicaLogDirsRequest, DescribeLogDirs => DescribeLogDirsRequest,
+            SaslAuthenticate => SaslAuthenticateRequest, CreatePartitions => CreatePartitionsRequest,
+            CreateDelegationToken => CreateDelegationTokenRequest, RenewDelegationToken => RenewDelegationTokenRequest,
+            ExpireDelegationToken => ExpireDelegationTokenRequest, DescribeDelegationToken => DescribeDelegationTokenRequest,
+            DeleteGroups => DeleteGroupsRequest, ElectLeaders => ElectLeadersRequest,
+            IncrementalAlterConfigs => IncrementalAlterConfigsRequest,
+            AlterPartitionReassignments => AlterPartitionReassignmentsRequest,
+            ListPartitionReassignments => ListPartitionReassignmentsRequest, OffsetDelete => OffsetDeleteRequest,
+            DescribeClientQuotas => DescribeClientQuotasRequest, AlterClientQuotas => AlterClientQuotasRequest,
+            DescribeUserScramCredentials => DescribeUserScramCredentialsRequest,
+            AlterUserScramCredentials => AlterUserScramCredentialsRequest, Vote => VoteRequest,
+            BeginQuorumEpoch => BeginQuorumEpochRequest, EndQuorumEpoch => EndQuorumEpochRequest,
+            DescribeQuorum => DescribeQuorumRequest, AlterPartition => AlterPartitionRequest,
+            UpdateFeatures => UpdateFeaturesRequest, Envelope => EnvelopeRequest, FetchSnapshot => FetchSnapshotRequest,
+            DescribeCluster => DescribeClusterRequest, DescribeProducers => DescribeProducersRequest,
+            BrokerRegistration => BrokerRegistrationRequest, BrokerHeartbeat => BrokerHeartbeatRequest,
+            UnregisterBroker => UnregisterBrokerRequest, DescribeTransactions => DescribeTransactionsRequest,
+            ListTransactions => ListTransactionsRequest, AllocateProducerIds => AllocateProducerIdsRequest,
+            ConsumerGroupHeartbeat => ConsumerGroupHeartbeatRequest, ConsumerGroupDescribe => ConsumerGroupDescribeRequest,
+            ControllerRegistration => ControllerRegistrationRequest,
+            GetTelemetrySubscriptions => GetTelemetrySubscriptionsRequest, PushTelemetry => PushTelemetryRequest,
+            AssignReplicasToDirs => AssignReplicasToDirsRequest, ListConfigResources => ListConfigResourcesRequest,
+            DescribeTopicPartitions => DescribeTopicPartitionsRequest, ShareGroupHeartbeat => ShareGroupHeartbeatRequest,
+            ShareGroupDescribe => ShareGroupDescribeRequest, ShareFetch => ShareFetchRequest,
+            ShareAcknowledge => ShareAcknowledgeRequest, AddRaftVoter => AddRaftVoterRequest,
+            RemoveRaftVoter => RemoveRaftVoterRequest, UpdateRaftVoter => UpdateRaftVoterRequest,
+            InitializeShareGroupState => InitializeShareGroupStateRequest,
+            ReadShareGroupState => ReadShareGroupStateRequest, WriteShareGroupState => WriteShareGroupStateRequest,
+            DeleteShareGroupState => DeleteShareGroupStateRequest,
+            ReadShareGroupStateSummary => ReadShareGroupStateSummaryRequest,
+            DescribeShareGroupOffsets => DescribeShareGroupOffsetsRequest,
+            AlterShareGroupOffsets => AlterShareGroupOffsetsRequest,
+            DeleteShareGroupOffsets => DeleteShareGroupOffsetsRequest,
+        )
+    })
 }
 
-/// A read buffer for pass 1 of request decoding that stops `kafka-protocol` 0.17 from
-/// pre-allocating `Vec::with_capacity(count)` for a count taken from the wire that the frame
-/// cannot hold (that allocation can abort the process).
-///
-/// Every array element, string byte or bytes byte occupies at least one byte on the wire, so a
-/// length or count larger than the bytes left cannot belong to a valid message:
-/// - an unsigned varint (compact lengths and counts, tag counts, ids and sizes of flexible
-///   versions) larger than the bytes left after it + 1 fails the read at its first byte, before
-///   the decoder sees a value;
-/// - an `i32` larger than the bytes left after it reads as `-2`: an invalid length for arrays,
-///   strings and bytes (they fail at once, allocating nothing), and an ordinary value for any
-///   other `i32` field (`max_bytes`, timeouts), whose value never changes how the rest parses.
-///
-/// So pass 1 fails whenever such a value was a length (the real decode would fail too), and
-/// when it succeeds every length and count fits and the real bytes are safe to decode. Lengths
-/// and counts that fit pre-allocate at most `bytes left` elements, as upstream's proposed fix.
-/// `i16` lengths (non-compact strings, at most 32767) are read with a bounds check and not
-/// touched. Differences from Kafka, for input no Kafka client writes: a boolean byte >= 0x80
-/// (Kafka reads any non-zero byte as true) followed by bytes that read as a varint too large
-/// for the frame, and a tag id larger than the bytes left, are rejected.
-struct CountGuard<'a> {
-    inner: &'a mut Bytes,
-    /// Whether any `i32` was replaced by `-2`.
-    replaced: bool,
-    /// The first varint refused: (value, bytes left after it).
-    refused: Option<(u32, usize)>,
-}
+#[cfg(test)]
+mod tests {
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use kafka_protocol::messages::{FetchRequest, TopicName};
+    use kafka_protocol::protocol::StrBytes;
 
-impl CountGuard<'_> {
-    /// The varint that would be read from here, as `kafka-protocol` reads it (at most 5 bytes,
-    /// `u32`), if it exceeds the bytes left after it + 1.
-    fn oversized_varint(&self) -> Option<(u32, usize)> {
-        let ahead = &self.inner[..self.inner.len().min(5)];
-        if ahead.first().is_none_or(|&b| b < 0x80) {
-            return None; // one byte: at most 127, nothing to fear
-        }
-        let mut value: u32 = 0;
-        let mut len = 0;
-        for (i, &b) in ahead.iter().enumerate() {
-            value |= u32::from(b & 0x7F).wrapping_shl(7 * i as u32);
-            len = i + 1;
-            if b < 0x80 {
-                break;
-            }
-        }
-        let left = self.inner.len() - len;
-        (u64::from(value) > left as u64 + 1).then_some((value, left))
-    }
-}
+    use super::*;
 
-impl Buf for CountGuard<'_> {
-    fn remaining(&self) -> usize {
-        self.inner.remaining()
+    /// A consumer's Fetch (v11: the last non-flexible version; v12: the first flexible one):
+    /// `max_wait_ms`, `max_bytes` and `partition_max_bytes` all exceed the bytes after them.
+    fn fetch_payload(version: i16) -> (Bytes, RequestKind) {
+        let body =
+            RequestKind::Fetch(FetchRequest::default().with_max_wait_ms(500).with_max_bytes(52_428_800).with_topics(
+                vec![FetchTopic::default().with_topic(TopicName(StrBytes::from_static_str("t"))).with_partitions(
+                    vec![FetchPartition::default().with_partition(0).with_partition_max_bytes(1_048_576)],
+                )],
+            ));
+        let header = RequestHeader::default()
+            .with_request_api_key(ApiKey::Fetch as i16)
+            .with_request_api_version(version)
+            .with_correlation_id(7);
+        let frame = encode_request(&header, &body).unwrap().freeze();
+        (frame.slice(SIZE_PREFIX_BYTES..), body)
     }
-    fn chunk(&self) -> &[u8] {
-        self.inner.chunk()
-    }
-    fn advance(&mut self, cnt: usize) {
-        self.inner.advance(cnt);
-    }
-    fn try_get_u8(&mut self) -> Result<u8, bytes::TryGetError> {
-        if let Some(refused) = self.oversized_varint() {
-            self.refused.get_or_insert(refused);
-            return Err(bytes::TryGetError { requested: refused.0 as usize, available: refused.1 });
-        }
-        self.inner.try_get_u8()
-    }
-    fn try_get_i32(&mut self) -> Result<i32, bytes::TryGetError> {
-        let v = self.inner.try_get_i32()?;
-        if i64::from(v) > self.inner.len() as i64 {
-            self.replaced = true;
-            return Ok(-2);
-        }
-        Ok(v)
-    }
-}
 
-impl ByteBuf for CountGuard<'_> {
-    fn peek_bytes(&mut self, r: std::ops::Range<usize>) -> Bytes {
-        self.inner.peek_bytes(r)
-    }
-    fn get_bytes(&mut self, size: usize) -> Bytes {
-        self.inner.get_bytes(size)
-    }
-    fn try_peek_bytes(&mut self, r: std::ops::Range<usize>) -> Result<Bytes, NotEnoughBytesError> {
-        self.inner.try_peek_bytes(r)
-    }
-    fn try_get_bytes(&mut self, size: usize) -> Result<Bytes, NotEnoughBytesError> {
-        self.inner.try_get_bytes(size)
+    #[test]
+    fn flexible_request_bodies_are_decoded_in_one_pass() {
+        for version in [11, 12] {
+            let (payload, body) = fetch_payload(version);
+            let request = decode_request(payload.clone()).unwrap();
+            assert_eq!(request.body, body, "v{version}");
+            let mut buf = payload.slice(request.header_len..);
+            let (decoded, passes) = decode_body(ApiKey::Fetch, &mut buf, version, request.header_version >= 2);
+            assert_eq!(decoded.unwrap(), body, "v{version}");
+            assert!(buf.is_empty());
+            // v11's large plain i32s read as -2 in the guarded pass, so it is decoded again.
+            assert_eq!(passes, if version >= 12 { 1 } else { 2 }, "v{version}");
+        }
     }
 }

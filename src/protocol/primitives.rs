@@ -13,6 +13,11 @@
 //! - [`Writer`], [`put_length`], [`put_unsigned_varint`]: the same primitives written, for those
 //!   records and for the hand-framed Fetch response ([`super::fetch_response`]), failing with an
 //!   [`EncodeError`] that names the field.
+//! - [`CountGuard`] and [`decode_guarded`]: `kafka-protocol` 0.17 pre-allocates
+//!   `Vec::with_capacity(count)` with the count read from the wire (upstream kafka-protocol-rs
+//!   PRs #152, #161 and #200, open), so a few bytes claiming a huge count abort the process. Its
+//!   decoders run over a [`CountGuard`] that refuses such counts first: requests
+//!   ([`super::frame::decode_request`]), in one pass (see [`decode_guarded`]).
 //!
 //! Kafka's encoding: big-endian integers; `string` = `int16` length + UTF-8, `bytes` = `int32`
 //! length, arrays = `int32` count, -1 = null. Flexible versions (KIP-482) use compact lengths
@@ -22,7 +27,8 @@
 
 use std::str;
 
-use bytes::BufMut;
+use bytes::{Buf, BufMut, Bytes};
+use kafka_protocol::protocol::buf::{ByteBuf, NotEnoughBytesError};
 
 /// Errors decoding a versioned Kafka schema: a `__consumer_offsets` key or value, consumer
 /// protocol bytes, assignor user data. Positions are byte offsets inside the key, value or
@@ -494,5 +500,149 @@ impl Writer {
             self.out.put_slice(&f.data);
         }
         Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Guarded decoding with kafka-protocol.
+
+/// A read buffer that stops `kafka-protocol` 0.17 from pre-allocating `Vec::with_capacity(count)`
+/// for a count taken from the wire that the bytes cannot hold (that allocation can abort the
+/// process). [`decode_guarded`] runs a decoder over it.
+///
+/// Every array element, string byte or bytes byte occupies at least one byte on the wire, so a
+/// length or count larger than the bytes left cannot belong to a valid message:
+/// - an unsigned varint (compact lengths and counts, tag counts, ids and sizes of flexible
+///   versions) larger than the bytes left after it + 1 fails the read at its first byte, before
+///   the decoder sees a value;
+/// - in non-flexible versions, where arrays and bytes have `i32` counts and lengths, an `i32`
+///   larger than the bytes left after it reads as `-2` (when `replace_large_i32` is set): an
+///   invalid length for arrays, strings and bytes (they fail at once, allocating nothing), and
+///   an ordinary value for any other `i32` field (`max_bytes`, timeouts), whose value never
+///   changes how the rest parses. Flexible versions have no `i32` count or length: every array,
+///   string and bytes field is compact there (Kafka's generator makes them so, and
+///   `kafka-protocol` 0.17's request decoders were checked to follow it), so there their `i32`s
+///   are plain values, passed through.
+///
+/// So a guarded decode fails whenever such a value was a length (the real decode would fail
+/// too), and when it succeeds every length and count fits. Lengths and counts that fit
+/// pre-allocate at most `bytes left` elements, as upstream's proposed fix. `i16` lengths
+/// (non-compact strings, at most 32767) are read with a bounds check and not touched.
+/// Differences from Kafka, for input no Kafka client writes: a boolean byte >= 0x80 (Kafka reads
+/// any non-zero byte as true) followed by bytes that read as a varint too large for the frame,
+/// and a tag id larger than the bytes left, are rejected.
+pub(crate) struct CountGuard<'a> {
+    inner: &'a mut Bytes,
+    /// Whether an `i32` larger than the bytes left reads as `-2`.
+    replace_large_i32: bool,
+    /// Whether any `i32` was replaced by `-2`.
+    replaced: bool,
+    /// The first varint refused: (value, bytes left after it).
+    refused: Option<(u32, usize)>,
+}
+
+/// Runs `decode` (a `kafka-protocol` decoder) over `buf` behind a [`CountGuard`], leaving `buf`
+/// where decoding stopped. `flexible`: the message version uses compact encodings (KIP-482).
+///
+/// One pass, except for a non-flexible message in which a plain `i32` field was larger than
+/// the bytes left after it: that field read as `-2` in the guarded pass, so once that pass has
+/// shown every length and count to fit, the message is decoded a second time from the same bytes
+/// with every `i32` as written (`kafka-protocol` has no hook to tell a count from a plain field;
+/// its proposed upstream fix, capping the capacity, would make one pass enough everywhere).
+/// Returns the value and the number of passes (1 or 2), or the decoder's message (its whole
+/// error chain, saying which length or count was refused).
+pub(crate) fn decode_guarded<T>(
+    buf: &mut Bytes,
+    flexible: bool,
+    mut decode: impl FnMut(&mut CountGuard<'_>) -> anyhow::Result<T>,
+) -> (Result<T, String>, u8) {
+    let start = buf.clone();
+    let mut guard = CountGuard { inner: buf, replace_large_i32: !flexible, replaced: false, refused: None };
+    let result = decode(&mut guard);
+    let (replaced, refused) = (guard.replaced, guard.refused);
+    match result {
+        Ok(value) if !replaced => (Ok(value), 1),
+        Ok(_) => {
+            // Every length and count is known to fit: read the plain fields as written.
+            *buf = start;
+            let mut guard = CountGuard { inner: buf, replace_large_i32: false, replaced: false, refused: None };
+            (decode(&mut guard).map_err(|e| format!("{e:#}")), 2)
+        }
+        Err(e) => {
+            let e = match refused {
+                Some((value, left)) => e.context(format!("a length or count of {value} exceeds the {left} bytes left")),
+                None => e,
+            };
+            let note = if replaced {
+                " (an i32 larger than the bytes left was read as -2 while checking lengths and counts)"
+            } else {
+                ""
+            };
+            (Err(format!("{e:#}{note}")), 1)
+        }
+    }
+}
+
+impl CountGuard<'_> {
+    /// The varint that would be read from here, as `kafka-protocol` reads it (at most 5 bytes,
+    /// `u32`), if it exceeds the bytes left after it + 1.
+    fn oversized_varint(&self) -> Option<(u32, usize)> {
+        let ahead = &self.inner[..self.inner.len().min(5)];
+        if ahead.first().is_none_or(|&b| b < 0x80) {
+            return None; // one byte: at most 127, nothing to fear
+        }
+        let mut value: u32 = 0;
+        let mut len = 0;
+        for (i, &b) in ahead.iter().enumerate() {
+            value |= u32::from(b & 0x7F).wrapping_shl(7 * i as u32);
+            len = i + 1;
+            if b < 0x80 {
+                break;
+            }
+        }
+        let left = self.inner.len() - len;
+        (u64::from(value) > left as u64 + 1).then_some((value, left))
+    }
+}
+
+impl Buf for CountGuard<'_> {
+    fn remaining(&self) -> usize {
+        self.inner.remaining()
+    }
+    fn chunk(&self) -> &[u8] {
+        self.inner.chunk()
+    }
+    fn advance(&mut self, cnt: usize) {
+        self.inner.advance(cnt);
+    }
+    fn try_get_u8(&mut self) -> Result<u8, bytes::TryGetError> {
+        if let Some(refused) = self.oversized_varint() {
+            self.refused.get_or_insert(refused);
+            return Err(bytes::TryGetError { requested: refused.0 as usize, available: refused.1 });
+        }
+        self.inner.try_get_u8()
+    }
+    fn try_get_i32(&mut self) -> Result<i32, bytes::TryGetError> {
+        let v = self.inner.try_get_i32()?;
+        if self.replace_large_i32 && i64::from(v) > self.inner.len() as i64 {
+            self.replaced = true;
+            return Ok(-2);
+        }
+        Ok(v)
+    }
+}
+
+impl ByteBuf for CountGuard<'_> {
+    fn peek_bytes(&mut self, r: std::ops::Range<usize>) -> Bytes {
+        self.inner.peek_bytes(r)
+    }
+    fn get_bytes(&mut self, size: usize) -> Bytes {
+        self.inner.get_bytes(size)
+    }
+    fn try_peek_bytes(&mut self, r: std::ops::Range<usize>) -> Result<Bytes, NotEnoughBytesError> {
+        self.inner.try_peek_bytes(r)
+    }
+    fn try_get_bytes(&mut self, size: usize) -> Result<Bytes, NotEnoughBytesError> {
+        self.inner.try_get_bytes(size)
     }
 }
