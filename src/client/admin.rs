@@ -20,9 +20,9 @@ use kafka_protocol::protocol::StrBytes;
 use super::{ClientError, KafkaConnection};
 use crate::log::batch::mixed::MixedBatches;
 use crate::protocol::consumer_offsets::{
-    decode_record, partition_for, ConsumerAssignment, OffsetsRecord, CONSUMER_PROTOCOL_TYPE,
-    DEFAULT_OFFSETS_TOPIC_NUM_PARTITIONS, OFFSETS_TOPIC,
+    decode_record, partition_for, OffsetsRecord, DEFAULT_OFFSETS_TOPIC_NUM_PARTITIONS, OFFSETS_TOPIC,
 };
+use crate::protocol::consumer_protocol::{ConsumerAssignment, CONSUMER_PROTOCOL_TYPE};
 
 /// One group of ListGroups.
 #[derive(Clone, Debug, PartialEq, Eq)]

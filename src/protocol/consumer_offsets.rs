@@ -1,8 +1,8 @@
 //! The key and value schemas Kafka's group coordinator writes to `__consumer_offsets` (Kafka's
 //! `GroupMetadataManager` and the generated `OffsetCommitKey`, `OffsetCommitValue`,
-//! `GroupMetadataKey`, `GroupMetadataValue` of `group-coordinator/src/main/resources/common/message`),
-//! and the consumer protocol's subscription and assignment bytes embedded in group metadata
-//! (`ConsumerProtocolSubscription` / `ConsumerProtocolAssignment`).
+//! `GroupMetadataKey`, `GroupMetadataValue` of `group-coordinator/src/main/resources/common/message`).
+//! The members' subscription and assignment bytes embedded in group metadata are the consumer
+//! protocol's ([`super::consumer_protocol`]) for groups of protocol type `consumer`.
 //!
 //! Every key and value starts with a big-endian `i16` version, followed by the fields of that
 //! version in Kafka's protocol encoding (big-endian integers; `string` = `i16` length + UTF-8,
@@ -59,10 +59,8 @@
 
 use std::fmt;
 
+use super::consumer_protocol::{ConsumerAssignment, ConsumerSubscription, CONSUMER_PROTOCOL_TYPE};
 use super::primitives::{read_version, DecodeError, EncodeError, Reader, TaggedField, Writer};
-
-type DResult<T> = Result<T, DecodeError>;
-type EResult<T> = Result<T, EncodeError>;
 
 /// Key version of an offset commit written by Kafka before 0.10 (same fields as v1).
 pub const OFFSET_COMMIT_KEY_V0: i16 = 0;
@@ -70,10 +68,6 @@ pub const OFFSET_COMMIT_KEY_V0: i16 = 0;
 pub const OFFSET_COMMIT_KEY_V1: i16 = 1;
 /// Key version of group metadata.
 pub const GROUP_METADATA_KEY_V2: i16 = 2;
-/// `protocol_type` of groups formed by Kafka consumers; their member subscription and assignment
-/// bytes follow the consumer protocol ([`ConsumerSubscription`], [`ConsumerAssignment`]).
-pub const CONSUMER_PROTOCOL_TYPE: &str = "consumer";
-
 /// Kafka's default `offsets.topic.num.partitions`.
 pub const DEFAULT_OFFSETS_TOPIC_NUM_PARTITIONS: i32 = 50;
 
@@ -449,166 +443,6 @@ impl GroupMetadataValue {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Consumer protocol (embedded in member subscription / assignment bytes).
-
-/// A topic and some of its partitions (`ConsumerProtocolSubscription.TopicPartition` /
-/// `ConsumerProtocolAssignment.TopicPartition`).
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct TopicPartitions {
-    /// Topic name.
-    pub topic: String,
-    /// Partition indexes.
-    pub partitions: Vec<i32>,
-}
-
-fn read_topic_partitions(r: &mut Reader<'_>, field: &'static str) -> DResult<Vec<TopicPartitions>> {
-    // A topic entry is at least an empty string (2) and an empty array (4).
-    let n = r.array_len(field, 6)?;
-    let mut out = Vec::with_capacity(n);
-    for _ in 0..n {
-        let topic = r.string("topic")?;
-        let count = r.array_len("partitions", 4)?;
-        let mut partitions = Vec::with_capacity(count);
-        for _ in 0..count {
-            partitions.push(r.i32("partition")?);
-        }
-        out.push(TopicPartitions { topic, partitions });
-    }
-    Ok(out)
-}
-
-fn write_topic_partitions(w: &mut Writer, field: &'static str, tps: &[TopicPartitions]) -> EResult<()> {
-    w.array_len(field, tps.len())?;
-    for tp in tps {
-        w.string("topic", &tp.topic)?;
-        w.array_len("partitions", tp.partitions.len())?;
-        for p in &tp.partitions {
-            w.i32(*p);
-        }
-    }
-    Ok(())
-}
-
-/// Highest consumer protocol version known (KIP-881 added the rack id in v3).
-pub const CONSUMER_PROTOCOL_MAX_VERSION: i16 = 3;
-
-/// What a consumer sends in JoinGroup (`ConsumerProtocolSubscription` v0..v3).
-///
-/// Newer versions are read with the v3 layout and trailing bytes ignored, as Kafka's
-/// `ConsumerProtocol.deserializeSubscription` does.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ConsumerSubscription {
-    /// The version prefix.
-    pub version: i16,
-    /// Subscribed topic names.
-    pub topics: Vec<String>,
-    /// Assignor-specific user data (the sticky assignors put their state here).
-    pub user_data: Option<Vec<u8>>,
-    /// Partitions the member owns (v1+, for cooperative rebalancing, KIP-429).
-    pub owned_partitions: Vec<TopicPartitions>,
-    /// Generation the owned partitions belong to (v2+; -1 = unknown).
-    pub generation_id: i32,
-    /// The consumer's `client.rack` (v3+, KIP-881).
-    pub rack_id: Option<String>,
-}
-
-impl ConsumerSubscription {
-    const SCHEMA: &'static str = "ConsumerProtocolSubscription";
-
-    /// Decodes subscription bytes (version prefix included).
-    ///
-    /// Errors: [`DecodeError`] (a negative version is unsupported).
-    pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
-        let mut r = Reader::versioned(Self::SCHEMA, bytes, 0, i16::MAX, i16::MAX)?;
-        let version = r.version();
-        let v = version.min(CONSUMER_PROTOCOL_MAX_VERSION);
-        let n = r.array_len("topics", 2)?;
-        let mut topics = Vec::with_capacity(n);
-        for _ in 0..n {
-            topics.push(r.string("topic")?);
-        }
-        let user_data = r.nullable_bytes("user_data")?;
-        let owned_partitions = if v >= 1 { read_topic_partitions(&mut r, "owned_partitions")? } else { Vec::new() };
-        let generation_id = if v >= 2 { r.i32("generation_id")? } else { -1 };
-        let rack_id = if v >= 3 { r.nullable_string("rack_id")? } else { None };
-        Ok(ConsumerSubscription { version, topics, user_data, owned_partitions, generation_id, rack_id })
-    }
-
-    /// Encodes at `self.version` (versions above 3 with the v3 layout).
-    ///
-    /// Errors: [`EncodeError`] for a negative version or an over-long string.
-    pub fn encode(&self) -> Result<Vec<u8>, EncodeError> {
-        let mut w = Writer::new(Self::SCHEMA, self.version, false);
-        if self.version < 0 {
-            return Err(w.err("version", "negative version"));
-        }
-        let v = self.version.min(CONSUMER_PROTOCOL_MAX_VERSION);
-        w.array_len("topics", self.topics.len())?;
-        for t in &self.topics {
-            w.string("topic", t)?;
-        }
-        w.nullable_bytes("user_data", self.user_data.as_deref())?;
-        if v >= 1 {
-            write_topic_partitions(&mut w, "owned_partitions", &self.owned_partitions)?;
-        }
-        if v >= 2 {
-            w.i32(self.generation_id);
-        }
-        if v >= 3 {
-            w.nullable_string("rack_id", self.rack_id.as_deref())?;
-        }
-        Ok(w.finish())
-    }
-}
-
-/// What the group leader gives each consumer in SyncGroup (`ConsumerProtocolAssignment` v0..v3;
-/// all versions share one layout).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ConsumerAssignment {
-    /// The version prefix.
-    pub version: i16,
-    /// Assigned partitions, grouped by topic.
-    pub assigned_partitions: Vec<TopicPartitions>,
-    /// Assignor-specific user data.
-    pub user_data: Option<Vec<u8>>,
-}
-
-impl ConsumerAssignment {
-    const SCHEMA: &'static str = "ConsumerProtocolAssignment";
-
-    /// Decodes assignment bytes (version prefix included).
-    ///
-    /// Errors: [`DecodeError`] (a negative version is unsupported).
-    pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
-        let mut r = Reader::versioned(Self::SCHEMA, bytes, 0, i16::MAX, i16::MAX)?;
-        let assigned_partitions = read_topic_partitions(&mut r, "assigned_partitions")?;
-        let user_data = r.nullable_bytes("user_data")?;
-        Ok(ConsumerAssignment { version: r.version(), assigned_partitions, user_data })
-    }
-
-    /// Encodes at `self.version`.
-    ///
-    /// Errors: [`EncodeError`] for a negative version or an over-long string.
-    pub fn encode(&self) -> Result<Vec<u8>, EncodeError> {
-        let mut w = Writer::new(Self::SCHEMA, self.version, false);
-        if self.version < 0 {
-            return Err(w.err("version", "negative version"));
-        }
-        write_topic_partitions(&mut w, "assigned_partitions", &self.assigned_partitions)?;
-        w.nullable_bytes("user_data", self.user_data.as_deref())?;
-        Ok(w.finish())
-    }
-
-    /// The assigned partitions as `(topic, partition)` pairs, in order.
-    pub fn partitions(&self) -> Vec<(&str, i32)> {
-        self.assigned_partitions
-            .iter()
-            .flat_map(|tp| tp.partitions.iter().map(move |p| (tp.topic.as_str(), *p)))
-            .collect()
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
 // Whole records.
 
 /// One decoded `__consumer_offsets` record.
@@ -805,6 +639,7 @@ fn group_json(g: &GroupMetadataValue) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::consumer_protocol::TopicPartitions;
     use proptest::prelude::*;
 
     /// Key and value of the record at offset 8 of the corpus file
@@ -1057,50 +892,6 @@ mod tests {
         assert!(k.encode().is_err());
         k.version = 0;
         assert_eq!(OffsetCommitKey::decode(&k.encode().unwrap()).unwrap(), k);
-    }
-
-    #[test]
-    fn consumer_protocol_versions() {
-        for version in 0..=4 {
-            let v = version.min(CONSUMER_PROTOCOL_MAX_VERSION);
-            let sub = ConsumerSubscription {
-                version,
-                topics: vec!["a".into(), "b".into()],
-                user_data: Some(vec![1, 2, 3]),
-                owned_partitions: if v >= 1 {
-                    vec![TopicPartitions { topic: "a".into(), partitions: vec![0, 2] }]
-                } else {
-                    vec![]
-                },
-                generation_id: if v >= 2 { 5 } else { -1 },
-                rack_id: if v >= 3 { Some("rack-1".into()) } else { None },
-            };
-            let bytes = sub.encode().unwrap();
-            assert_eq!(ConsumerSubscription::decode(&bytes).unwrap(), sub, "v{version}");
-            let asg = ConsumerAssignment {
-                version,
-                assigned_partitions: vec![TopicPartitions { topic: "b".into(), partitions: vec![1] }],
-                user_data: None,
-            };
-            assert_eq!(ConsumerAssignment::decode(&asg.encode().unwrap()).unwrap(), asg);
-        }
-        // Trailing bytes of a newer version are ignored.
-        let mut bytes = ConsumerSubscription {
-            version: 9,
-            topics: vec!["t".into()],
-            user_data: None,
-            owned_partitions: vec![],
-            generation_id: -1,
-            rack_id: None,
-        }
-        .encode()
-        .unwrap();
-        bytes.extend_from_slice(&[1, 2, 3]);
-        assert_eq!(ConsumerSubscription::decode(&bytes).unwrap().topics, vec!["t".to_string()]);
-        assert!(matches!(
-            ConsumerSubscription::decode(&[0xff, 0xff]),
-            Err(DecodeError::UnsupportedVersion { version: -1, .. })
-        ));
     }
 
     proptest! {

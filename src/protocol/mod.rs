@@ -13,8 +13,10 @@
 //! ```
 //!
 //! Beside the requests and responses, the formats other components put inside them or in a log:
-//! [`consumer_offsets`] holds the `__consumer_offsets` record schemas (written and replayed by the
-//! broker's group coordinator, read by the admin client and by `log dump`). [`primitives`] is the
+//! [`consumer_protocol`] is the consumer protocol's Subscription and Assignment (on
+//! `kafka-protocol`'s messages), [`consumer_offsets`] the `__consumer_offsets` record schemas
+//! (written and replayed by the broker's group coordinator, read by the admin client and by
+//! `log dump`). [`primitives`] is the
 //! crate's one codec of Kafka's primitives (lengths, varints, strings) for what `kafka-protocol`
 //! does not do: those records, the sticky assignor's user data, and [`fetch_response`], the Fetch
 //! response framed by hand so that record bytes stay in their files.
@@ -24,6 +26,7 @@
 //! one and close the connection otherwise.
 
 pub mod consumer_offsets;
+pub mod consumer_protocol;
 pub mod fetch_response;
 pub mod frame;
 pub mod primitives;

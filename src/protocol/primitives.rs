@@ -17,7 +17,8 @@
 //!   `Vec::with_capacity(count)` with the count read from the wire (upstream kafka-protocol-rs
 //!   PRs #152, #161 and #200, open), so a few bytes claiming a huge count abort the process. Its
 //!   decoders run over a [`CountGuard`] that refuses such counts first: requests
-//!   ([`super::frame::decode_request`]), in one pass (see [`decode_guarded`]).
+//!   ([`super::frame::decode_request`]), in one pass (see [`decode_guarded`]), and the consumer
+//!   protocol ([`super::consumer_protocol`]).
 //!
 //! Kafka's encoding: big-endian integers; `string` = `int16` length + UTF-8, `bytes` = `int32`
 //! length, arrays = `int32` count, -1 = null. Flexible versions (KIP-482) use compact lengths

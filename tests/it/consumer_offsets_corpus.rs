@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 
 use fetchbench::log::batch::{BatchBoundaries, RecordBatch};
 use fetchbench::log::checkpoint::{self, EpochEntry, TopicId};
-use fetchbench::protocol::consumer_offsets::{decode_record, OffsetsRecord, CONSUMER_PROTOCOL_TYPE};
+use fetchbench::protocol::consumer_offsets::{decode_record, OffsetsRecord};
+use fetchbench::protocol::consumer_protocol::CONSUMER_PROTOCOL_TYPE;
 
 use crate::common;
 

@@ -20,7 +20,7 @@
 //! member's partitions come back sorted by topic, then partition.
 //!
 //! Around the algorithms, the consumer protocol bytes (the codecs are
-//! [`crate::protocol::consumer_offsets`]'s, byte-exact with Kafka):
+//! [`crate::protocol::consumer_protocol`]'s, byte-exact with Kafka):
 //!
 //! * a member builds its JoinGroup metadata with [`build_subscription`] (Kafka's
 //!   `ConsumerCoordinator.metadata` + `ConsumerProtocol.serializeSubscription`): sorted topics, the

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::protocol::consumer_offsets::{ConsumerSubscription, TopicPartitions};
+use crate::protocol::consumer_protocol::{ConsumerSubscription, TopicPartitions};
 
 /// A topic partition: `(topic, partition index)` (Kafka's `TopicPartition`).
 pub type TopicPartition = (String, i32);

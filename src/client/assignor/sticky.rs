@@ -52,7 +52,7 @@ use super::abstract_assignor::{empty_assignment, subscribed_partition_counts};
 use super::partition_assignor::{
     flatten, Assignment, Assignor, MemberSubscription, RebalanceProtocol, TopicPartition, DEFAULT_GENERATION,
 };
-use crate::protocol::consumer_offsets::ConsumerSubscription;
+use crate::protocol::consumer_protocol::ConsumerSubscription;
 use crate::protocol::primitives::{DecodeError, Reader};
 
 /// The `sticky` assignor (Kafka's `StickyAssignor`, eager). Owned partitions and generation

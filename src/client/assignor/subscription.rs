@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use super::partition_assignor::{
     flatten, group_by_topic, Assignor, MemberSubscription, RebalanceProtocol, TopicPartition,
 };
-use crate::protocol::consumer_offsets::{ConsumerAssignment, ConsumerSubscription};
+use crate::protocol::consumer_protocol::{ConsumerAssignment, ConsumerSubscription};
 use crate::protocol::primitives::{DecodeError, EncodeError};
 
 /// What a member knows when it (re)joins its group.

@@ -6,7 +6,7 @@ use super::partition_assignor::{Assignment, MemberSubscription, DEFAULT_GENERATI
 use super::sticky::{decode_cooperative_user_data, encode_cooperative_user_data, StickyUserData};
 use super::subscription::{build_assignment, decode_member_subscription};
 use super::*;
-use crate::protocol::consumer_offsets::ConsumerSubscription;
+use crate::protocol::consumer_protocol::ConsumerSubscription;
 
 fn topics(spec: &[(&str, i32)]) -> BTreeMap<String, i32> {
     spec.iter().map(|(t, n)| (t.to_string(), *n)).collect()
@@ -324,7 +324,7 @@ fn sticky_member_data_from_user_data() {
     // cooperative-sticky: protocol generation first, user data before v2.
     let mut s = sub(Some(encode_cooperative_user_data(9)));
     s.owned_partitions =
-        vec![crate::protocol::consumer_offsets::TopicPartitions { topic: "t".into(), partitions: vec![1] }];
+        vec![crate::protocol::consumer_protocol::TopicPartitions { topic: "t".into(), partitions: vec![1] }];
     let m = CooperativeStickyAssignor.member_subscription(&s);
     assert_eq!((m.owned_partitions.clone(), m.generation), (tps("t", [1]), Some(4)));
     s.generation_id = -1;

@@ -30,7 +30,7 @@ use kafka_protocol::protocol::StrBytes;
 use super::error::ConsumerError;
 use crate::client::assignor::{build_subscription, Assignor, JoinState, RebalanceProtocol, TopicPartition};
 use crate::client::connection::{ClientError, KafkaConnection};
-use crate::protocol::consumer_offsets::CONSUMER_PROTOCOL_TYPE;
+use crate::protocol::consumer_protocol::CONSUMER_PROTOCOL_TYPE;
 
 /// Kafka error codes the membership reacts to.
 pub(crate) mod codes {

@@ -704,7 +704,7 @@ impl Consumer {
                     if metadata.len() >= 2 {
                         version = version.min(i16::from_be_bytes([metadata[0], metadata[1]]).max(0));
                     }
-                    if let Ok(sub) = crate::protocol::consumer_offsets::ConsumerSubscription::decode(metadata) {
+                    if let Ok(sub) = crate::protocol::consumer_protocol::ConsumerSubscription::decode(metadata) {
                         all_topics.extend(sub.topics);
                     }
                 }
