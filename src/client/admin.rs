@@ -5,23 +5,24 @@
 //! DescribeGroups does not carry the generation, so [`describe_group`] reads the group's last
 //! metadata record from `__consumer_offsets` (Fetch of partition `partitionFor(group)`, the
 //! way Kafka's `GroupMetadataMessageFormatter` reads it): that is the generation of the last
-//! completed rebalance (written when the group became Stable or Empty).
+//! completed rebalance (written when the group became Stable or Empty). The partition count that
+//! `partitionFor` needs (`offsets.topic.num.partitions`, a broker setting) comes from a Metadata
+//! request for `__consumer_offsets`, which does not create the topic.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{
     ApiKey, BrokerId, DescribeGroupsRequest, FetchRequest, GroupId, ListGroupsRequest, ListOffsetsRequest,
-    OffsetFetchRequest, RequestKind, ResponseKind, TopicName,
+    MetadataRequest, OffsetFetchRequest, RequestKind, ResponseKind, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 
 use super::{ClientError, KafkaConnection};
 use crate::log::batch::mixed::MixedBatches;
-use crate::protocol::consumer_offsets::{
-    decode_record, partition_for, OffsetsRecord, DEFAULT_OFFSETS_TOPIC_NUM_PARTITIONS, OFFSETS_TOPIC,
-};
+use crate::protocol::consumer_offsets::{decode_record, partition_for, OffsetsRecord, OFFSETS_TOPIC};
 use crate::protocol::consumer_protocol::{ConsumerAssignment, CONSUMER_PROTOCOL_TYPE};
 
 /// One group of ListGroups.
@@ -81,6 +82,9 @@ pub struct GroupReport {
     /// Generation of the last completed rebalance, from `__consumer_offsets`; `None` when no
     /// metadata record was found.
     pub generation_id: Option<i32>,
+    /// The `__consumer_offsets` partition that holds the group (`partitionFor(group)` over the
+    /// topic's partition count from Metadata); `None` when the broker has no such topic.
+    pub coordinator_partition: Option<i32>,
     /// Members.
     pub members: Vec<MemberReport>,
     /// Partitions, sorted by topic and partition.
@@ -214,16 +218,40 @@ pub fn describe_group(conn: &mut KafkaConnection, group: &str) -> Result<GroupRe
             }
         })
         .collect();
-    let generation_id = stored_generation(conn, group)?;
+    let coordinator_partition = offsets_topic_partitions(conn)?.map(|n| partition_for(group, n));
+    let generation_id = match coordinator_partition {
+        Some(partition) => stored_generation(conn, group, partition)?,
+        // No `__consumer_offsets`: the group never stored metadata.
+        None => None,
+    };
     Ok(GroupReport {
         group_id: group.to_string(),
         state: d.group_state.to_string(),
         protocol_type: d.protocol_type.to_string(),
         protocol: d.protocol_data.to_string(),
         generation_id,
+        coordinator_partition,
         members,
         partitions,
     })
+}
+
+/// The partition count of `__consumer_offsets` (the broker's `offsets.topic.num.partitions`),
+/// from Metadata v4+ for that topic alone with `allow_auto_topic_creation` off; `None` when the
+/// broker has no such topic (UNKNOWN_TOPIC_OR_PARTITION, or no partitions).
+fn offsets_topic_partitions(conn: &mut KafkaConnection) -> Result<Option<i32>, ClientError> {
+    let version = conn.version(ApiKey::Metadata, (4, 12))?;
+    let req = MetadataRequest::default()
+        .with_topics(Some(vec![MetadataRequestTopic::default().with_name(Some(TopicName(s(OFFSETS_TOPIC))))]))
+        .with_allow_auto_topic_creation(false);
+    let ResponseKind::Metadata(r) = conn.call(ApiKey::Metadata, version, RequestKind::Metadata(req))? else {
+        unreachable!()
+    };
+    Ok(r.topics
+        .iter()
+        .find(|t| t.name.as_ref().is_some_and(|n| n.as_str() == OFFSETS_TOPIC))
+        .filter(|t| t.error_code == 0 && !t.partitions.is_empty())
+        .map(|t| i32::try_from(t.partitions.len()).unwrap_or(i32::MAX)))
 }
 
 /// OffsetFetch of every committed partition of `group` (v2+: null topics).
@@ -289,9 +317,8 @@ fn log_end_offsets(
         .collect())
 }
 
-/// The generation in the last group metadata record of `group` in `__consumer_offsets`.
-fn stored_generation(conn: &mut KafkaConnection, group: &str) -> Result<Option<i32>, ClientError> {
-    let partition = partition_for(group, DEFAULT_OFFSETS_TOPIC_NUM_PARTITIONS);
+/// The generation in the last group metadata record of `group` in `__consumer_offsets-<partition>`.
+fn stored_generation(conn: &mut KafkaConnection, group: &str, partition: i32) -> Result<Option<i32>, ClientError> {
     let version = conn.version(ApiKey::Fetch, (4, 12))?;
     let mut offset = 0i64;
     let mut generation = None;
@@ -344,16 +371,16 @@ fn stored_generation(conn: &mut KafkaConnection, group: &str) -> Result<Option<i
 pub fn format_report(r: &GroupReport) -> String {
     let mut out = String::new();
     let generation = r.generation_id.map_or("-".to_string(), |g| g.to_string());
+    let coordinator = r.coordinator_partition.map_or("-".to_string(), |p| format!("{OFFSETS_TOPIC}-{p}"));
     out.push_str(&format!(
-        "GROUP {}  STATE {}  GENERATION {}  PROTOCOL-TYPE {}  PROTOCOL {}  MEMBERS {}  COORDINATOR-PARTITION {}-{}\n\n",
+        "GROUP {}  STATE {}  GENERATION {}  PROTOCOL-TYPE {}  PROTOCOL {}  MEMBERS {}  COORDINATOR-PARTITION {}\n\n",
         r.group_id,
         r.state,
         generation,
         if r.protocol_type.is_empty() { "-" } else { &r.protocol_type },
         if r.protocol.is_empty() { "-" } else { &r.protocol },
         r.members.len(),
-        OFFSETS_TOPIC,
-        partition_for(&r.group_id, DEFAULT_OFFSETS_TOPIC_NUM_PARTITIONS),
+        coordinator,
     ));
     let dash = |v: Option<i64>| v.map_or("-".to_string(), |v| v.to_string());
     out.push_str(&format!(

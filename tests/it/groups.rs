@@ -528,3 +528,36 @@ fn groups_cli_lists_and_describes_with_lag() {
     assert!(String::from_utf8_lossy(&missing.stderr).contains("does not exist"));
     broker.shutdown().unwrap();
 }
+
+/// `fetchbench groups` finds the group's metadata record with the broker's own
+/// `offsets.topic.num.partitions` (learned from Metadata), not Kafka's default of 50: with 7
+/// partitions, "few-offsets" lives in partition 4, where 50 would have looked in partition 43.
+#[test]
+fn groups_cli_uses_the_brokers_offsets_partition_count() {
+    let tmp = tempfile::tempdir().unwrap();
+    let broker = crate::common::start_group_broker(&tmp.path().join("logs"), "127.0.0.1:0".parse().unwrap(), |c| {
+        c.group_initial_rebalance_delay_ms = 0;
+        c.offsets_topic_num_partitions = 7;
+    });
+    let group = "few-offsets";
+    assert_eq!((partition_for(group, 7), partition_for(group, 50)), (4, 43));
+    let mut c = Client::connect(broker.local_addr());
+    crate::broker::metadata(&mut c, "seven", 12);
+    let r = join_new(&mut c, group, None);
+    assert_eq!(r.error_code, 0);
+    let me = r.member_id.to_string();
+    // ConsumerProtocolAssignment v0: [topic "seven" [0]], no user data.
+    let mut assignment = vec![0, 0, 0, 0, 0, 1, 0, 5];
+    assignment.extend_from_slice(b"seven");
+    assignment.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff]);
+    assert_eq!(sync(&mut c, group, &me, r.generation_id, vec![(me.clone(), assignment)]).error_code, 0);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fetchbench"))
+        .args(["groups", "--bootstrap", &broker.local_addr().to_string(), "--group", group])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report = String::from_utf8(out.stdout).unwrap();
+    assert!(report.contains("GENERATION 1"), "{report}");
+    assert!(report.contains("COORDINATOR-PARTITION __consumer_offsets-4"), "{report}");
+    broker.shutdown().unwrap();
+}
