@@ -29,6 +29,6 @@ pub mod consumer_offsets;
 pub mod consumer_protocol;
 pub mod fetch_response;
 pub mod frame;
-pub mod primitives;
+pub(crate) mod primitives;
 
 pub use frame::ProtocolError;
