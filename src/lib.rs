@@ -41,6 +41,7 @@
 //!   coordinated-omission correction, the results JSON schema, `fetchbench compare`, and
 //!   `fetchbench read-paths` (each read path alone, its loopback mode).
 #![forbid(unsafe_op_in_unsafe_fn)]
+#![warn(unreachable_pub)]
 
 pub mod bench;
 pub mod broker;

@@ -60,9 +60,9 @@ use super::workload::{Client, Compression, PageCache, Phase, Rate, Workload};
 use crate::metrics::{HistogramError, Latency, LOWEST_NS};
 
 /// Width of the chart, pixels.
-pub const WIDTH: u32 = 1200;
+pub(crate) const WIDTH: u32 = 1200;
 /// Height of the chart, pixels.
-pub const HEIGHT: u32 = 800;
+pub(crate) const HEIGHT: u32 = 800;
 
 /// Highest percentile drawn, in "nines" (`log10(1/(1-q))`): 4 = 99.99%.
 const MAX_NINES: f64 = 4.0;
@@ -70,7 +70,7 @@ const MAX_NINES: f64 = 4.0;
 const CURVE_POINTS: usize = 161;
 /// The colour of each read path by name (Tableau 10's first seven), `external` being an
 /// external cluster's entries.
-pub const PATH_COLORS: [(&str, RGBColor); 7] = [
+pub(crate) const PATH_COLORS: [(&str, RGBColor); 7] = [
     ("copy", RGBColor(31, 119, 180)),        // blue
     ("mmap", RGBColor(255, 127, 14)),        // orange
     ("sendfile", RGBColor(44, 160, 44)),     // green
@@ -81,13 +81,13 @@ pub const PATH_COLORS: [(&str, RGBColor); 7] = [
 ];
 /// Colours of read paths not in [`PATH_COLORS`], in order of first appearance (Tableau 10's
 /// olive and cyan; repeated beyond two such paths).
-pub const OTHER_COLORS: [RGBColor; 2] = [RGBColor(188, 189, 34), RGBColor(23, 190, 207)];
+pub(crate) const OTHER_COLORS: [RGBColor; 2] = [RGBColor(188, 189, 34), RGBColor(23, 190, 207)];
 /// The broker CPU panel's `user` stack (dark gray).
-pub const CPU_USER_COLOR: RGBColor = RGBColor(64, 64, 64);
+pub(crate) const CPU_USER_COLOR: RGBColor = RGBColor(64, 64, 64);
 /// The broker CPU panel's `sys` stack (light gray).
-pub const CPU_SYS_COLOR: RGBColor = RGBColor(176, 176, 176);
+pub(crate) const CPU_SYS_COLOR: RGBColor = RGBColor(176, 176, 176);
 /// The error bars (95% confidence intervals) of a repeated run's bars (near-black).
-pub const ERROR_BAR_COLOR: RGBColor = RGBColor(32, 32, 32);
+pub(crate) const ERROR_BAR_COLOR: RGBColor = RGBColor(32, 32, 32);
 /// The phases drawn as bars, in this order: those whose throughput is a drain's (`mixed`:
 /// its catch-up groups' drain while the producers write).
 const BAR_PHASES: [&str; 2] = ["catch_up", "mixed"];
@@ -134,7 +134,7 @@ fn draw_err(e: impl std::fmt::Display) -> ChartError {
 /// Renders `results` as one SVG document (see the [module docs](self) for what it shows).
 /// Errors: a histogram that does not decode ([`ChartError::Histogram`]), or plotters failing
 /// ([`ChartError::Draw`]).
-pub fn render_svg(results: &Results) -> Result<String, ChartError> {
+pub(crate) fn render_svg(results: &Results) -> Result<String, ChartError> {
     let latency = latency_curves(results)?;
     let mut svg = String::new();
     {
@@ -158,7 +158,7 @@ pub fn render_svg(results: &Results) -> Result<String, ChartError> {
 /// Renders `results` ([`render_svg`]) and writes the SVG to `path` (created or truncated).
 /// Errors: those of [`render_svg`] (a histogram that does not decode is
 /// [`io::ErrorKind::InvalidData`]) and of writing the file.
-pub fn write_svg(results: &Results, path: &Path) -> io::Result<()> {
+pub(crate) fn write_svg(results: &Results, path: &Path) -> io::Result<()> {
     let svg = render_svg(results)?;
     std::fs::write(path, svg)
 }
@@ -185,7 +185,7 @@ fn title(results: &Results) -> (String, String) {
 /// at 10000 records/s`. Topics show as `<topics> topics x <partitions> partitions` when more
 /// than one; a compression other than none and the librdkafka client are named; a catch-up
 /// of a log directory says so.
-pub fn describe_workload(w: &Workload) -> String {
+pub(crate) fn describe_workload(w: &Workload) -> String {
     let plural = |n: u32, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
     let partitions = if w.topics > 1 {
         format!("{} x {}", plural(w.topics, "topic"), plural(w.partitions, "partition"))
@@ -269,7 +269,7 @@ fn path_color(read_path: &str) -> Option<RGBColor> {
 
 /// What a chart value measures: its base unit and the units it is written in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Quantity {
+pub(crate) enum Quantity {
     /// Throughput given in MB/s (1e6 bytes/s): written in B/s, KB/s, MB/s or GB/s (decimal).
     Throughput,
     /// Latency given in microseconds: written in us, ms or s.
@@ -299,7 +299,7 @@ impl Quantity {
 /// `v` (in `q`'s base unit) written by magnitude with 3 significant digits, trailing zeros
 /// dropped: `4.2 MB/s` for 4.2, `4.2 KB/s` for 0.0042, `1.44 GB/s` for 1440 (throughput in
 /// MB/s); `850us`, `12.3ms`, `1.5s` (latency in us); `0.003 s/GB`. Non-finite values are 0.
-pub fn format_value(v: f64, q: Quantity) -> String {
+pub(crate) fn format_value(v: f64, q: Quantity) -> String {
     let v = if v.is_finite() { v } else { 0.0 };
     let (size, unit) = q.unit(v);
     let sep = if q == Quantity::Latency { "" } else { " " };

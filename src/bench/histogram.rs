@@ -13,7 +13,7 @@ use crate::metrics::Latency;
 /// The intended send times of an open-loop schedule: record `i` is due at
 /// `start_ns + i * 1e9 / rate` whatever happened to the records before it.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct OpenLoopSchedule {
+pub(crate) struct OpenLoopSchedule {
     /// Time of record 0, ns on the clock the send and receive times use.
     pub start_ns: u64,
     /// Records per second (> 0).
@@ -22,7 +22,7 @@ pub struct OpenLoopSchedule {
 
 impl OpenLoopSchedule {
     /// When record `index` is due, ns.
-    pub fn intended_ns(&self, index: u64) -> u64 {
+    pub(crate) fn intended_ns(&self, index: u64) -> u64 {
         self.start_ns + (index as f64 * 1e9 / self.records_per_sec).round() as u64
     }
 }
@@ -30,7 +30,7 @@ impl OpenLoopSchedule {
 /// Both views of one stream of latencies: `raw` from the actual send time, `corrected` from
 /// the intended send time of the schedule (see the [module docs](self)).
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct LatencyRecorder {
+pub(crate) struct LatencyRecorder {
     /// Receive time - actual send time.
     pub raw: Latency,
     /// Receive time - intended send time (coordinated omission corrected).
@@ -39,7 +39,7 @@ pub struct LatencyRecorder {
 
 impl LatencyRecorder {
     /// An empty recorder.
-    pub fn new() -> LatencyRecorder {
+    pub(crate) fn new() -> LatencyRecorder {
         LatencyRecorder::default()
     }
 
@@ -48,13 +48,13 @@ impl LatencyRecorder {
     /// intended and actual send times (a record sent ahead of schedule is not credited), and a
     /// receive time before the send time counts as 0. In a closed loop (no schedule) pass
     /// `intended_ns = sent_ns`: both views agree.
-    pub fn record(&mut self, intended_ns: u64, sent_ns: u64, received_ns: u64) {
+    pub(crate) fn record(&mut self, intended_ns: u64, sent_ns: u64, received_ns: u64) {
         self.raw.record_ns(received_ns.saturating_sub(sent_ns));
         self.corrected.record_ns(received_ns.saturating_sub(intended_ns.min(sent_ns)));
     }
 
     /// Merges another consumer's recorder into this one.
-    pub fn merge(&mut self, other: &LatencyRecorder) {
+    pub(crate) fn merge(&mut self, other: &LatencyRecorder) {
         self.raw.merge(&other.raw);
         self.corrected.merge(&other.corrected);
     }

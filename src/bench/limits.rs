@@ -28,26 +28,26 @@ use serde_json::Value;
 use super::results::{LimitFigure, LimitRatio, LimitsResult};
 
 /// `LIMITS_SIZE` of the short run of [`measure`]: the size of the file fio reads.
-pub const SHORT_SIZE: &str = "256M";
+pub(crate) const SHORT_SIZE: &str = "256M";
 
 /// `LIMITS_RUNTIME` of the short run of [`measure`]: seconds per fio job and per iperf3 run.
-pub const SHORT_RUNTIME: &str = "1";
+pub(crate) const SHORT_RUNTIME: &str = "1";
 
 /// The [`LimitsResult::source`] of a [`measure`] run.
-pub const MEASURED_SOURCE: &str = "scripts/baseline-limits.sh (LIMITS_SIZE=256M LIMITS_RUNTIME=1)";
+pub(crate) const MEASURED_SOURCE: &str = "scripts/baseline-limits.sh (LIMITS_SIZE=256M LIMITS_RUNTIME=1)";
 
 /// The tools the script measures with, in the order [`LimitsError::NotInstalled`] lists them.
-pub const TOOLS: [&str; 2] = ["fio", "iperf3"];
+pub(crate) const TOOLS: [&str; 2] = ["fio", "iperf3"];
 
 /// How long [`measure`] lets the script run before stopping it (SIGTERM, then SIGKILL): the
 /// short run takes about 10 s; this only guards against a hung fio or iperf3.
-pub const MEASURE_TIMEOUT: Duration = Duration::from_secs(120);
+pub(crate) const MEASURE_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Why there are no limits: the file or the script failed, or the tools are missing.
 /// `fetchbench run` records [`LimitsError::note`] in the results' notes and goes on.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum LimitsError {
+pub(crate) enum LimitsError {
     /// fio or iperf3 is not on `PATH` ([`measure`] does not install them).
     #[error("install {} (scripts/baseline-limits.sh installs them as root) or pass --limits FILE", missing.join(" and "))]
     NotInstalled {
@@ -81,13 +81,13 @@ pub enum LimitsError {
 
 impl LimitsError {
     /// The note for the results file: `machine limits: not measured: <this error>`.
-    pub fn note(&self) -> String {
+    pub(crate) fn note(&self) -> String {
         format!("machine limits: not measured: {self}")
     }
 }
 
 /// The `schema_version` of the `scripts/baseline-limits.sh` output that [`Limits`] reads.
-pub const LIMITS_SCHEMA_VERSION: u32 = 1;
+pub(crate) const LIMITS_SCHEMA_VERSION: u32 = 1;
 
 /// One reference figure from the limits file (a column of the `fetchbench read-paths` table).
 #[derive(Clone, Debug, PartialEq)]
@@ -253,7 +253,7 @@ pub enum LimitsFileError {
 ///
 /// Errors: [`LimitsError::Limits`] when it cannot be read, is not JSON or its
 /// `schema_version` is not [`LIMITS_SCHEMA_VERSION`].
-pub fn load(path: &Path) -> Result<LimitsResult, LimitsError> {
+pub(crate) fn load(path: &Path) -> Result<LimitsResult, LimitsError> {
     let limits = Limits::load(path, true)?;
     Ok(result(&limits, path.display().to_string()))
 }
@@ -267,19 +267,19 @@ pub fn load(path: &Path) -> Result<LimitsResult, LimitsError> {
 /// anything runs: nothing is installed); [`LimitsError::Spawn`] when bash cannot start;
 /// [`LimitsError::Failed`] when the script exits non-zero (e.g. missing, no python3) or runs
 /// longer than [`MEASURE_TIMEOUT`]; [`LimitsError::Limits`] when its output does not parse.
-pub fn measure(script: &Path) -> Result<LimitsResult, LimitsError> {
+pub(crate) fn measure(script: &Path) -> Result<LimitsResult, LimitsError> {
     measure_with(script, &std::env::var_os("PATH").unwrap_or_default(), MEASURE_TIMEOUT)
 }
 
 /// The progress line `fetchbench run` shows while [`measure`] runs.
-pub const MEASURING: &str = "measuring this machine's limits (fio, iperf3; about 10 s)";
+pub(crate) const MEASURING: &str = "measuring this machine's limits (fio, iperf3; about 10 s)";
 
 /// Whether `fetchbench run` (no `--limits FILE`) measures the limits: `Ok(`[`MEASURING`]`)`,
 /// the line to announce before [`measure`], when fio and iperf3 ([`TOOLS`]) are executable
 /// files on `path_var` (a `PATH` value); else [`LimitsError::NotInstalled`], whose
 /// [`LimitsError::note`] (recorded once in the results' notes) says how to get them, and
 /// nothing is announced or run.
-pub fn announcement(path_var: &OsStr) -> Result<&'static str, LimitsError> {
+pub(crate) fn announcement(path_var: &OsStr) -> Result<&'static str, LimitsError> {
     let missing: Vec<&'static str> = TOOLS.into_iter().filter(|t| find_program(t, path_var).is_none()).collect();
     if !missing.is_empty() {
         return Err(LimitsError::NotInstalled { missing });
@@ -407,7 +407,7 @@ pub(crate) fn result(limits: &Limits, source: String) -> LimitsResult {
 /// A path's throughput (`mb_per_sec`, MB = 1e6 bytes per second) as a ratio to each figure of
 /// `limits` with a positive throughput: `mb_per_sec * 1e6 / bytes_per_sec`, in figure order
 /// (1.0 = as fast as the limit). Figures without a throughput (CPU only) get no ratio.
-pub fn ratios(limits: &LimitsResult, mb_per_sec: f64) -> Vec<LimitRatio> {
+pub(crate) fn ratios(limits: &LimitsResult, mb_per_sec: f64) -> Vec<LimitRatio> {
     limits
         .figures
         .iter()

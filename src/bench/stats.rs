@@ -43,7 +43,7 @@ impl Estimate {
 }
 
 /// The [`Estimate`] of `values` (finite numbers; see the module docs for the formulas).
-pub fn estimate(values: &[f64]) -> Estimate {
+pub(crate) fn estimate(values: &[f64]) -> Estimate {
     let n = values.len();
     let mean = values.iter().sum::<f64>() / n as f64;
     if n < 2 {
@@ -63,13 +63,13 @@ pub fn estimate(values: &[f64]) -> Estimate {
 
 /// The `p` quantile of Student's t distribution with `df` degrees of freedom (`df > 0`,
 /// `0 < p < 1`), e.g. `t_quantile(0.975, 4.0)` = 2.776.
-pub fn t_quantile(p: f64, df: f64) -> f64 {
+pub(crate) fn t_quantile(p: f64, df: f64) -> f64 {
     StudentsT::new(0.0, 1.0, df).expect("df > 0").inverse_cdf(p)
 }
 
 /// The outcome of [`welch`]: `t = (mean_b - mean_a) / √(s_a²/n_a + s_b²/n_b)`.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Welch {
+pub(crate) struct Welch {
     /// The t statistic (infinite when both samples have no spread and the means differ).
     pub t: f64,
     /// Welch–Satterthwaite degrees of freedom (`None` when both samples have no spread).
@@ -83,7 +83,7 @@ pub struct Welch {
 /// Welch's t-test of sample `b` against sample `a` (see the module docs); `None` unless both
 /// have at least 2 values. Two samples without spread: p = 0 in the direction the mean moved,
 /// 1 in the other (and 1 both ways when the means are equal).
-pub fn welch(a: &[f64], b: &[f64]) -> Option<Welch> {
+pub(crate) fn welch(a: &[f64], b: &[f64]) -> Option<Welch> {
     if a.len() < 2 || b.len() < 2 {
         return None;
     }

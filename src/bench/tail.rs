@@ -255,7 +255,7 @@ pub(crate) struct TailOutcome {
 impl TailOutcome {
     /// Record-batch bytes of the window's records (their share of the log's growth), or their
     /// value bytes when the log is not visible (external cluster).
-    pub fn window_batch_bytes(&self) -> u64 {
+    pub(crate) fn window_batch_bytes(&self) -> u64 {
         match self.batch_bytes_per_record {
             Some(per) => (per * self.records as f64) as u64,
             None => self.value_bytes,
@@ -263,7 +263,7 @@ impl TailOutcome {
     }
 
     /// Notes on the producers not keeping to their schedule over `seconds` of window.
-    pub fn schedule_notes(&self, w: &Workload, seconds: f64, interrupted: bool, notes: &mut Vec<String>) {
+    pub(crate) fn schedule_notes(&self, w: &Workload, seconds: f64, interrupted: bool, notes: &mut Vec<String>) {
         let rate = w.rate.records_per_sec(w.record_size);
         let expected = rate.map_or(0.0, |r| r * seconds) * w.consumer_groups as f64;
         notes.extend(schedule_notes(interrupted, self.unsent, rate.is_some(), self.records, expected));

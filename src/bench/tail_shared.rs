@@ -13,7 +13,7 @@ use crate::metrics::Latency;
 
 /// Nanoseconds on the process's monotonic clock (`Instant`, from the first call): the clock
 /// of the send, intended and receive times of the tail phase.
-pub fn mono_ns() -> u64 {
+pub(crate) fn mono_ns() -> u64 {
     static EPOCH: OnceLock<Instant> = OnceLock::new();
     EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
 }

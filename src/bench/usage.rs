@@ -21,7 +21,7 @@ pub(crate) struct Usage {
 
 impl Usage {
     /// `getrusage(who)` now (zeros when it fails).
-    pub fn now(who: UsageWho) -> Usage {
+    pub(crate) fn now(who: UsageWho) -> Usage {
         match getrusage(who) {
             Ok(u) => {
                 let s = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 / 1e6;
@@ -38,7 +38,7 @@ impl Usage {
     }
 
     /// `self - o`, field by field.
-    pub fn minus(self, o: Usage) -> Usage {
+    pub(crate) fn minus(self, o: Usage) -> Usage {
         Usage {
             user: self.user - o.user,
             sys: self.sys - o.sys,
@@ -52,7 +52,7 @@ impl Usage {
     /// [`Usage::minus`], but the kernel's user/system split is a tick-sampled estimate made per
     /// thread and per process separately, so one side can come out negative while the total is
     /// exact; a negative side is moved to the other (total kept), and nothing stays below 0.
-    pub fn minus_part(self, o: Usage) -> Usage {
+    pub(crate) fn minus_part(self, o: Usage) -> Usage {
         let mut d = self.minus(o);
         if d.user < 0.0 {
             d.sys += d.user;
@@ -69,7 +69,7 @@ impl Usage {
     }
 
     /// `self + o`, field by field.
-    pub fn plus(self, o: Usage) -> Usage {
+    pub(crate) fn plus(self, o: Usage) -> Usage {
         Usage {
             user: self.user + o.user,
             sys: self.sys + o.sys,

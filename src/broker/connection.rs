@@ -44,7 +44,7 @@ use crate::read_path::AnyReadPath;
 /// Serves `stream` until the peer closes it, it sends something that cannot be answered, or an
 /// I/O error occurs. Errors are logged (with the peer address), never returned: one connection's
 /// failure is nobody else's business.
-pub fn serve(mut stream: TcpStream, shared: &Shared) {
+pub(crate) fn serve(mut stream: TcpStream, shared: &Shared) {
     let peer = stream.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "?".into());
     set_client_host(stream.peer_addr().ok());
     if shared.is_shutting_down() {

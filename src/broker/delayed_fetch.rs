@@ -62,12 +62,12 @@ impl FetchWakeup {
 /// Whether a fetch that found `available` bytes (and no error) must wait for more:
 /// `max_wait_ms` is positive and `available < min_bytes` (a `min_bytes` of 0 or less never
 /// waits; Kafka's `ReplicaManager.fetchMessages`).
-pub fn should_park(available: u64, min_bytes: i32, max_wait_ms: i32) -> bool {
+pub(crate) fn should_park(available: u64, min_bytes: i32, max_wait_ms: i32) -> bool {
     max_wait_ms > 0 && available < u64::try_from(min_bytes.max(0)).unwrap_or(0)
 }
 
 /// The deadline of a fetch parked at `start` with `max_wait_ms`.
-pub fn deadline(start: Instant, max_wait_ms: i32) -> Instant {
+pub(crate) fn deadline(start: Instant, max_wait_ms: i32) -> Instant {
     start + Duration::from_millis(u64::try_from(max_wait_ms.max(0)).unwrap_or(0))
 }
 

@@ -11,7 +11,7 @@ use crate::protocol::frame;
 
 /// What a handler produced for one request.
 #[derive(Debug)]
-pub enum Response {
+pub(crate) enum Response {
     /// Nothing to send (Produce with acks=0).
     None,
     /// Close the connection without answering (the request cannot be answered in its protocol).
@@ -24,7 +24,7 @@ pub enum Response {
 
 /// Encodes a `kafka-protocol` response; an encoding failure (a bug: a field set that the version
 /// cannot carry) is logged and closes the connection.
-pub fn encode(api_key: ApiKey, version: i16, correlation_id: i32, body: &ResponseKind) -> Response {
+pub(crate) fn encode(api_key: ApiKey, version: i16, correlation_id: i32, body: &ResponseKind) -> Response {
     match frame::encode_response(api_key, version, correlation_id, body) {
         Ok(bytes) => Response::Encoded(bytes),
         Err(e) => {

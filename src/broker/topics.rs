@@ -20,11 +20,11 @@ use crate::log::{LogConfig, LogError};
 /// The most partitions one topic may be created with (fetchbench's own bound, the size of
 /// Kafka's `MAX_RECORDS_PER_USER_OP` = 10000 records a controller operation may write): every
 /// partition holds open segment files, so an unbounded count would exhaust file descriptors.
-pub const MAX_PARTITIONS_PER_TOPIC: i32 = 10_000;
+pub(crate) const MAX_PARTITIONS_PER_TOPIC: i32 = 10_000;
 
 /// Why a topic cannot be created: the Kafka error code and Kafka's message.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TopicError {
+pub(crate) struct TopicError {
     /// The Kafka error code (`INVALID_TOPIC_EXCEPTION`, `TOPIC_ALREADY_EXISTS`, ...).
     pub code: i16,
     /// A message for the client (`error_message` of CreateTopics v1+).
@@ -33,18 +33,18 @@ pub struct TopicError {
 
 impl TopicError {
     /// A topic error with `code` and `message`.
-    pub fn new(code: i16, message: impl Into<String>) -> Self {
+    pub(crate) fn new(code: i16, message: impl Into<String>) -> Self {
         TopicError { code, message: message.into() }
     }
 }
 
 /// Whether any partition of `topic` exists.
-pub fn exists(logs: &LogManager, topic: &str) -> bool {
+pub(crate) fn exists(logs: &LogManager, topic: &str) -> bool {
     logs.logs().any(|((t, _), _)| t == topic)
 }
 
 /// The partition indexes of `topic`, ascending (empty when it does not exist).
-pub fn partitions(logs: &LogManager, topic: &str) -> Vec<i32> {
+pub(crate) fn partitions(logs: &LogManager, topic: &str) -> Vec<i32> {
     let mut out: Vec<i32> = logs.logs().filter(|((t, _), _)| t == topic).map(|((_, p), _)| *p).collect();
     out.sort_unstable();
     out
@@ -53,7 +53,7 @@ pub fn partitions(logs: &LogManager, topic: &str) -> Vec<i32> {
 /// The name of the topic whose id (KIP-516, the UUID's 16 big-endian bytes) is `id`, from the
 /// partitions' `partition.metadata`; `None` for an unknown id and for the zero id (never a
 /// topic's: Kafka's `Uuid.ZERO_UUID` means "no id").
-pub fn name_by_id(logs: &LogManager, id: [u8; 16]) -> Option<String> {
+pub(crate) fn name_by_id(logs: &LogManager, id: [u8; 16]) -> Option<String> {
     if id == TopicId::ZERO.0 {
         return None;
     }
@@ -63,7 +63,7 @@ pub fn name_by_id(logs: &LogManager, id: [u8; 16]) -> Option<String> {
 /// The topic a request names (Fetch v13+ and Produce v13 name topics by id, KIP-516): with
 /// `by_id`, the topic whose id is `id` (`None` when unknown: `UNKNOWN_TOPIC_ID`, or when the
 /// broker is shutting down and `logs` is `None`); otherwise `name`, as it is.
-pub fn resolve(logs: Option<&LogManager>, name: &str, id: uuid::Uuid, by_id: bool) -> Option<String> {
+pub(crate) fn resolve(logs: Option<&LogManager>, name: &str, id: uuid::Uuid, by_id: bool) -> Option<String> {
     if by_id {
         logs.and_then(|logs| name_by_id(logs, id.into_bytes()))
     } else {
@@ -73,7 +73,7 @@ pub fn resolve(logs: Option<&LogManager>, name: &str, id: uuid::Uuid, by_id: boo
 
 /// An existing topic that collides with `topic` once `.` and `_` are unified (Kafka's
 /// `Topic.unifyCollisionChars`), other than `topic` itself.
-pub fn colliding_topic(logs: &LogManager, topic: &str) -> Option<String> {
+pub(crate) fn colliding_topic(logs: &LogManager, topic: &str) -> Option<String> {
     if !topic.contains(['.', '_']) {
         return None;
     }
@@ -84,7 +84,7 @@ pub fn colliding_topic(logs: &LogManager, topic: &str) -> Option<String> {
 /// Checks that `topic` may be created: a legal name (`INVALID_TOPIC_EXCEPTION`, also for KRaft's
 /// `__cluster_metadata` and for a name colliding with an existing topic on `.`/`_`), not an
 /// existing topic (`TOPIC_ALREADY_EXISTS`, "Topic 'x' already exists.").
-pub fn check_new_topic(logs: &LogManager, topic: &str) -> Result<(), TopicError> {
+pub(crate) fn check_new_topic(logs: &LogManager, topic: &str) -> Result<(), TopicError> {
     use crate::broker::errors;
     validate_topic_name(topic).map_err(|reason| TopicError::new(errors::INVALID_TOPIC_EXCEPTION, reason))?;
     if topic == CLUSTER_METADATA_TOPIC {
@@ -112,7 +112,7 @@ pub fn check_new_topic(logs: &LogManager, topic: &str) -> Result<(), TopicError>
 ///
 /// Errors: [`LogError::Layout`] for an illegal name or a negative partition, [`LogError::Io`]
 /// creating a directory or writing `partition.metadata`; partitions made before the error stay.
-pub fn create(
+pub(crate) fn create(
     logs: &mut LogManager,
     topic: &str,
     num_partitions: i32,

@@ -17,7 +17,7 @@ use crate::protocol::frame::{self, ProtocolError};
 
 /// The largest response frame accepted (Kafka's consumer has no such limit beyond
 /// `fetch.max.bytes`; this guards against a corrupt size prefix).
-pub const MAX_RESPONSE_BYTES: usize = 256 << 20;
+pub(crate) const MAX_RESPONSE_BYTES: usize = 256 << 20;
 
 /// `UNSUPPORTED_VERSION` (35).
 const UNSUPPORTED_VERSION: i16 = 35;

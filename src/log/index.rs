@@ -24,7 +24,7 @@ const WARM_SECTION_BYTES: usize = 8192;
 
 /// Bytes of an index file allocated on disk at a time (`fallocate`) as entries are appended:
 /// 64 KiB, a multiple of the page size, so 8192 offset-index or 5461 time-index entries.
-pub const ALLOCATION_CHUNK: u64 = 64 * 1024;
+pub(crate) const ALLOCATION_CHUNK: u64 = 64 * 1024;
 
 /// The mapping of an index file.
 #[derive(Debug)]

@@ -38,20 +38,20 @@ use super::error::LogError;
 use super::partition::DamagedFile;
 
 /// Producer ids reserved at once (Kafka's `ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE`).
-pub const PRODUCER_ID_BLOCK_SIZE: i64 = 1000;
+pub(crate) const PRODUCER_ID_BLOCK_SIZE: i64 = 1000;
 
 /// The file in the log directory holding the first producer id of the next block.
-pub const PRODUCER_ID_BLOCK_FILE: &str = "producer-id-block";
+pub(crate) const PRODUCER_ID_BLOCK_FILE: &str = "producer-id-block";
 
 /// Blocks skipped above the largest producer id in the logs when the block file is rebuilt.
-pub const DAMAGED_FILE_MARGIN_BLOCKS: i64 = 1000;
+pub(crate) const DAMAGED_FILE_MARGIN_BLOCKS: i64 = 1000;
 
 const VERSION: i64 = 0;
 
 /// Hands out producer ids from persisted blocks. Not synchronised: the broker keeps it under the
 /// log manager's lock.
 #[derive(Debug)]
-pub struct ProducerIdManager {
+pub(crate) struct ProducerIdManager {
     path: PathBuf,
     /// Next id to hand out.
     next_id: i64,
@@ -62,7 +62,7 @@ pub struct ProducerIdManager {
 impl ProducerIdManager {
     /// The manager of log directory `dir`, without looking at its block file (read-only opens);
     /// nothing is reserved until the first id is asked.
-    pub fn new(dir: &Path) -> Self {
+    pub(crate) fn new(dir: &Path) -> Self {
         ProducerIdManager { path: dir.join(PRODUCER_ID_BLOCK_FILE), next_id: 0, block_end: 0 }
     }
 
@@ -73,7 +73,10 @@ impl ProducerIdManager {
     ///
     /// Errors: [`LogError::Io`] writing the rebuilt file; [`LogError::InvalidAppend`] when the
     /// rebuilt start would overflow the id space.
-    pub fn open(dir: &Path, max_producer_id_in_logs: Option<i64>) -> Result<(Self, Option<DamagedFile>), LogError> {
+    pub(crate) fn open(
+        dir: &Path,
+        max_producer_id_in_logs: Option<i64>,
+    ) -> Result<(Self, Option<DamagedFile>), LogError> {
         let manager = Self::new(dir);
         match manager.read_next_block_start() {
             Ok(_) => Ok((manager, None)),
@@ -92,7 +95,7 @@ impl ProducerIdManager {
     ///
     /// Errors: [`LogError::Io`] writing the file; [`LogError::InvalidAppend`] when the id space
     /// is exhausted.
-    pub fn generate(&mut self, max_producer_id_in_logs: impl FnOnce() -> Option<i64>) -> Result<i64, LogError> {
+    pub(crate) fn generate(&mut self, max_producer_id_in_logs: impl FnOnce() -> Option<i64>) -> Result<i64, LogError> {
         if self.next_id >= self.block_end {
             let max_in_logs = max_producer_id_in_logs();
             let stored = match self.read_next_block_start() {

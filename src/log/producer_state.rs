@@ -56,21 +56,21 @@ use super::error::LogError;
 /// Batches retained per producer for duplicate detection (Kafka's
 /// `ProducerStateEntry.NUM_BATCHES_TO_RETAIN`; the client's `max.in.flight.requests.per.connection`
 /// limit for idempotence).
-pub const NUM_BATCHES_TO_RETAIN: usize = 5;
+pub(crate) const NUM_BATCHES_TO_RETAIN: usize = 5;
 
 /// `producer.id.expiration.ms` default: 86 400 000 ms (24 h), Kafka's `ProducerStateManagerConfig`.
-pub const DEFAULT_PRODUCER_ID_EXPIRATION_MS: i64 = 86_400_000;
+pub(crate) const DEFAULT_PRODUCER_ID_EXPIRATION_MS: i64 = 86_400_000;
 
 /// `producer.id.expiration.check.interval.ms` default: 600 000 ms (10 min), how often a log drops
 /// expired producers.
-pub const DEFAULT_PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS: i64 = 600_000;
+pub(crate) const DEFAULT_PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS: i64 = 600_000;
 
 /// "No sequence" (Kafka's `RecordBatch.NO_SEQUENCE`).
-pub const NO_SEQUENCE: i32 = -1;
+pub(crate) const NO_SEQUENCE: i32 = -1;
 
 /// `sequence + increment` wrapping from `i32::MAX` to 0 (Kafka's
 /// `DefaultRecordBatch.incrementSequence`). `increment` is >= 0.
-pub fn increment_sequence(sequence: i32, increment: i32) -> i32 {
+pub(crate) fn increment_sequence(sequence: i32, increment: i32) -> i32 {
     if sequence > i32::MAX - increment {
         increment - (i32::MAX - sequence) - 1
     } else {
@@ -81,7 +81,7 @@ pub fn increment_sequence(sequence: i32, increment: i32) -> i32 {
 /// `sequence - decrement` wrapping from 0 to `i32::MAX` (Kafka's
 /// `DefaultRecordBatch.decrementSequence`). `decrement` is >= 0.
 #[cfg(test)]
-pub fn decrement_sequence(sequence: i32, decrement: i32) -> i32 {
+pub(crate) fn decrement_sequence(sequence: i32, decrement: i32) -> i32 {
     if sequence < decrement {
         i32::MAX - (decrement - sequence) + 1
     } else {

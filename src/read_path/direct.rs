@@ -23,11 +23,11 @@ use crate::log::segment::SegmentFile;
 use crate::log::FileSlice;
 
 /// Alignment of offsets, lengths and buffers for `O_DIRECT` (the common logical block size).
-pub const ALIGN: usize = 4096;
+pub(crate) const ALIGN: usize = 4096;
 
 /// O_DIRECT is a Linux open flag; whether a file's filesystem supports it is known only when the
 /// file is opened, so this always succeeds and `transfer` reports a filesystem that refuses it.
-pub fn probe() -> Result<(), String> {
+pub(crate) fn probe() -> Result<(), String> {
     Ok(())
 }
 

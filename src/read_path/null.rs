@@ -10,7 +10,7 @@ use super::util;
 use crate::log::FileSlice;
 
 /// The smallest zero buffer: 1 MiB, like `mmap`'s chunks and `uring-splice`'s pipe.
-pub const WRITE_SIZE: usize = 1024 * 1024;
+pub(crate) const WRITE_SIZE: usize = 1024 * 1024;
 
 /// See the module docs.
 #[derive(Debug)]

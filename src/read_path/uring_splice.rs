@@ -147,7 +147,7 @@ fn read_setting(path: &str) -> Option<String> {
 /// Whether io_uring with `IORING_OP_SPLICE` works here; `Err` names the cause: no io_uring in
 /// the kernel (`ENOSYS`), io_uring disabled (`kernel.io_uring_disabled`, named with its value)
 /// or blocked (seccomp), or a kernel whose io_uring lacks `IORING_OP_SPLICE` (added in 5.7).
-pub fn probe() -> Result<(), String> {
+pub(crate) fn probe() -> Result<(), String> {
     let ring = setup_ring().map_err(|e| describe_setup_error(&e))?;
     let mut ops = io_uring::Probe::new();
     ring.submitter().register_probe(&mut ops).map_err(|e| match e.raw_os_error() {

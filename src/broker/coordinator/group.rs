@@ -54,11 +54,11 @@ use crate::broker::errors;
 
 /// Identifies a parked JoinGroup or SyncGroup request; its answer appears in
 /// [`Group::take_completion`].
-pub type Ticket = u64;
+pub(crate) type Ticket = u64;
 
 /// Kafka's `NewMemberJoinTimeoutMs` (ms): the session of a member whose first JoinGroup has not
 /// completed yet.
-pub const NEW_MEMBER_JOIN_TIMEOUT_MS: i64 = 5 * 60 * 1000;
+pub(crate) const NEW_MEMBER_JOIN_TIMEOUT_MS: i64 = 5 * 60 * 1000;
 
 /// Group coordinator configuration, with Kafka's names and defaults.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -88,7 +88,7 @@ impl Default for GroupConfig {
 /// The states of a classic group (Kafka's `ClassicGroupState`); [`GroupState::name`] gives the
 /// names DescribeGroups and ListGroups report.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum GroupState {
+pub(crate) enum GroupState {
     /// No members; committed offsets may remain.
     Empty,
     /// A rebalance started: waiting for members to (re)join.
@@ -104,7 +104,7 @@ pub enum GroupState {
 impl GroupState {
     /// Kafka's name of the state (`Empty`, `PreparingRebalance`, `CompletingRebalance`,
     /// `Stable`, `Dead`).
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             GroupState::Empty => "Empty",
             GroupState::PreparingRebalance => "PreparingRebalance",
@@ -234,7 +234,7 @@ pub struct SyncRequest<'a> {
 
 /// A parked request's answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Completion {
+pub(crate) enum Completion {
     /// A JoinGroup's answer.
     Join(JoinResult),
     /// A SyncGroup's answer.
@@ -243,7 +243,7 @@ pub enum Completion {
 
 /// The answer to a request: at once, or later for the ticket.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Reply<T> {
+pub(crate) enum Reply<T> {
     /// Answer now.
     Now(T),
     /// Wait until [`Group::take_completion`] has the ticket's answer.
@@ -252,7 +252,7 @@ pub enum Reply<T> {
 
 /// A member of the group (Kafka's `ClassicGroupMember`).
 #[derive(Clone, Debug)]
-pub struct Member {
+pub(crate) struct Member {
     /// Member id (`<client.id>-<uuid>`).
     pub member_id: String,
     /// `group.instance.id` of a static member.
@@ -278,12 +278,12 @@ pub struct Member {
 
 impl Member {
     /// The member's metadata for `protocol`.
-    pub fn metadata(&self, protocol: &str) -> Option<&Bytes> {
+    pub(crate) fn metadata(&self, protocol: &str) -> Option<&Bytes> {
         self.protocols.iter().find(|(n, _)| n == protocol).map(|(_, m)| m)
     }
 
     /// Whether a JoinGroup of this member is parked.
-    pub fn is_awaiting_join(&self) -> bool {
+    pub(crate) fn is_awaiting_join(&self) -> bool {
         self.awaiting_join.is_some()
     }
 
@@ -319,7 +319,7 @@ impl JoinTimer {
 
 /// A classic group. See the module documentation.
 #[derive(Debug)]
-pub struct Group {
+pub(crate) struct Group {
     id: String,
     config: GroupConfig,
     state: GroupState,
@@ -343,7 +343,7 @@ pub struct Group {
 
 impl Group {
     /// A new Empty group at generation 0.
-    pub fn new(id: impl Into<String>, config: GroupConfig, now: i64) -> Self {
+    pub(crate) fn new(id: impl Into<String>, config: GroupConfig, now: i64) -> Self {
         Group {
             id: id.into(),
             config,
@@ -368,7 +368,7 @@ impl Group {
     /// Stable with these members and their assignments, or Empty without members. Every member
     /// must heartbeat within its session timeout from `now`.
     #[allow(clippy::too_many_arguments)]
-    pub fn loaded(
+    pub(crate) fn loaded(
         id: impl Into<String>,
         config: GroupConfig,
         now: i64,
@@ -400,7 +400,7 @@ impl Group {
 
     /// A member as stored in group metadata (for [`Group::loaded`]).
     #[allow(clippy::too_many_arguments)]
-    pub fn stored_member(
+    pub(crate) fn stored_member(
         member_id: String,
         group_instance_id: Option<String>,
         client_id: String,
@@ -428,44 +428,44 @@ impl Group {
     }
 
     /// The group id.
-    pub fn id(&self) -> &str {
+    pub(crate) fn id(&self) -> &str {
         &self.id
     }
     /// The current state.
-    pub fn state(&self) -> GroupState {
+    pub(crate) fn state(&self) -> GroupState {
         self.state
     }
     /// When the group entered its current state (ms since the epoch).
-    pub fn state_timestamp(&self) -> i64 {
+    pub(crate) fn state_timestamp(&self) -> i64 {
         self.state_timestamp
     }
     /// The generation id (0 before the first rebalance completes).
-    pub fn generation_id(&self) -> i32 {
+    pub(crate) fn generation_id(&self) -> i32 {
         self.generation_id
     }
     /// The protocol type (`consumer`), once a member joined.
-    pub fn protocol_type(&self) -> Option<&str> {
+    pub(crate) fn protocol_type(&self) -> Option<&str> {
         self.protocol_type.as_deref()
     }
     /// The chosen protocol (assignor), from CompletingRebalance on.
-    pub fn protocol_name(&self) -> Option<&str> {
+    pub(crate) fn protocol_name(&self) -> Option<&str> {
         self.protocol_name.as_deref()
     }
     /// The leader's member id.
-    pub fn leader_id(&self) -> Option<&str> {
+    pub(crate) fn leader_id(&self) -> Option<&str> {
         self.leader_id.as_deref()
     }
     /// The members, oldest first.
-    pub fn members(&self) -> &[Member] {
+    pub(crate) fn members(&self) -> &[Member] {
         &self.members
     }
     /// KIP-394 pending member ids (not members yet).
     #[cfg(test)]
-    pub fn pending_member_count(&self) -> usize {
+    pub(crate) fn pending_member_count(&self) -> usize {
         self.pending_members.len()
     }
     /// A member by id.
-    pub fn member(&self, member_id: &str) -> Option<&Member> {
+    pub(crate) fn member(&self, member_id: &str) -> Option<&Member> {
         self.members.iter().find(|m| m.member_id == member_id)
     }
     fn member_mut(&mut self, member_id: &str) -> Option<&mut Member> {
@@ -482,24 +482,24 @@ impl Group {
     }
 
     /// Takes the answer of a parked request, once there is one.
-    pub fn take_completion(&mut self, ticket: Ticket) -> Option<Completion> {
+    pub(crate) fn take_completion(&mut self, ticket: Ticket) -> Option<Completion> {
         self.completions.remove(&ticket)
     }
 
     /// Drops a parked request's ticket whose waiter gave up (its connection closed): the answer,
     /// if any comes, is discarded.
-    pub fn abandon(&mut self, ticket: Ticket) {
+    pub(crate) fn abandon(&mut self, ticket: Ticket) {
         self.completions.remove(&ticket);
     }
 
     /// Whether the group changed in a way Kafka persists (`storeGroup`): a completed
     /// assignment, an emptied group, a replaced static member. Reading it clears it.
-    pub fn take_store_request(&mut self) -> bool {
+    pub(crate) fn take_store_request(&mut self) -> bool {
         std::mem::take(&mut self.store_requested)
     }
 
     /// The earliest deadline at which [`Group::tick`] has work (ms), if any.
-    pub fn next_deadline(&self) -> Option<i64> {
+    pub(crate) fn next_deadline(&self) -> Option<i64> {
         let members = self.members.iter().filter_map(|m| m.heartbeat_deadline);
         let pending = self.pending_members.values().copied();
         members.chain(pending).chain(self.join_timer.map(JoinTimer::deadline)).min()
@@ -606,7 +606,7 @@ impl Group {
     /// Handles a JoinGroup (Kafka's `classicGroupJoin`). `new_member_id` is the id to give a
     /// member that has none (`<client.id>-<uuid>`, made by the caller). The session timeout is
     /// checked by the caller (INVALID_SESSION_TIMEOUT comes before the group is looked up).
-    pub fn join(&mut self, now: i64, request: JoinRequest, new_member_id: String) -> Reply<JoinResult> {
+    pub(crate) fn join(&mut self, now: i64, request: JoinRequest, new_member_id: String) -> Reply<JoinResult> {
         let unknown = request.member_id.is_empty();
         if self.state == GroupState::Dead {
             return Reply::Now(JoinResult::error(&request.member_id, errors::COORDINATOR_NOT_AVAILABLE));
@@ -972,7 +972,7 @@ impl Group {
     /// (member id, assignment) list (ignored for followers). `protocol_type` / `protocol_name`
     /// are the v5+ fields (None before v5). Members missing from the leader's list get an empty
     /// assignment. The leader's SyncGroup moves the group to Stable and asks for it to be stored.
-    pub fn sync(&mut self, now: i64, request: SyncRequest<'_>) -> Reply<SyncResult> {
+    pub(crate) fn sync(&mut self, now: i64, request: SyncRequest<'_>) -> Reply<SyncResult> {
         let reply = self.sync_inner(now, request);
         self.debug_check_invariants();
         reply
@@ -1039,7 +1039,7 @@ impl Group {
 
     /// The store of the leader's assignment failed: the members waiting for it get `error` and
     /// the group rebalances (Kafka's storeGroup callback with an error).
-    pub fn store_failed(&mut self, error: i16, now: i64) {
+    pub(crate) fn store_failed(&mut self, error: i16, now: i64) {
         if self.state == GroupState::Stable {
             // Undo the transition the leader's SyncGroup made; the answers are not read yet.
             self.state = GroupState::CompletingRebalance;
@@ -1057,7 +1057,7 @@ impl Group {
     /// CompletingRebalance (clients heartbeat between their JoinGroup and SyncGroup answers),
     /// REBALANCE_IN_PROGRESS in PreparingRebalance (the member must rejoin); the session restarts
     /// in every case but Empty.
-    pub fn heartbeat(&mut self, now: i64, member: MemberRef<'_>) -> i16 {
+    pub(crate) fn heartbeat(&mut self, now: i64, member: MemberRef<'_>) -> i16 {
         let MemberRef { member_id, group_instance_id, generation_id } = member;
         if self.state == GroupState::Dead {
             return errors::COORDINATOR_NOT_AVAILABLE;
@@ -1086,7 +1086,7 @@ impl Group {
 
     /// Handles one member of a LeaveGroup (v3+ carries several; Kafka's `classicGroupLeave`):
     /// by member id, or by `group.instance.id` for a static member. Returns the member's error.
-    pub fn leave(&mut self, now: i64, member_id: &str, group_instance_id: Option<&str>) -> i16 {
+    pub(crate) fn leave(&mut self, now: i64, member_id: &str, group_instance_id: Option<&str>) -> i16 {
         if self.state == GroupState::Dead {
             return errors::COORDINATOR_NOT_AVAILABLE;
         }
@@ -1110,7 +1110,7 @@ impl Group {
     /// Validates an OffsetCommit's member and generation (Kafka's `validateOffsetCommit`):
     /// `Ok(())` when the commit may be stored. A commit with generation -1 is a "simple" commit
     /// (no group management) and is accepted only while the group is Empty.
-    pub fn validate_offset_commit(&mut self, now: i64, member: MemberRef<'_>) -> Result<(), i16> {
+    pub(crate) fn validate_offset_commit(&mut self, now: i64, member: MemberRef<'_>) -> Result<(), i16> {
         let MemberRef { member_id, group_instance_id, generation_id } = member;
         if self.state == GroupState::Dead {
             return Err(errors::COORDINATOR_NOT_AVAILABLE);
@@ -1138,7 +1138,7 @@ impl Group {
 
     /// Marks the group Dead (deleted or unloaded); parked requests get COORDINATOR_NOT_AVAILABLE
     /// (Kafka answers NOT_COORDINATOR on unload; one node never moves groups).
-    pub fn mark_dead(&mut self, now: i64) {
+    pub(crate) fn mark_dead(&mut self, now: i64) {
         let ids: Vec<String> = self.members.iter().map(|m| m.member_id.clone()).collect();
         for id in &ids {
             self.complete_join(id, JoinResult::error(id, errors::COORDINATOR_NOT_AVAILABLE));
@@ -1165,7 +1165,7 @@ impl Group {
     /// Ends: each step removes a pending member or a member, clears one deadline without
     /// arming another, or fires the join timer (which extends itself at most while new members
     /// arrive, and otherwise completes the join or leaves PreparingRebalance).
-    pub fn tick(&mut self, now: i64) {
+    pub(crate) fn tick(&mut self, now: i64) {
         loop {
             let pending = self.pending_members.iter().filter(|(_, &d)| d <= now).min_by_key(|(_, &d)| d);
             let pending = pending.map(|(id, &d)| (d, id.clone()));

@@ -47,7 +47,7 @@ thread_local! {
 
 /// Records the peer address of the connection served by the calling thread (called once by
 /// the connection thread), for JoinGroup's `client_host`.
-pub fn set_client_host(peer: Option<std::net::SocketAddr>) {
+pub(crate) fn set_client_host(peer: Option<std::net::SocketAddr>) {
     let host = peer.map(|p| format!("/{}", p.ip())).unwrap_or_default();
     CLIENT_HOST.with(|h| *h.borrow_mut() = host);
 }
@@ -66,7 +66,11 @@ const KEY_TYPE_GROUP: i8 = 0;
 /// FindCoordinator: every group's coordinator is this node; other key types (transactions,
 /// share groups) are answered COORDINATOR_NOT_AVAILABLE with a message, since this broker has
 /// no transaction coordinator.
-pub fn find_coordinator(shared: &Shared, request: &FindCoordinatorRequest, version: i16) -> FindCoordinatorResponse {
+pub(crate) fn find_coordinator(
+    shared: &Shared,
+    request: &FindCoordinatorRequest,
+    version: i16,
+) -> FindCoordinatorResponse {
     let (host, port) = shared.advertised();
     let host = s(&host);
     let answer = |key: &StrBytes| -> (i16, Option<StrBytes>, i32, StrBytes, i32) {
@@ -111,7 +115,12 @@ pub fn find_coordinator(shared: &Shared, request: &FindCoordinatorRequest, versi
 
 /// JoinGroup: blocks the connection (as Kafka's purgatory does) until the rebalance completes.
 /// `client_id` is the request header's (the prefix of a new member id).
-pub fn join_group(shared: &Shared, request: &JoinGroupRequest, version: i16, client_id: &str) -> JoinGroupResponse {
+pub(crate) fn join_group(
+    shared: &Shared,
+    request: &JoinGroupRequest,
+    version: i16,
+    client_id: &str,
+) -> JoinGroupResponse {
     let join = JoinRequest {
         member_id: request.member_id.to_string(),
         group_instance_id: request.group_instance_id.as_ref().map(|i| i.to_string()),
@@ -152,7 +161,7 @@ pub fn join_group(shared: &Shared, request: &JoinGroupRequest, version: i16, cli
 }
 
 /// SyncGroup: a follower blocks until the leader's assignment arrives.
-pub fn sync_group(shared: &Shared, request: &SyncGroupRequest, version: i16) -> SyncGroupResponse {
+pub(crate) fn sync_group(shared: &Shared, request: &SyncGroupRequest, version: i16) -> SyncGroupResponse {
     let assignments = request.assignments.iter().map(|a| (a.member_id.to_string(), a.assignment.clone())).collect();
     let member = MemberRef {
         member_id: &request.member_id,
@@ -176,7 +185,7 @@ pub fn sync_group(shared: &Shared, request: &SyncGroupRequest, version: i16) -> 
 }
 
 /// Heartbeat.
-pub fn heartbeat(shared: &Shared, request: &HeartbeatRequest, _version: i16) -> HeartbeatResponse {
+pub(crate) fn heartbeat(shared: &Shared, request: &HeartbeatRequest, _version: i16) -> HeartbeatResponse {
     let member = MemberRef {
         member_id: &request.member_id,
         group_instance_id: request.group_instance_id.as_deref(),
@@ -188,7 +197,7 @@ pub fn heartbeat(shared: &Shared, request: &HeartbeatRequest, _version: i16) -> 
 
 /// LeaveGroup: v0-v2 name one member (its error is the top-level error); v3+ several, each
 /// answered in `members`.
-pub fn leave_group(shared: &Shared, request: &LeaveGroupRequest, version: i16) -> LeaveGroupResponse {
+pub(crate) fn leave_group(shared: &Shared, request: &LeaveGroupRequest, version: i16) -> LeaveGroupResponse {
     let members: Vec<(String, Option<String>)> = if version >= 3 {
         request
             .members
@@ -218,7 +227,7 @@ pub fn leave_group(shared: &Shared, request: &LeaveGroupRequest, version: i16) -
 }
 
 /// OffsetCommit.
-pub fn offset_commit(shared: &Shared, request: &OffsetCommitRequest, version: i16) -> OffsetCommitResponse {
+pub(crate) fn offset_commit(shared: &Shared, request: &OffsetCommitRequest, version: i16) -> OffsetCommitResponse {
     let entries: Vec<_> = request
         .topics
         .iter()
@@ -286,7 +295,7 @@ fn fetch_group(
 }
 
 /// OffsetFetch: a partition without a commit is offset -1, metadata "", no error.
-pub fn offset_fetch(shared: &Shared, request: &OffsetFetchRequest, version: i16) -> OffsetFetchResponse {
+pub(crate) fn offset_fetch(shared: &Shared, request: &OffsetFetchRequest, version: i16) -> OffsetFetchResponse {
     let partition_fields = |c: &Option<CommittedOffset>| match c {
         Some(c) => (c.offset, c.leader_epoch, c.metadata.clone()),
         None => (-1, -1, String::new()),
@@ -361,7 +370,7 @@ pub fn offset_fetch(shared: &Shared, request: &OffsetFetchRequest, version: i16)
 }
 
 /// ListGroups.
-pub fn list_groups(shared: &Shared, request: &ListGroupsRequest, version: i16) -> ListGroupsResponse {
+pub(crate) fn list_groups(shared: &Shared, request: &ListGroupsRequest, version: i16) -> ListGroupsResponse {
     let states: Vec<String> =
         if version >= 4 { request.states_filter.iter().map(|x| x.to_string()).collect() } else { vec![] };
     let types: Vec<String> =
@@ -393,7 +402,11 @@ pub fn list_groups(shared: &Shared, request: &ListGroupsRequest, version: i16) -
 const GROUP_AUTHORIZED_OPERATIONS: i32 = (1 << 3) | (1 << 6) | (1 << 8);
 
 /// DescribeGroups.
-pub fn describe_groups(shared: &Shared, request: &DescribeGroupsRequest, version: i16) -> DescribeGroupsResponse {
+pub(crate) fn describe_groups(
+    shared: &Shared,
+    request: &DescribeGroupsRequest,
+    version: i16,
+) -> DescribeGroupsResponse {
     let groups = request
         .groups
         .iter()
@@ -437,7 +450,7 @@ pub fn describe_groups(shared: &Shared, request: &DescribeGroupsRequest, version
 }
 
 /// DeleteGroups.
-pub fn delete_groups(shared: &Shared, request: &DeleteGroupsRequest, _version: i16) -> DeleteGroupsResponse {
+pub(crate) fn delete_groups(shared: &Shared, request: &DeleteGroupsRequest, _version: i16) -> DeleteGroupsResponse {
     let ids: Vec<String> = request.groups_names.iter().map(|g| g.to_string()).collect();
     let codes = shared.coordinator().delete_groups(&LogStorage { shared }, &ids);
     DeleteGroupsResponse::default().with_results(

@@ -95,7 +95,7 @@ pub trait OffsetsStorage {
 
 /// An OffsetCommit partition: (topic, partition, offset, leader epoch, metadata, commit
 /// timestamp or -1 for now).
-pub type OffsetCommitEntry = (String, i32, i64, i32, Option<String>, i64);
+pub(crate) type OffsetCommitEntry = (String, i32, i64, i32, Option<String>, i64);
 
 /// One group of ListGroups.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -849,7 +849,7 @@ impl GroupCoordinator {
 /// timestamp), as Kafka's `GroupMetadataManager.offsetCommitValue` chooses.
 ///
 /// Errors: an over-long string in the key or value.
-pub fn offset_record(
+pub(crate) fn offset_record(
     group: &str,
     topic: &str,
     partition: i32,

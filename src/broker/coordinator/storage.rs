@@ -15,18 +15,18 @@ use crate::log::LogConfig;
 use crate::protocol::consumer_offsets::OFFSETS_TOPIC;
 
 /// Kafka's default `offsets.topic.segment.bytes` (100 MiB).
-pub const OFFSETS_TOPIC_SEGMENT_BYTES: i32 = 100 * 1024 * 1024;
+pub(crate) const OFFSETS_TOPIC_SEGMENT_BYTES: i32 = 100 * 1024 * 1024;
 
 /// Appends the coordinator's records to the broker's `__consumer_offsets` partitions.
 #[derive(Debug, Clone, Copy)]
-pub struct LogStorage<'a> {
+pub(crate) struct LogStorage<'a> {
     /// The broker.
     pub shared: &'a Shared,
 }
 
 /// The log configuration of `__consumer_offsets`: the broker defaults, compacted, 100 MiB
 /// segments (Kafka's `GroupCoordinator.offsetsTopicConfigs`).
-pub fn offsets_topic_config(broker_defaults: &LogConfig) -> LogConfig {
+pub(crate) fn offsets_topic_config(broker_defaults: &LogConfig) -> LogConfig {
     let mut config = broker_defaults.clone();
     config.cleanup_policy = CleanupPolicy::COMPACT;
     config.segment_bytes = OFFSETS_TOPIC_SEGMENT_BYTES;
@@ -75,7 +75,7 @@ impl OffsetsStorage for LogStorage<'_> {
 /// ends the coordinator's loading state. Each partition is read under the log lock (record
 /// bytes are read with `pread`, whole segments at a time); a partition that cannot be read is
 /// logged and skipped.
-pub fn load(shared: &Shared) {
+pub(crate) fn load(shared: &Shared) {
     let coordinator = shared.coordinator();
     let partitions: Vec<i32> = match shared.logs().as_ref() {
         Some(logs) => topics::partitions(logs, OFFSETS_TOPIC),

@@ -25,7 +25,7 @@ use crate::broker::response::{encode, Response};
 /// ListGroups v0-v5, DescribeGroups v0-v6, DeleteGroups v0-v2: [`crate::broker::coordinator`]);
 /// CreateTopics v2-v7; OffsetForLeaderEpoch v2-v4 (KIP-320); InitProducerId v0-v5 (idempotent
 /// producers only; v6 cannot be decoded by the codec).
-pub const HANDLED: [(ApiKey, i16, i16); 18] = [
+pub(crate) const HANDLED: [(ApiKey, i16, i16); 18] = [
     (ApiKey::Produce, 3, 13),
     (ApiKey::Fetch, 4, 18),
     (ApiKey::ListOffsets, 1, 10),
@@ -48,17 +48,17 @@ pub const HANDLED: [(ApiKey, i16, i16); 18] = [
 
 /// Versions advertised in ApiVersions below the served range but refused with
 /// `UNSUPPORTED_VERSION` (Kafka 4, KAFKA-18659): `(api, min, max)` inclusive.
-pub const ADVERTISED_REFUSED: [(ApiKey, i16, i16); 1] = [(ApiKey::Produce, 0, 2)];
+pub(crate) const ADVERTISED_REFUSED: [(ApiKey, i16, i16); 1] = [(ApiKey::Produce, 0, 2)];
 
 /// Whether `version` of `api_key` is advertised but refused ([`ADVERTISED_REFUSED`]).
 #[cfg(test)]
-pub fn is_advertised_refused(api_key: ApiKey, version: i16) -> bool {
+pub(crate) fn is_advertised_refused(api_key: ApiKey, version: i16) -> bool {
     ADVERTISED_REFUSED.iter().any(|&(k, min, max)| k == api_key && (min..=max).contains(&version))
 }
 
 /// The versions of `api_key` this broker serves, `(min, max)` inclusive, or `None` when it
 /// does not serve the API (or the intersection with the codec's range is empty).
-pub fn served_range(api_key: ApiKey) -> Option<(i16, i16)> {
+pub(crate) fn served_range(api_key: ApiKey) -> Option<(i16, i16)> {
     let &(_, min, max) = HANDLED.iter().find(|(k, _, _)| *k == api_key)?;
     let codec = api_key.valid_versions();
     let (min, max) = (min.max(codec.min), max.min(codec.max));
@@ -67,7 +67,7 @@ pub fn served_range(api_key: ApiKey) -> Option<(i16, i16)> {
 
 /// Every served API with its advertised range (the served one, extended down by
 /// [`ADVERTISED_REFUSED`]), in API key order.
-pub fn served_versions() -> Vec<ApiVersion> {
+pub(crate) fn served_versions() -> Vec<ApiVersion> {
     let mut out: Vec<ApiVersion> = HANDLED
         .iter()
         .filter_map(|&(key, _, _)| {
@@ -86,13 +86,13 @@ pub fn served_versions() -> Vec<ApiVersion> {
 
 /// Answers an ApiVersions request (any served version; the client software name and version
 /// of v3+ are not used).
-pub fn handle(_request: &ApiVersionsRequest, _version: i16) -> ApiVersionsResponse {
+pub(crate) fn handle(_request: &ApiVersionsRequest, _version: i16) -> ApiVersionsResponse {
     ApiVersionsResponse::default().with_error_code(errors::NONE).with_api_keys(served_versions())
 }
 
 /// The answer to an ApiVersions request at a version this broker does not serve: a v0 response
 /// with `UNSUPPORTED_VERSION` and the ApiVersions range only (Kafka's behaviour).
-pub fn unsupported_version_response(correlation_id: i32) -> Response {
+pub(crate) fn unsupported_version_response(correlation_id: i32) -> Response {
     let range = served_range(ApiKey::ApiVersions).unwrap_or((0, 0));
     let body = ApiVersionsResponse::default().with_error_code(errors::UNSUPPORTED_VERSION).with_api_keys(vec![
         ApiVersion::default()

@@ -60,7 +60,7 @@ use crate::log::{LogConfig, LogError};
 /// `REQUEST_TIMED_OUT` (7): the request's `timeout_ms` passed before the topic was created.
 const REQUEST_TIMED_OUT: i16 = 7;
 /// Kafka's `default.replication.factor` (not configurable here: one broker).
-pub const DEFAULT_REPLICATION_FACTOR: i16 = 1;
+pub(crate) const DEFAULT_REPLICATION_FACTOR: i16 = 1;
 
 /// What a valid topic will be created with.
 struct Plan {
@@ -71,7 +71,7 @@ struct Plan {
 
 /// Checks and creates every topic of the request; one result per distinct topic name, in the
 /// order of first appearance.
-pub fn handle(shared: &Shared, request: &CreateTopicsRequest, _version: i16) -> CreateTopicsResponse {
+pub(crate) fn handle(shared: &Shared, request: &CreateTopicsRequest, _version: i16) -> CreateTopicsResponse {
     let mut guard = shared.logs();
     let mut seen: Vec<&str> = Vec::new();
     let mut results = Vec::new();

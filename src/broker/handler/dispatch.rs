@@ -14,7 +14,7 @@ use crate::broker::shared::Shared;
 use crate::protocol::frame::DecodedRequest;
 
 /// Runs the handler of `request` and returns what to send back.
-pub fn dispatch(shared: &Shared, request: DecodedRequest) -> Response {
+pub(crate) fn dispatch(shared: &Shared, request: DecodedRequest) -> Response {
     let version = request.api_version();
     let correlation_id = request.correlation_id();
     let api_key = request.api_key;

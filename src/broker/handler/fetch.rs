@@ -58,7 +58,7 @@ use crate::protocol::fetch_response::{FetchResponse, FetchableTopic, PartitionDa
 /// `min(max_bytes, fetch.max.bytes, quota window)`; KIP-74's first batch may still exceed it).
 /// Without it a request for everything over partitions holding more than 2 GiB asks for a
 /// response too large to frame.
-pub const FETCH_MAX_BYTES: i32 = 57_671_680;
+pub(crate) const FETCH_MAX_BYTES: i32 = 57_671_680;
 
 /// `isolation_level` of a `read_committed` fetch (KIP-98).
 const READ_COMMITTED: i8 = 1;
@@ -68,7 +68,7 @@ const READ_COMMITTED: i8 = 1;
 /// calling (connection) thread waits for an append or `max_wait_ms`, without holding any log
 /// lock, and the response is rebuilt ([`delayed_fetch`]). An encoding failure (a bug) closes
 /// the connection.
-pub fn handle(shared: &Shared, request: &FetchRequest, version: i16, correlation_id: i32) -> Response {
+pub(crate) fn handle(shared: &Shared, request: &FetchRequest, version: i16, correlation_id: i32) -> Response {
     let deadline = delayed_fetch::deadline(Instant::now(), request.max_wait_ms);
     let mut seen = shared.fetch_wakeup().generation();
     let mut response = build(shared, request, version);
@@ -96,7 +96,7 @@ pub fn handle(shared: &Shared, request: &FetchRequest, version: i16, correlation
 /// The response before encoding (exposed for tests and benches). `version` decides how topics
 /// are named: by name below v13, by topic id from v13 (KIP-516; an unknown id gets
 /// `UNKNOWN_TOPIC_ID` in each of its partitions, the response naming the requested id).
-pub fn build(shared: &Shared, request: &FetchRequest, version: i16) -> FetchResponse {
+pub(crate) fn build(shared: &Shared, request: &FetchRequest, version: i16) -> FetchResponse {
     let mut response = FetchResponse::default();
     // KIP-227 (Kafka's `FetchManager.newContext`): epoch 0 (INITIAL) and -1 (FINAL) are full
     // fetches whatever session they name (Kafka closes that session); any other epoch is an

@@ -20,7 +20,7 @@ use crate::broker::errors;
 use crate::broker::shared::Shared;
 
 /// Answers an InitProducerId request (see the module docs).
-pub fn handle(shared: &Shared, request: &InitProducerIdRequest, _version: i16) -> InitProducerIdResponse {
+pub(crate) fn handle(shared: &Shared, request: &InitProducerIdRequest, _version: i16) -> InitProducerIdResponse {
     let error = |code: i16| {
         InitProducerIdResponse::default().with_error_code(code).with_producer_id((-1).into()).with_producer_epoch(-1)
     };

@@ -32,14 +32,14 @@ use crate::log::partition::{EARLIEST_TIMESTAMP, LATEST_TIMESTAMP};
 use crate::log::PartitionLog;
 
 /// ListOffsets target timestamp meaning "the earliest offset on local storage" (KIP-405).
-pub const EARLIEST_LOCAL_TIMESTAMP: i64 = -4;
+pub(crate) const EARLIEST_LOCAL_TIMESTAMP: i64 = -4;
 /// ListOffsets target timestamp meaning "the record with the largest timestamp" (KIP-734, v7+).
-pub const MAX_TIMESTAMP: i64 = -3;
+pub(crate) const MAX_TIMESTAMP: i64 = -3;
 /// ListOffsets target timestamp meaning "the latest offset in tiered storage" (KIP-1005, v9+).
-pub const LATEST_TIERED_TIMESTAMP: i64 = -5;
+pub(crate) const LATEST_TIERED_TIMESTAMP: i64 = -5;
 
 /// Answers every partition of the request, in request order.
-pub fn handle(shared: &Shared, request: &ListOffsetsRequest, version: i16) -> ListOffsetsResponse {
+pub(crate) fn handle(shared: &Shared, request: &ListOffsetsRequest, version: i16) -> ListOffsetsResponse {
     // The leader epoch field exists from v4 on; setting it at v1-v3 fails the encoding.
     let with_epoch = version >= 4;
     let guard = shared.logs();

@@ -32,7 +32,7 @@ use crate::log::manager::{validate_topic_name, LogManager};
 use crate::protocol::consumer_offsets::OFFSETS_TOPIC;
 
 /// Answers a Metadata request, creating topics as described in the module docs.
-pub fn handle(shared: &Shared, request: &MetadataRequest, version: i16) -> MetadataResponse {
+pub(crate) fn handle(shared: &Shared, request: &MetadataRequest, version: i16) -> MetadataResponse {
     let broker = MetadataResponseBroker::default()
         .with_node_id(BrokerId(NODE_ID))
         .with_host(StrBytes::from_string(shared.advertised().0))

@@ -31,13 +31,17 @@ use crate::log::checkpoint::EpochEntry;
 use crate::log::PartitionLog;
 
 /// `UNDEFINED_EPOCH` (Kafka's `OffsetsForLeaderEpochResponse.UNDEFINED_EPOCH`): no epoch.
-pub const UNDEFINED_EPOCH: i32 = -1;
+pub(crate) const UNDEFINED_EPOCH: i32 = -1;
 /// `UNDEFINED_EPOCH_OFFSET` (Kafka's `OffsetsForLeaderEpochResponse.UNDEFINED_EPOCH_OFFSET`): no
 /// end offset.
-pub const UNDEFINED_EPOCH_OFFSET: i64 = -1;
+pub(crate) const UNDEFINED_EPOCH_OFFSET: i64 = -1;
 
 /// Answers every partition of the request, topics and partitions in request order.
-pub fn handle(shared: &Shared, request: &OffsetForLeaderEpochRequest, _version: i16) -> OffsetForLeaderEpochResponse {
+pub(crate) fn handle(
+    shared: &Shared,
+    request: &OffsetForLeaderEpochRequest,
+    _version: i16,
+) -> OffsetForLeaderEpochResponse {
     let guard = shared.logs();
     let topics = request
         .topics
@@ -75,14 +79,14 @@ pub fn handle(shared: &Shared, request: &OffsetForLeaderEpochRequest, _version: 
 /// The partition's current leader epoch: the epoch this broker stamps on appended batches
 /// ([`PartitionLog::leader_epoch`]; 0 for a new partition, the latest cached epoch for a copied
 /// Kafka log). Metadata, ListOffsets and this handler report it.
-pub fn current_leader_epoch(log: &PartitionLog) -> i32 {
+pub(crate) fn current_leader_epoch(log: &PartitionLog) -> i32 {
     log.leader_epoch()
 }
 
 /// Kafka's `Partition.checkCurrentLeaderEpoch`: `Ok` when `requested` is -1 (not given) or
 /// equals [`current_leader_epoch`]; `FENCED_LEADER_EPOCH` when it is older (the client's
 /// metadata is stale), `UNKNOWN_LEADER_EPOCH` when newer (this broker is behind).
-pub fn check_current_leader_epoch(log: &PartitionLog, requested: i32) -> Result<(), i16> {
+pub(crate) fn check_current_leader_epoch(log: &PartitionLog, requested: i32) -> Result<(), i16> {
     let ours = current_leader_epoch(log);
     match requested {
         UNDEFINED_EPOCH => Ok(()),
@@ -97,7 +101,7 @@ pub fn check_current_leader_epoch(log: &PartitionLog, requested: i32) -> Result<
 /// log end offset when it is newer than the latest entry (or the cache is empty). Kafka's
 /// `Partition.makeLeader` assigns the new epoch at the log end offset when leadership begins, so a
 /// leader's cache always holds its current epoch even before anything was appended under it.
-pub fn leader_epochs(log: &PartitionLog) -> Vec<EpochEntry> {
+pub(crate) fn leader_epochs(log: &PartitionLog) -> Vec<EpochEntry> {
     let mut epochs = log.leader_epochs().to_vec();
     let current = current_leader_epoch(log);
     if current >= 0 && epochs.last().is_none_or(|last| current > last.epoch) {
@@ -115,7 +119,7 @@ pub fn leader_epochs(log: &PartitionLog) -> Vec<EpochEntry> {
 /// - `requested` below the first cached epoch: `(requested, start offset of the first epoch)`;
 /// - otherwise: the largest cached epoch <= `requested` and the start offset of the first
 ///   cached epoch above `requested` (an epoch missing from the cache ends where the next starts).
-pub fn end_offset_for(epochs: &[EpochEntry], requested: i32, log_end_offset: i64) -> (i32, i64) {
+pub(crate) fn end_offset_for(epochs: &[EpochEntry], requested: i32, log_end_offset: i64) -> (i32, i64) {
     if requested == UNDEFINED_EPOCH {
         return (UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET);
     }
@@ -134,7 +138,7 @@ pub fn end_offset_for(epochs: &[EpochEntry], requested: i32, log_end_offset: i64
 /// Kafka's `LeaderEpochFileCache.epochForOffset`: the epoch under which `offset` was appended
 /// (the entry starting at `offset`, else the last one starting before it), or `None` when
 /// `offset` is below the first entry or the cache is empty.
-pub fn epoch_for_offset(epochs: &[EpochEntry], offset: i64) -> Option<i32> {
+pub(crate) fn epoch_for_offset(epochs: &[EpochEntry], offset: i64) -> Option<i32> {
     let mut previous = None;
     for e in epochs {
         if e.start_offset == offset {

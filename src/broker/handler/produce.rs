@@ -37,7 +37,7 @@ const NOT_LEADER_OR_FOLLOWER: i16 = 6;
 
 /// What to do after a produce.
 #[derive(Debug)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// Send this response (acks 1 / -1, or an invalid acks value).
     Respond(ProduceResponse),
     /// acks=0 and every append succeeded: send nothing.
@@ -49,7 +49,7 @@ pub enum Outcome {
 /// Appends every partition's records and builds the response (topics and partitions in request
 /// order). `base_offset` is the offset given to the first record, `log_append_time_ms` -1
 /// unless the topic uses `LogAppendTime`.
-pub fn handle(shared: &Shared, request: &ProduceRequest, version: i16) -> Outcome {
+pub(crate) fn handle(shared: &Shared, request: &ProduceRequest, version: i16) -> Outcome {
     let acks = request.acks;
     let fixed_error = if !(-1..=1).contains(&acks) {
         Some((errors::INVALID_REQUIRED_ACKS, "acks must be 0, 1 or -1"))

@@ -53,16 +53,17 @@ mod subscription;
 #[cfg(test)]
 mod tests;
 
-pub use partition_assignor::{Assignor, RebalanceProtocol, TopicPartition};
-pub use range::RangeAssignor;
-pub use roundrobin::RoundRobinAssignor;
-pub use sticky::{CooperativeStickyAssignor, StickyAssignor};
-pub use subscription::{
+pub use partition_assignor::TopicPartition;
+pub(crate) use partition_assignor::{Assignor, RebalanceProtocol};
+pub(crate) use range::RangeAssignor;
+pub(crate) use roundrobin::RoundRobinAssignor;
+pub(crate) use sticky::{CooperativeStickyAssignor, StickyAssignor};
+pub(crate) use subscription::{
     build_subscription, decode_assignment, perform_assignment, AssignorError, GroupMember, JoinState,
 };
 
 /// The names of the assignors [`assignor_by_name`] knows.
-pub const ASSIGNOR_NAMES: [&str; 4] = ["range", "roundrobin", "sticky", "cooperative-sticky"];
+pub(crate) const ASSIGNOR_NAMES: [&str; 4] = ["range", "roundrobin", "sticky", "cooperative-sticky"];
 
 static RANGE: RangeAssignor = RangeAssignor;
 static ROUND_ROBIN: RoundRobinAssignor = RoundRobinAssignor;
@@ -70,7 +71,7 @@ static STICKY: StickyAssignor = StickyAssignor;
 static COOPERATIVE_STICKY: CooperativeStickyAssignor = CooperativeStickyAssignor;
 
 /// The assignor of a name of [`ASSIGNOR_NAMES`] (`None` for others).
-pub fn assignor_by_name(name: &str) -> Option<&'static dyn Assignor> {
+pub(crate) fn assignor_by_name(name: &str) -> Option<&'static dyn Assignor> {
     match name {
         "range" => Some(&RANGE),
         "roundrobin" => Some(&ROUND_ROBIN),

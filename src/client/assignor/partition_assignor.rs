@@ -11,14 +11,14 @@ use crate::protocol::consumer_protocol::{ConsumerSubscription, TopicPartitions};
 pub type TopicPartition = (String, i32);
 
 /// An assignment: member id → the partitions assigned to it.
-pub type Assignment = BTreeMap<String, Vec<TopicPartition>>;
+pub(super) type Assignment = BTreeMap<String, Vec<TopicPartition>>;
 
 /// The generation of a member that has none (`AbstractStickyAssignor.DEFAULT_GENERATION`).
-pub const DEFAULT_GENERATION: i32 = -1;
+pub(super) const DEFAULT_GENERATION: i32 = -1;
 
 /// How a group rebalances (Kafka's `ConsumerPartitionAssignor.RebalanceProtocol`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum RebalanceProtocol {
+pub(crate) enum RebalanceProtocol {
     /// Every member revokes all its partitions before rejoining (id 0).
     Eager,
     /// Members keep their partitions while rejoining; a partition changing owner is first only
@@ -30,7 +30,7 @@ pub enum RebalanceProtocol {
 impl RebalanceProtocol {
     /// Kafka's id of the protocol (`EAGER` = 0, `COOPERATIVE` = 1).
     #[cfg(test)]
-    pub fn id(self) -> u8 {
+    pub(crate) fn id(self) -> u8 {
         match self {
             RebalanceProtocol::Eager => 0,
             RebalanceProtocol::Cooperative => 1,
@@ -42,7 +42,7 @@ impl RebalanceProtocol {
 /// the owned partitions and generation already taken from where the assignor keeps them, as
 /// `AbstractStickyAssignor.memberData` does; see [`Assignor::member_subscription`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct MemberSubscription {
+pub(crate) struct MemberSubscription {
     /// Subscribed topics.
     pub topics: Vec<String>,
     /// Partitions the member says it owns (sticky assignors: from its last assignment).
@@ -62,31 +62,31 @@ pub struct MemberSubscription {
 #[cfg(test)]
 impl MemberSubscription {
     /// A member subscribed to `topics`, owning nothing, without generation, rack or instance id.
-    pub fn new<S: Into<String>>(topics: impl IntoIterator<Item = S>) -> Self {
+    pub(crate) fn new<S: Into<String>>(topics: impl IntoIterator<Item = S>) -> Self {
         MemberSubscription { topics: topics.into_iter().map(Into::into).collect(), ..Default::default() }
     }
 
     /// Sets the owned partitions.
-    pub fn with_owned<S: Into<String>>(mut self, owned: impl IntoIterator<Item = (S, i32)>) -> Self {
+    pub(crate) fn with_owned<S: Into<String>>(mut self, owned: impl IntoIterator<Item = (S, i32)>) -> Self {
         self.owned_partitions = owned.into_iter().map(|(t, p)| (t.into(), p)).collect();
         self
     }
 
     /// Sets the generation of the owned partitions.
-    pub fn with_generation(mut self, generation: i32) -> Self {
+    pub(crate) fn with_generation(mut self, generation: i32) -> Self {
         self.generation = Some(generation);
         self
     }
 
     /// Sets the `group.instance.id`.
-    pub fn with_group_instance_id(mut self, id: impl Into<String>) -> Self {
+    pub(crate) fn with_group_instance_id(mut self, id: impl Into<String>) -> Self {
         self.group_instance_id = Some(id.into());
         self
     }
 }
 
 /// A partition assignor (Kafka's `ConsumerPartitionAssignor`).
-pub trait Assignor: Send + Sync {
+pub(crate) trait Assignor: Send + Sync {
     /// The assignor's name, as sent in JoinGroup's protocol list (`range`, `roundrobin`,
     /// `sticky`, `cooperative-sticky`).
     fn name(&self) -> &'static str;

@@ -21,7 +21,7 @@ use super::partition_assignor::{Assignment, Assignor, MemberSubscription};
 
 /// The `range` assignor (Kafka's `RangeAssignor`, eager).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RangeAssignor;
+pub(crate) struct RangeAssignor;
 
 impl Assignor for RangeAssignor {
     fn name(&self) -> &'static str {

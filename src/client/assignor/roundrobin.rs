@@ -21,7 +21,7 @@ use super::partition_assignor::{Assignment, Assignor, MemberSubscription};
 
 /// The `roundrobin` assignor (Kafka's `RoundRobinAssignor`, eager).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RoundRobinAssignor;
+pub(crate) struct RoundRobinAssignor;
 
 impl Assignor for RoundRobinAssignor {
     fn name(&self) -> &'static str {

@@ -58,14 +58,14 @@ use crate::protocol::primitives::{DecodeError, Reader};
 /// The `sticky` assignor (Kafka's `StickyAssignor`, eager). Owned partitions and generation
 /// travel in the subscription user data ([`StickyUserData`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct StickyAssignor;
+pub(crate) struct StickyAssignor;
 
 /// The `cooperative-sticky` assignor (Kafka's `CooperativeStickyAssignor`: cooperative, and
 /// eager). Owned partitions and generation travel in the protocol fields (v1+, v2+), the
 /// generation also in the user data ([`encode_cooperative_user_data`]) for older protocol
 /// versions.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CooperativeStickyAssignor;
+pub(crate) struct CooperativeStickyAssignor;
 
 impl Assignor for StickyAssignor {
     fn name(&self) -> &'static str {
@@ -162,7 +162,7 @@ impl Assignor for CooperativeStickyAssignor {
 /// generation: i32                                                                   v1 only
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StickyUserData {
+pub(crate) struct StickyUserData {
     /// The member's previous assignment.
     pub partitions: Vec<TopicPartition>,
     /// Its generation; `None` for the v0 layout (Kafka before 2.3).
@@ -172,7 +172,7 @@ pub struct StickyUserData {
 impl StickyUserData {
     /// Encodes with the v1 layout (v0 when `generation` is `None`), partitions grouped by topic
     /// in topic order (Kafka groups them in `HashMap` order), each topic's partitions in order.
-    pub fn encode(&self) -> Vec<u8> {
+    pub(crate) fn encode(&self) -> Vec<u8> {
         let mut by_topic: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
         for (topic, p) in &self.partitions {
             by_topic.entry(topic.as_str()).or_default().push(*p);
@@ -197,7 +197,7 @@ impl StickyUserData {
 
     /// Decodes as Kafka's `deserializeTopicPartitionAssignment` does: the v1 layout, else the
     /// v0 layout; `None` if neither parses. Bytes after the last field are ignored.
-    pub fn decode(bytes: &[u8]) -> Option<Self> {
+    pub(crate) fn decode(bytes: &[u8]) -> Option<Self> {
         let mut r = Reader::unversioned(Self::SCHEMA, bytes);
         let partitions = read_previous_assignment(&mut r).ok()?;
         let generation = r.i32("generation").ok();
@@ -225,13 +225,13 @@ fn read_previous_assignment(r: &mut Reader<'_>) -> Result<Vec<TopicPartition>, D
 
 /// The `cooperative-sticky` assignor's subscription user data
 /// (`COOPERATIVE_STICKY_ASSIGNOR_USER_DATA_V0`): the generation as a big-endian `i32`.
-pub fn encode_cooperative_user_data(generation: i32) -> Vec<u8> {
+pub(crate) fn encode_cooperative_user_data(generation: i32) -> Vec<u8> {
     generation.to_be_bytes().to_vec()
 }
 
 /// Decodes [`encode_cooperative_user_data`]'s bytes (`None` if shorter than 4 bytes; bytes
 /// after the first 4 are ignored).
-pub fn decode_cooperative_user_data(bytes: &[u8]) -> Option<i32> {
+pub(crate) fn decode_cooperative_user_data(bytes: &[u8]) -> Option<i32> {
     Reader::unversioned("CooperativeStickyAssignorUserData", bytes).i32("generation").ok()
 }
 

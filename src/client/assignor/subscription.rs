@@ -14,7 +14,7 @@ use crate::protocol::primitives::{DecodeError, EncodeError};
 
 /// What a member knows when it (re)joins its group.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct JoinState<'a> {
+pub(crate) struct JoinState<'a> {
     /// The topics it subscribes to.
     pub topics: &'a [String],
     /// Its last assignment (`None` if it never got one).
@@ -30,7 +30,7 @@ pub struct JoinState<'a> {
 /// and deduplicated, the assignor's user data, owned partitions sorted by topic and partition
 /// (only for cooperative assignors: an eager member has revoked everything before it joins),
 /// generation and rack. Fields above `version` are dropped by [`ConsumerSubscription::encode`].
-pub fn build_subscription(assignor: &dyn Assignor, state: &JoinState<'_>, version: i16) -> ConsumerSubscription {
+pub(crate) fn build_subscription(assignor: &dyn Assignor, state: &JoinState<'_>, version: i16) -> ConsumerSubscription {
     let mut topics = state.topics.to_vec();
     topics.sort();
     topics.dedup();
@@ -54,7 +54,7 @@ pub fn build_subscription(assignor: &dyn Assignor, state: &JoinState<'_>, versio
 /// Decodes a member's JoinGroup metadata into what `assignor` works with.
 ///
 /// Errors: [`DecodeError`] if the bytes are not a consumer protocol subscription.
-pub fn decode_member_subscription(
+pub(super) fn decode_member_subscription(
     assignor: &dyn Assignor,
     metadata: &[u8],
     group_instance_id: Option<&str>,
@@ -68,20 +68,20 @@ pub fn decode_member_subscription(
 /// Builds the SyncGroup assignment of one member at consumer protocol `version` (Kafka's
 /// `ConsumerProtocol.serializeAssignment`: partitions grouped by topic in order of first
 /// appearance; no user data, as none of Kafka's assignors sends any).
-pub fn build_assignment(partitions: &[TopicPartition], version: i16) -> ConsumerAssignment {
+pub(super) fn build_assignment(partitions: &[TopicPartition], version: i16) -> ConsumerAssignment {
     ConsumerAssignment { version, assigned_partitions: group_by_topic(partitions), user_data: None }
 }
 
 /// Decodes a member's assignment bytes into its partitions, in the order they were encoded.
 ///
 /// Errors: [`DecodeError`] if the bytes are not a consumer protocol assignment.
-pub fn decode_assignment(bytes: &[u8]) -> Result<Vec<TopicPartition>, DecodeError> {
+pub(crate) fn decode_assignment(bytes: &[u8]) -> Result<Vec<TopicPartition>, DecodeError> {
     Ok(flatten(&ConsumerAssignment::decode(bytes)?.assigned_partitions))
 }
 
 /// One member as the group leader sees it in the JoinGroup response.
 #[derive(Clone, Copy, Debug)]
-pub struct GroupMember<'a> {
+pub(crate) struct GroupMember<'a> {
     /// Member id.
     pub member_id: &'a str,
     /// `group.instance.id` (static membership, KIP-345).
@@ -118,7 +118,7 @@ pub enum AssignorError {
 /// protocol `version`. Returns member id → assignment bytes for SyncGroup.
 ///
 /// Errors: [`AssignorError`] for undecodable metadata or unencodable assignments.
-pub fn perform_assignment(
+pub(crate) fn perform_assignment(
     assignor: &dyn Assignor,
     partitions_per_topic: &BTreeMap<String, i32>,
     members: &[GroupMember<'_>],

@@ -35,21 +35,21 @@ use crate::protocol::consumer_protocol::CONSUMER_PROTOCOL_TYPE;
 /// Kafka error codes the membership reacts to.
 pub(crate) mod codes {
     /// COORDINATOR_LOAD_IN_PROGRESS.
-    pub const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
+    pub(crate) const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
     /// COORDINATOR_NOT_AVAILABLE.
-    pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+    pub(crate) const COORDINATOR_NOT_AVAILABLE: i16 = 15;
     /// NOT_COORDINATOR.
-    pub const NOT_COORDINATOR: i16 = 16;
+    pub(crate) const NOT_COORDINATOR: i16 = 16;
     /// ILLEGAL_GENERATION.
-    pub const ILLEGAL_GENERATION: i16 = 22;
+    pub(crate) const ILLEGAL_GENERATION: i16 = 22;
     /// UNKNOWN_MEMBER_ID.
-    pub const UNKNOWN_MEMBER_ID: i16 = 25;
+    pub(crate) const UNKNOWN_MEMBER_ID: i16 = 25;
     /// REBALANCE_IN_PROGRESS.
-    pub const REBALANCE_IN_PROGRESS: i16 = 27;
+    pub(crate) const REBALANCE_IN_PROGRESS: i16 = 27;
     /// MEMBER_ID_REQUIRED (KIP-394).
-    pub const MEMBER_ID_REQUIRED: i16 = 79;
+    pub(crate) const MEMBER_ID_REQUIRED: i16 = 79;
     /// FENCED_INSTANCE_ID (KIP-345).
-    pub const FENCED_INSTANCE_ID: i16 = 82;
+    pub(crate) const FENCED_INSTANCE_ID: i16 = 82;
 }
 use codes::*;
 

@@ -468,7 +468,7 @@ pub(crate) mod encode {
     use super::*;
 
     /// Appends one entry: offset, size, crc, magic, attributes, timestamp (magic 1), key, value.
-    pub fn entry(
+    pub(crate) fn entry(
         out: &mut Vec<u8>,
         offset: i64,
         magic: i8,
@@ -501,7 +501,7 @@ pub(crate) mod encode {
 
     /// Appends a compressed wrapper around `inner` (already-encoded inner entries), as Kafka's
     /// `MemoryRecordsBuilder` did for magic 0/1: null key, value = compressed inner set.
-    pub fn wrapper(
+    pub(crate) fn wrapper(
         out: &mut Vec<u8>,
         offset: i64,
         magic: i8,
