@@ -1,17 +1,20 @@
 //! # fetchbench
 //!
 //! fetchbench measures what it costs to move Kafka log data from disk to consumers. It holds a
-//! segment log in Apache Kafka's own on-disk format and (in later modules) moves fetched bytes to
-//! sockets through swappable read paths, driven by a broker that speaks the Kafka wire protocol.
+//! segment log in Apache Kafka's own on-disk format and moves fetched bytes to sockets through
+//! swappable read paths, driven by a broker that speaks the Kafka wire protocol.
 //!
 //! ## The data flow of one fetch
 //!
 //! ```text
+//! protocol::frame                 size-prefixed frame, header and body decoded once
+//! broker::handler::fetch          one function per API
 //! log::PartitionLog::read(fetch_offset, max_bytes, min_one_batch)
 //!      -> OffsetIndex::lookup(offset)       -> (offset, position)   mmapped sparse index
 //!      -> Segment::find_batch(position)      -> first batch whose last offset >= fetch_offset
 //!      -> FileSlice { segment, position, len }   a view: NO record bytes are read here
-//! read path (a later module) moves the slice's bytes to a socket
+//! protocol::fetch_response        header bytes + FileSlice chunks
+//! read_path::ReadPath::transfer   the only place record bytes move (copy, mmap, sendfile, ...)
 //! ```
 //!
 //! This mirrors Kafka's `LogSegment.read` -> `FileRecords.slice` -> `TransferableRecords.writeTo`:
@@ -40,7 +43,39 @@
 //! - [`bench`](mod@bench): the benchmark harness: workload files with sweeps, latency histograms with
 //!   coordinated-omission correction, the results JSON schema, `fetchbench compare`, and
 //!   `fetchbench read-paths` (each read path alone, its loopback mode).
+//!
+//! ## Layering
+//!
+//! Each layer uses only the layers below it, and no files import each other (no cycle, not even
+//! through a `mod.rs`: a `mod.rs` declares, re-exports and documents; the files of a module import
+//! from the file that defines an item):
+//!
+//! ```text
+//! main.rs (the CLI)   -> bench and the commands (client::{produce_cmd, consume_cmd, admin}, log::dump, broker)
+//! bench               -> client, broker, protocol, read_path, log, metrics
+//! broker              -> protocol, read_path, log, metrics          never bench, never client
+//! client              -> protocol, log (record batches), metrics    never broker, never read_path
+//! protocol            -> read_path, log, metrics                    wire formats: frames, the zero-copy Fetch
+//!                                                                   response, the consumer protocol,
+//!                                                                   the __consumer_offsets records
+//! read_path           -> log, metrics                               moves a FileSlice's bytes
+//! log                 -> metrics                                    the storage engine; no wire format
+//! metrics             -> nothing of ours
+//! ```
+//!
+//! `tests/it/layering.rs` checks every `use crate::` / `super::` / child-module path of `src/`
+//! against this table and for file cycles, and fails naming the file and line.
+//!
+//! ## The public API
+//!
+//! What `main.rs`, `benches/`, `tests/` and `fuzz/` name is public; everything else is
+//! `pub(crate)`, and `unreachable_pub` (an error under `clippy -D warnings`) keeps a `pub` item
+//! from hiding in a private module. Integration tests reach broker internals only through
+//! `BrokerHandle::test_support()` (`broker/test_support.rs`), never through the broker's locks.
 #![forbid(unsafe_op_in_unsafe_fn)]
+// The module docs map the internals (crate-private files included): read them with
+// `cargo doc --document-private-items`, where these links resolve.
+#![allow(rustdoc::private_intra_doc_links)]
 #![warn(unreachable_pub)]
 
 pub mod bench;

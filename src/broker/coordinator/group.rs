@@ -8,7 +8,7 @@
 //! the answer for that ticket appears later in [`Group::take_completion`]. Timers (heartbeat
 //! expiry, pending-member expiry, the rebalance deadline and `group.initial.rebalance.delay.ms`)
 //! are deadlines that [`Group::tick`] fires; [`Group::next_deadline`] says when to call it. The
-//! owner ([`super::GroupCoordinator`]) holds the group behind a lock, sleeps the waiting
+//! owner ([`super::runtime::GroupCoordinator`]) holds the group behind a lock, sleeps the waiting
 //! threads on a condition variable, and persists the group to `__consumer_offsets` whenever
 //! [`Group::take_store_request`] says so.
 //!

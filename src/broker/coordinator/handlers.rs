@@ -1,5 +1,5 @@
 //! The group APIs on the wire: each handler turns a `kafka-protocol` request into calls on the
-//! broker's [`GroupCoordinator`](super::GroupCoordinator) and builds the response of the
+//! broker's [`GroupCoordinator`](super::runtime::GroupCoordinator) and builds the response of the
 //! request's version (fields a version does not have are left at their defaults, nullable
 //! strings of old versions sent as `""`).
 //!

@@ -11,7 +11,7 @@
 //! librdkafka uses the same names. Every assignor implements [`Assignor`]:
 //! `assign(partitions_per_topic, subscriptions)` takes, like Java's
 //! `ConsumerPartitionAssignor.assign(Map<String, Integer>, Map<String, Subscription>)`, the
-//! partition count of each topic and each member's [`MemberSubscription`] (member id → topics,
+//! partition count of each topic and each member's [`MemberSubscription`](partition_assignor::MemberSubscription) (member id → topics,
 //! owned partitions, generation, rack, `group.instance.id`) and returns member id → partitions.
 //! Every member of `subscriptions` is in the result (possibly with no partitions); a member only
 //! ever gets partitions of topics it subscribed to; topics of `partitions_per_topic` no member
@@ -27,10 +27,10 @@
 //!   assignor's user data ([`Assignor::subscription_user_data`]: `sticky` puts its last assignment
 //!   and generation there, `cooperative-sticky` its generation), owned partitions (v1+, cooperative
 //!   assignors only: eager members revoke everything before joining), generation (v2+), rack (v3+);
-//! * the leader turns each member's metadata into a [`MemberSubscription`] with
-//!   [`decode_member_subscription`] (the assignor's `memberData`: where the owned partitions and
+//! * the leader turns each member's metadata into a [`MemberSubscription`](partition_assignor::MemberSubscription) with
+//!   [`decode_member_subscription`](subscription::decode_member_subscription) (the assignor's `memberData`: where the owned partitions and
 //!   generation come from differs per assignor), runs [`Assignor::assign`] and encodes each
-//!   member's partitions with [`build_assignment`]; [`perform_assignment`] does all three;
+//!   member's partitions with [`build_assignment`](subscription::build_assignment); [`perform_assignment`] does all three;
 //! * a member reads its assignment with [`decode_assignment`].
 //!
 //! Deviations from Kafka, where Java's result depends on `HashMap` iteration order: members are

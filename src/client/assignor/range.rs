@@ -1,7 +1,7 @@
 //! The `range` assignor (Kafka's `RangeAssignor`).
 //!
 //! Per topic: the topic's partitions in numeric order and its subscribers in
-//! [`MemberInfo`](super::MemberSubscription::group_instance_id) order (static members by
+//! [`MemberInfo`](super::partition_assignor::MemberSubscription::group_instance_id) order (static members by
 //! `group.instance.id`, then the others by member id); each subscriber gets a contiguous range of
 //! `partitions / subscribers` partitions, and the first `partitions % subscribers` get one more.
 //!
