@@ -11,7 +11,7 @@
 //! broker::handler::fetch          one function per API
 //! log::PartitionLog::read(fetch_offset, max_bytes, min_one_batch)
 //!      -> OffsetIndex::lookup(offset)       -> (offset, position)   mmapped sparse index
-//!      -> Segment::find_batch(position)      -> first batch whose last offset >= fetch_offset
+//!      -> Segment::translate_offset(offset)  -> first batch whose last offset >= fetch_offset
 //!      -> FileSlice { segment, position, len }   a view: NO record bytes are read here
 //! protocol::fetch_response        header bytes + FileSlice chunks
 //! read_path::ReadPath::transfer   the only place record bytes move (copy, mmap, sendfile, ...)
@@ -54,7 +54,7 @@
 //! main.rs (the CLI)   -> bench and the commands (client::{produce_cmd, consume_cmd, admin}, log::dump, broker)
 //! bench               -> client, broker, protocol, read_path, log, metrics
 //! broker              -> protocol, read_path, log, metrics          never bench, never client
-//! client              -> protocol, log (record batches), metrics    never broker, never read_path
+//! client              -> protocol, log::batch, metrics              never broker, never read_path
 //! protocol            -> read_path, log, metrics                    wire formats: frames, the zero-copy Fetch
 //!                                                                   response, the consumer protocol,
 //!                                                                   the __consumer_offsets records
@@ -63,14 +63,18 @@
 //! metrics             -> nothing of ours
 //! ```
 //!
+//! `lib.rs` only declares the top-level modules (nothing is imported from or through it).
 //! `tests/it/layering.rs` checks every `use crate::` / `super::` / child-module path of `src/`
-//! against this table and for file cycles, and fails naming the file and line.
+//! against this table and for file cycles (and refuses `#[path]` / `include!`, which would hide
+//! an edge), and fails naming the file and line.
 //!
 //! ## The public API
 //!
-//! What `main.rs`, `benches/`, `tests/` and `fuzz/` name is public; everything else is
-//! `pub(crate)`, and `unreachable_pub` (an error under `clippy -D warnings`) keeps a `pub` item
-//! from hiding in a private module. Integration tests reach broker internals only through
+//! The modules that `main.rs`, `benches/`, `tests/` and `fuzz/` name are public, and so are the
+//! types their signatures need; every other module is `pub(crate)`, and `unreachable_pub` (an
+//! error under `clippy -D warnings`) makes an item of a private module say `pub(crate)`. Inside
+//! the public modules (`log::batch`, `log::checkpoint`, `bench::results`, ...) some items are
+//! still `pub` that no outside user names. Integration tests reach broker internals only through
 //! `BrokerHandle::test_support()` (`broker/test_support.rs`), never through the broker's locks.
 #![forbid(unsafe_op_in_unsafe_fn)]
 // The module docs map the internals (crate-private files included): read them with

@@ -80,7 +80,7 @@ pub struct BrokerConfig {
 /// 4 (`config/server.properties`) or 3.x (`config/kraft/server.properties`, the ZooKeeper
 /// `config/server.properties`) loads with only these warnings; any key neither applied nor
 /// listed here is refused, so a typo is not silently ignored.
-pub const NOT_APPLICABLE_KEYS: &[(&str, &str)] = &[
+pub(crate) const NOT_APPLICABLE_KEYS: &[(&str, &str)] = &[
     ("process.roles", "KRaft roles: this broker is its own controller"),
     ("node.id", "the node id is always 0"),
     ("broker.id", "the node id is always 0"),

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 /// The generation counter that appends bump and parked fetches wait on.
 #[derive(Debug, Default)]
-pub struct FetchWakeup {
+pub(crate) struct FetchWakeup {
     generation: Mutex<u64>,
     changed: Condvar,
 }
@@ -29,12 +29,12 @@ impl FetchWakeup {
 
     /// The current generation: read it before looking at the logs, then
     /// [`Self::wait_past`] it, so an append in between is never missed.
-    pub fn generation(&self) -> u64 {
+    pub(crate) fn generation(&self) -> u64 {
         *self.lock()
     }
 
     /// Records that the logs changed (an append, or shutdown) and wakes every parked fetch.
-    pub fn notify(&self) {
+    pub(crate) fn notify(&self) {
         let mut generation = self.lock();
         *generation = generation.wrapping_add(1);
         drop(generation);
@@ -43,7 +43,7 @@ impl FetchWakeup {
 
     /// Blocks until the generation differs from `seen` or `deadline` passes. Returns the
     /// generation then (equal to `seen` on a timeout).
-    pub fn wait_past(&self, seen: u64, deadline: Instant) -> u64 {
+    pub(crate) fn wait_past(&self, seen: u64, deadline: Instant) -> u64 {
         let mut generation = self.lock();
         while *generation == seen {
             let now = Instant::now();

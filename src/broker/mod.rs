@@ -27,7 +27,7 @@
 //!   ([`BrokerConfig::apply_props`]), [`NOT_APPLICABLE_KEYS`], [`DEFAULT_LISTEN`], and the
 //!   coordinator's configuration derived from it.
 //! - [`error`]: [`BrokerError`], the errors of starting, configuring and stopping the broker.
-//! - [`node`]: [`NODE_ID`], [`LEADER_EPOCH`], [`CLUSTER_ID`].
+//! - [`node`]: [`NODE_ID`](node::NODE_ID), [`CLUSTER_ID`](node::CLUSTER_ID) (leader epoch 0).
 //! - [`shared`]: [`Shared`], the state every connection and handler gets (the locks below), and
 //!   the Fetch latency histograms ([`FetchLatencies`]).
 //! - [`connection`]: one client connection: read, decode, dispatch, write, time the Fetches.
@@ -104,8 +104,7 @@ pub(crate) mod shared;
 pub(crate) mod test_support;
 pub(crate) mod topics;
 
-pub use config::{BrokerConfig, DEFAULT_LISTEN, NOT_APPLICABLE_KEYS};
+pub use config::{BrokerConfig, DEFAULT_LISTEN};
 pub use error::BrokerError;
-pub use node::{CLUSTER_ID, LEADER_EPOCH, NODE_ID};
 pub use server::{Broker, BrokerHandle};
-pub use shared::{FetchLatencies, Shared};
+pub use shared::FetchLatencies;

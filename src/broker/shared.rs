@@ -27,7 +27,7 @@ fn host_name() -> String {
 
 /// State shared by every connection thread.
 #[derive(Debug)]
-pub struct Shared {
+pub(crate) struct Shared {
     /// The configuration the broker started with.
     pub config: BrokerConfig,
     /// The address actually bound (advertised in Metadata).
@@ -156,18 +156,18 @@ impl Shared {
 
     /// Connections whose thread panicked (a bug: bad input must get an error or a close, never a
     /// panic). The panic is caught, logged and closes only that connection; tests assert 0.
-    pub fn connection_panics(&self) -> u64 {
+    pub(crate) fn connection_panics(&self) -> u64 {
         self.connection_panics.load(Ordering::SeqCst)
     }
 
     /// What parked fetches wait on; produce notifies it after an append (long polling).
-    pub fn fetch_wakeup(&self) -> &FetchWakeup {
+    pub(crate) fn fetch_wakeup(&self) -> &FetchWakeup {
         &self.fetch_wakeup
     }
 
     /// The (host, port) clients are told to connect to (Metadata, FindCoordinator): see
     /// [`BrokerConfig::advertised_listener`].
-    pub fn advertised(&self) -> (String, i32) {
+    pub(crate) fn advertised(&self) -> (String, i32) {
         let port = i32::from(self.local_addr.port());
         match &self.config.advertised_listener {
             Some((host, p)) if !host.is_empty() => (host.clone(), i32::from(*p)),
@@ -178,18 +178,18 @@ impl Shared {
     }
 
     /// The group coordinator (every group of this broker: one node coordinates them all).
-    pub fn coordinator(&self) -> &GroupCoordinator {
+    pub(crate) fn coordinator(&self) -> &GroupCoordinator {
         &self.coordinator
     }
 
     /// Whether [`BrokerHandle::shutdown`](crate::broker::server::BrokerHandle::shutdown) has
     /// begun.
-    pub fn is_shutting_down(&self) -> bool {
+    pub(crate) fn is_shutting_down(&self) -> bool {
         self.shutting_down.load(Ordering::SeqCst)
     }
 
     /// Client connections open now (those counted against `max.connections`).
-    pub fn open_connections(&self) -> usize {
+    pub(crate) fn open_connections(&self) -> usize {
         self.connection_counts().total
     }
 
@@ -199,12 +199,12 @@ impl Shared {
     /// which calls this.
     ///
     /// [`BrokerHandle::take_fetch_latency`]: crate::broker::server::BrokerHandle::take_fetch_latency
-    pub fn take_fetch_latency(&self) -> Latency {
+    pub(crate) fn take_fetch_latency(&self) -> Latency {
         self.take_fetch_latencies().all()
     }
 
     /// As [`Self::take_fetch_latency`], split by whether the response carried record bytes.
-    pub fn take_fetch_latencies(&self) -> FetchLatencies {
+    pub(crate) fn take_fetch_latencies(&self) -> FetchLatencies {
         // Allocate the empty histograms before locking: connection threads record meanwhile.
         let mut taken = FetchLatencies::default();
         std::mem::swap(&mut *self.fetch_latency_guard(), &mut taken);
@@ -214,7 +214,7 @@ impl Shared {
     /// Fetch requests (any replica id) whose frame was read and decoded and whose response is
     /// not yet completely written: parked long polls included. A Fetch closed unanswered, or
     /// whose connection failed, leaves the count when its connection thread gives it up.
-    pub fn fetches_in_flight(&self) -> u64 {
+    pub(crate) fn fetches_in_flight(&self) -> u64 {
         self.fetches_in_flight.load(Ordering::SeqCst)
     }
 

@@ -2,7 +2,7 @@
 //!
 //! Node [`NODE_ID`] at the address the broker is bound to; every partition has leader
 //! [`NODE_ID`], replicas and ISR `[0]`, and the partition's current leader epoch
-//! ([`current_leader_epoch`]: [`LEADER_EPOCH`](crate::broker::LEADER_EPOCH) = 0 for topics made
+//! ([`current_leader_epoch`]: leader epoch 0 for topics made
 //! here; a copied Kafka log directory keeps the epoch its batches carry, so that clients'
 //! OffsetForLeaderEpoch and `current_leader_epoch` checks agree with the stored batches).
 //! Topic ids (KIP-516, v10+) come from the partitions' `partition.metadata` files, or are

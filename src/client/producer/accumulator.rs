@@ -462,7 +462,7 @@ mod tests {
             c.buf.clone_from(&b.buf);
             (c.count, c.base_timestamp, c.max_timestamp) = (b.count, b.base_timestamp, b.max_timestamp);
             let bytes = c.build(codec, (7, 1, 42)).unwrap();
-            let batch = crate::log::RecordBatch::parse(&bytes).unwrap();
+            let batch = crate::log::batch::RecordBatch::parse(&bytes).unwrap();
             batch.verify_crc().unwrap();
             let h = batch.header();
             assert_eq!((h.producer_id, h.producer_epoch, h.base_sequence, h.records_count), (7, 1, 42, 2));
