@@ -24,11 +24,11 @@
 //!   coordinator threads), the accept loop with the connection limits, and the running
 //!   [`BrokerHandle`] (Fetch latency, fetches in flight, shutdown).
 //! - [`config`]: [`BrokerConfig`] with Kafka's names, `server.properties` parsing
-//!   ([`BrokerConfig::apply_props`]), [`NOT_APPLICABLE_KEYS`], [`DEFAULT_LISTEN`], and the
+//!   ([`BrokerConfig::apply_props`]), [`NOT_APPLICABLE_KEYS`](config::NOT_APPLICABLE_KEYS), [`DEFAULT_LISTEN`], and the
 //!   coordinator's configuration derived from it.
 //! - [`error`]: [`BrokerError`], the errors of starting, configuring and stopping the broker.
 //! - [`node`]: [`NODE_ID`](node::NODE_ID), [`CLUSTER_ID`](node::CLUSTER_ID) (leader epoch 0).
-//! - [`shared`]: [`Shared`], the state every connection and handler gets (the locks below), and
+//! - [`shared`]: [`Shared`](shared::Shared), the state every connection and handler gets (the locks below), and
 //!   the Fetch latency histograms ([`FetchLatencies`]).
 //! - [`connection`]: one client connection: read, decode, dispatch, write, time the Fetches.
 //! - [`response`]: [`Response`](response::Response), what a handler hands the connection, and
@@ -49,7 +49,7 @@
 //! ## Shared state and lock order
 //!
 //! The log directory is one [`LogManager`](crate::log::manager::LogManager) behind a mutex in
-//! [`Shared`]. A fetch holds it only while it looks up [`FileSlice`](crate::log::FileSlice)s (no
+//! [`Shared`](shared::Shared). A fetch holds it only while it looks up [`FileSlice`](crate::log::FileSlice)s (no
 //! record bytes are read then); the slices keep their segment files open, and the bytes move
 //! after the lock is released, through the connection's own
 //! [`ReadPath`](crate::read_path::ReadPath).
@@ -58,7 +58,7 @@
 //!
 //! 1. the group coordinator's lock ([`coordinator::runtime`]); a parked JoinGroup / SyncGroup
 //!    waits on its condition variable, releasing it;
-//! 2. the log manager's lock ([`Shared`]'s `logs`): taken under the coordinator's when a group
+//! 2. the log manager's lock ([`Shared`](shared::Shared)'s `logs`): taken under the coordinator's when a group
 //!    record is appended to `__consumer_offsets` ([`coordinator::storage`]), else alone; nothing
 //!    that holds it takes the coordinator's lock or another one;
 //! 3. the long-poll wakeup's mutex ([`delayed_fetch::FetchWakeup`]): notified after the log
