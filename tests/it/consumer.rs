@@ -23,14 +23,9 @@ use fetchbench::client::consumer::fetcher::parse_records;
 use fetchbench::client::consumer::{
     Consumer, ConsumerConfig, ConsumerError, ConsumerRecord, RebalanceListener, TopicPartition,
 };
-use fetchbench::client::KafkaConnection;
 use fetchbench::log::batch::{BatchBuilder, Compression};
-use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::{
-    ApiKey, FetchResponse, MetadataRequest, ProduceRequest, RequestKind, ResponseHeader, ResponseKind, TopicName,
-};
-use kafka_protocol::protocol::{Decodable, StrBytes};
+use kafka_protocol::messages::{FetchResponse, ResponseHeader};
+use kafka_protocol::protocol::Decodable;
 
 use crate::common;
 use crate::python_clients::python_with;
@@ -135,27 +130,7 @@ fn start_in(dir: &Path) -> BrokerHandle {
 
 /// Produces `values` (key `k<i>`) to `topic`-`partition` as one batch; returns the base offset.
 fn produce(broker: &BrokerHandle, topic: &str, partition: i32, values: &[&str], compression: Compression) -> i64 {
-    let mut conn = KafkaConnection::connect(broker.local_addr(), "consumer-test", Duration::from_secs(10)).unwrap();
-    // Metadata creates the topic (auto.create.topics.enable), as a producer's first request does.
-    let md = MetadataRequest::default().with_allow_auto_topic_creation(true).with_topics(Some(vec![
-        MetadataRequestTopic::default().with_name(Some(TopicName(StrBytes::from_string(topic.into())))),
-    ]));
-    conn.call(ApiKey::Metadata, 9, RequestKind::Metadata(md)).unwrap();
-    let mut b = BatchBuilder::new(0, compression);
-    for (i, v) in values.iter().enumerate() {
-        b.append(1_700_000_000_000 + i as i64, Some(format!("k{i}").as_bytes()), Some(v.as_bytes()), &[]);
-    }
-    let req =
-        ProduceRequest::default().with_acks(-1).with_timeout_ms(5000).with_topic_data(vec![TopicProduceData::default(
-        )
-        .with_name(TopicName(StrBytes::from_string(topic.into())))
-        .with_partition_data(vec![PartitionProduceData::default()
-            .with_index(partition)
-            .with_records(Some(Bytes::from(b.build().unwrap())))])]);
-    let ResponseKind::Produce(r) = conn.call(ApiKey::Produce, 9, RequestKind::Produce(req)).unwrap() else { panic!() };
-    let p = &r.responses[0].partition_responses[0];
-    assert_eq!(p.error_code, 0, "produce to {topic}-{partition}");
-    p.base_offset
+    crate::consumer_positions::produce_compressed(broker.local_addr(), topic, partition, values, compression)
 }
 
 fn config(broker: &BrokerHandle, pairs: &[(&str, &str)]) -> ConsumerConfig {

@@ -45,12 +45,23 @@ pub(crate) fn start_in(dir: &Path) -> BrokerHandle {
 /// Produces `values` to `topic`-`partition` as one batch (the topic auto-created); returns the
 /// base offset.
 pub(crate) fn produce(broker_addr: SocketAddr, topic: &str, partition: i32, values: &[&str]) -> i64 {
+    produce_compressed(broker_addr, topic, partition, values, Compression::None)
+}
+
+/// [`produce`] with the batch compressed with `compression`.
+pub(crate) fn produce_compressed(
+    broker_addr: SocketAddr,
+    topic: &str,
+    partition: i32,
+    values: &[&str],
+    compression: Compression,
+) -> i64 {
     let mut conn = KafkaConnection::connect(broker_addr, "consumer-positions-test", Duration::from_secs(10)).unwrap();
     let md = MetadataRequest::default().with_allow_auto_topic_creation(true).with_topics(Some(vec![
         MetadataRequestTopic::default().with_name(Some(TopicName(StrBytes::from_string(topic.into())))),
     ]));
     conn.call(ApiKey::Metadata, 9, RequestKind::Metadata(md)).unwrap();
-    let mut b = BatchBuilder::new(0, Compression::None);
+    let mut b = BatchBuilder::new(0, compression);
     for (i, v) in values.iter().enumerate() {
         b.append(1_700_000_000_000 + i as i64, Some(format!("k{i}").as_bytes()), Some(v.as_bytes()), &[]);
     }
