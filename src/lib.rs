@@ -54,13 +54,13 @@
 //! main.rs (the CLI)   -> bench and the commands (client::{produce_cmd, consume_cmd, admin}, log::dump, broker)
 //! bench               -> client, broker, protocol, read_path, log, metrics
 //! broker              -> protocol, read_path, log, metrics          never bench, never client
-//! client              -> protocol, log::batch, metrics              never broker, never read_path
-//! protocol            -> read_path, log, metrics                    wire formats: frames, the zero-copy Fetch
+//! client              -> protocol, log::batch                       never broker, never read_path
+//! protocol            -> read_path, log                             wire formats: frames, the zero-copy Fetch
 //!                                                                   response, the consumer protocol,
 //!                                                                   the __consumer_offsets records
-//! read_path           -> log, metrics                               moves a FileSlice's bytes
-//! log                 -> metrics                                    the storage engine; no wire format
-//! metrics             -> nothing of ours
+//! read_path           -> log                                        moves a FileSlice's bytes
+//! log                 -> nothing of ours                            the storage engine; no wire format
+//! metrics             -> nothing of ours                            used by broker and bench only
 //! ```
 //!
 //! `lib.rs` only declares the top-level modules (nothing is imported from or through it).
