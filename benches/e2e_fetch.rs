@@ -74,7 +74,7 @@ fn now() -> Duration {
 /// Writes the backlog (see the module docs) into the log directory `dir`, as the harness's
 /// `bench::backlog::generate` does for a workload with these settings.
 fn write_backlog(dir: &Path) -> Backlog {
-    let (mut logs, _) = LogManager::open(dir, LogConfig::default(), |_| None, false).expect("open the log directory");
+    let (logs, _) = LogManager::open(dir, LogConfig::default(), |_| None, false).expect("open the log directory");
     let parts = PARTITIONS as usize;
     for p in 0..PARTITIONS {
         logs.get_or_create(TOPIC, p, None).expect("create the partition");
@@ -83,9 +83,9 @@ fn write_backlog(dir: &Path) -> Backlog {
     let per_batch = (BATCH_BYTES / (RECORD_SIZE + 20)).max(1) as usize;
     let mut value: Vec<u8> = (0..RECORD_SIZE as usize).map(|i| (i % 251) as u8).collect();
     let mut open: Vec<Option<BatchBuilder>> = (0..parts).map(|_| None).collect();
-    let flush = |logs: &mut LogManager, p: usize, b: BatchBuilder| {
+    let flush = |logs: &LogManager, p: usize, b: BatchBuilder| {
         let bytes = b.build().expect("build a batch");
-        let log = logs.log_mut(TOPIC, p as i32).expect("created above");
+        let log = logs.partition(TOPIC, p as i32).expect("created above");
         log.append(&bytes, now().as_millis() as i64).expect("append a batch");
     };
     let mut per_partition = vec![0i64; parts];
@@ -99,19 +99,20 @@ fn write_backlog(dir: &Path) -> Backlog {
         per_partition[p] += 1;
         if b.len() >= per_batch {
             let b = open[p].take().expect("just used");
-            flush(&mut logs, p, b);
+            flush(&logs, p, b);
         }
     }
     for (p, b) in open.iter_mut().enumerate() {
         if let Some(b) = b.take() {
-            flush(&mut logs, p, b);
+            flush(&logs, p, b);
         }
     }
     let mut disk_bytes = 0;
-    for (_, log) in logs.logs() {
-        disk_bytes += log.size_in_bytes();
+    for log in logs.partitions() {
+        disk_bytes += log.log().size_in_bytes();
     }
-    for (p, log) in logs.logs().map(|((_, p), log)| (*p as usize, log)) {
+    for log in logs.partitions() {
+        let p = log.partition() as usize;
         assert_eq!(log.log_end_offset(), per_partition[p], "{TOPIC}-{p}: log end offset");
     }
     logs.shutdown().expect("shut the log directory down");

@@ -62,7 +62,7 @@ pub(crate) fn generate(w: &Workload, dir: &Path) -> anyhow::Result<Backlog> {
         Some(path) => Some(Payload::read(path)?),
         None => None,
     };
-    let (mut logs, _) = LogManager::open(dir, LogConfig::default(), |_| None, false)?;
+    let (logs, _) = LogManager::open(dir, LogConfig::default(), |_| None, false)?;
     let topics: Vec<String> = (0..w.topics).map(|t| format!("bench-{t}")).collect();
     let compression = match w.compression {
         workload::Compression::None => Compression::None,
@@ -86,10 +86,10 @@ pub(crate) fn generate(w: &Workload, dir: &Path) -> anyhow::Result<Backlog> {
             logs.get_or_create(t, p as i32, None)?;
         }
     }
-    let flush = |logs: &mut LogManager, slot: usize, b: BatchBuilder| -> anyhow::Result<()> {
+    let flush = |logs: &LogManager, slot: usize, b: BatchBuilder| -> anyhow::Result<()> {
         let bytes = b.build()?;
         let (t, p) = (slot / parts, slot % parts);
-        let log = logs.log_mut(&topics[t], p as i32).expect("created above");
+        let log = logs.partition(&topics[t], p as i32).expect("created above");
         log.append(&bytes, now_ms())?;
         Ok(())
     };
@@ -121,18 +121,18 @@ pub(crate) fn generate(w: &Workload, dir: &Path) -> anyhow::Result<Backlog> {
         b.append(now.as_millis() as i64, key.as_deref(), Some(&value), &[]);
         if b.len() >= per_batch {
             let b = open[slot].take().expect("just used");
-            flush(&mut logs, slot, b)?;
+            flush(&logs, slot, b)?;
         }
     }
     for (slot, b) in open.iter_mut().enumerate() {
         if let Some(b) = b.take() {
-            flush(&mut logs, slot, b)?;
+            flush(&logs, slot, b)?;
         }
     }
     let mut disk_bytes = 0;
     let mut segment_files = Vec::new();
-    for (_, log) in logs.logs() {
-        disk_bytes += log.size_in_bytes();
+    for log in logs.partitions() {
+        disk_bytes += log.log().size_in_bytes();
         for entry in fs::read_dir(log.dir())? {
             let p = entry?.path();
             if p.extension().is_some_and(|e| e == "log") {
@@ -260,15 +260,16 @@ fn copy_tree(src: &Path, dst: &Path) -> anyhow::Result<()> {
 
 /// Opens the copy `dst` (of `src`, named in errors), fills partition gaps and describes it.
 fn describe_copy(src: &Path, dst: &Path) -> anyhow::Result<Backlog> {
-    let (mut logs, report) = LogManager::open(dst, LogConfig::default(), |_| None, false)
+    let (logs, report) = LogManager::open(dst, LogConfig::default(), |_| None, false)
         .with_context(|| format!("log_dir {}: opening its copy {}", src.display(), dst.display()))?;
     let mut present: BTreeMap<String, Vec<i32>> = BTreeMap::new();
     let mut internal: Vec<String> = Vec::new();
-    for ((t, p), _) in logs.logs() {
+    for partition in logs.partitions() {
+        let (t, p) = (partition.topic(), partition.partition());
         if t.starts_with("__") {
             internal.push(format!("{t}-{p}"));
         } else {
-            present.entry(t.clone()).or_default().push(*p);
+            present.entry(t.to_string()).or_default().push(p);
         }
     }
     if present.is_empty() {
@@ -308,9 +309,10 @@ fn describe_copy(src: &Path, dst: &Path) -> anyhow::Result<Backlog> {
     let mut segment_files = Vec::new();
     for (t, count) in &topics {
         for p in 0..*count {
-            let log = logs.log(t, p).ok_or_else(|| anyhow!("{t}-{p} vanished from the copy"))?;
+            let partition = logs.partition(t, p).ok_or_else(|| anyhow!("{t}-{p} vanished from the copy"))?;
+            let log = partition.log();
             let (r, b) =
-                count_from_start(log).with_context(|| format!("log_dir {}: reading {t}-{p}", src.display()))?;
+                count_from_start(&log).with_context(|| format!("log_dir {}: reading {t}-{p}", src.display()))?;
             records += r;
             disk_bytes += b;
             segment_files.extend(log.segments().map(|s| s.log_path().to_path_buf()));
@@ -466,7 +468,7 @@ mod tests {
     /// Log end offset of every partition of `dir` (a closed log directory).
     fn end_offsets(dir: &Path) -> BTreeMap<(String, i32), i64> {
         let (logs, _) = LogManager::open(dir, LogConfig::default(), |_| None, true).unwrap();
-        logs.logs().map(|(k, l)| (k.clone(), l.log_end_offset())).collect()
+        logs.partitions().iter().map(|p| ((p.topic().to_string(), p.partition()), p.log_end_offset())).collect()
     }
 
     fn start_broker(dir: &Path) -> crate::broker::BrokerHandle {
@@ -719,7 +721,8 @@ mod tests {
         let b = generate(&w, &dir).unwrap();
         assert_eq!(b.records, 10);
         let (logs, _) = LogManager::open(&dir, LogConfig::default(), |_| None, true).unwrap();
-        let log = logs.log("bench-0", 0).unwrap();
+        let partition = logs.partition("bench-0", 0).unwrap();
+        let log = partition.log();
         let mut values = Vec::new();
         for s in log.segments() {
             for r in decode_records(&s.read_bytes(0, s.size()).unwrap()).unwrap() {

@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use super::coordinator::group::GroupConfig;
 use super::coordinator::runtime::CoordinatorConfig;
 use super::error::BrokerError;
+use crate::log::scheduler::{SchedulerConfig, DEFAULT_CHECKPOINT_INTERVAL_MS};
 use crate::log::LogConfig;
 use crate::protocol::frame::DEFAULT_SOCKET_REQUEST_MAX_BYTES;
 use crate::read_path::{ReadPathConfig, ReadPathKind};
@@ -72,6 +73,16 @@ pub struct BrokerConfig {
     /// to a wildcard address (as Kafka advertises `listeners` when `advertised.listeners` is
     /// unset).
     pub advertised_listener: Option<(String, u16)>,
+    /// `log.flush.scheduler.interval.ms` (Kafka default `Long.MAX_VALUE`): how often the log
+    /// scheduler checks `flush.ms`; checked at least every second whatever its value (see
+    /// [`scheduler`](crate::log::scheduler)). Also a broker synonym of `flush.ms`, as in Kafka.
+    pub log_flush_scheduler_interval_ms: i64,
+    /// `log.flush.offset.checkpoint.interval.ms` (Kafka default 60000): how often the log
+    /// scheduler writes `recovery-point-offset-checkpoint` (0: only at shutdown).
+    pub log_flush_offset_checkpoint_interval_ms: i32,
+    /// `log.flush.start.offset.checkpoint.interval.ms` (Kafka default 60000): how often the log
+    /// scheduler writes `log-start-offset-checkpoint` (0: only at shutdown).
+    pub log_flush_start_offset_checkpoint_interval_ms: i32,
 }
 
 /// Kafka broker configs that `apply_props` accepts but does not apply, because they concern
@@ -144,6 +155,9 @@ impl BrokerConfig {
             offsets_retention_check_interval_ms: 600_000,
             offset_metadata_max_bytes: 4096,
             advertised_listener: None,
+            log_flush_scheduler_interval_ms: i64::MAX,
+            log_flush_offset_checkpoint_interval_ms: DEFAULT_CHECKPOINT_INTERVAL_MS as i32,
+            log_flush_start_offset_checkpoint_interval_ms: DEFAULT_CHECKPOINT_INTERVAL_MS as i32,
         }
     }
 
@@ -151,6 +165,8 @@ impl BrokerConfig {
     ///
     /// - `auto.create.topics.enable`, `num.partitions`, `socket.request.max.bytes`,
     ///   `max.connections`, `max.connections.per.ip`;
+    /// - the log scheduler's `log.flush.scheduler.interval.ms` (also the `flush.ms` synonym),
+    ///   `log.flush.offset.checkpoint.interval.ms`, `log.flush.start.offset.checkpoint.interval.ms`;
     /// - the group coordinator's `group.initial.rebalance.delay.ms`,
     ///   `group.min.session.timeout.ms`, `group.max.session.timeout.ms`, `group.max.size`,
     ///   `offsets.topic.num.partitions`, `offsets.retention.minutes`,
@@ -200,6 +216,22 @@ impl BrokerConfig {
                 "offsets.retention.minutes" => self.offsets_retention_minutes = int(key, value, 1)?,
                 "offsets.retention.check.interval.ms" => self.offsets_retention_check_interval_ms = int(key, value, 1)?,
                 "offset.metadata.max.bytes" => self.offset_metadata_max_bytes = int(key, value, 0)?,
+                "log.flush.offset.checkpoint.interval.ms" => {
+                    self.log_flush_offset_checkpoint_interval_ms = int(key, value, 0)?
+                }
+                "log.flush.start.offset.checkpoint.interval.ms" => {
+                    self.log_flush_start_offset_checkpoint_interval_ms = int(key, value, 0)?
+                }
+                // Both the scheduler's period and a broker synonym of `flush.ms` (Kafka's
+                // `ServerTopicConfigSynonyms`), as in Kafka.
+                "log.flush.scheduler.interval.ms" => {
+                    let n: i64 = value.trim().parse().map_err(|_| bad(key, value, "expected a 64-bit integer"))?;
+                    if n < 0 {
+                        return Err(bad(key, value, "must be at least 0"));
+                    }
+                    self.log_flush_scheduler_interval_ms = n;
+                    log_props.insert(key.clone(), value.clone());
+                }
                 // Applied after the loop: they depend on other keys.
                 "log.dirs" | "log.dir" | "listeners" | "advertised.listeners" => {}
                 k if crate::log::config::is_log_config_key(k) => {
@@ -280,6 +312,15 @@ fn plaintext_entry(value: &str, props: &BTreeMap<String, String>) -> Result<(Str
 }
 
 impl BrokerConfig {
+    /// The log scheduler's periods from the `log.flush.*` settings.
+    pub fn scheduler_config(&self) -> SchedulerConfig {
+        SchedulerConfig {
+            flush_scheduler_interval_ms: self.log_flush_scheduler_interval_ms.max(0) as u64,
+            recovery_point_checkpoint_interval_ms: self.log_flush_offset_checkpoint_interval_ms.max(0) as u64,
+            log_start_offset_checkpoint_interval_ms: self.log_flush_start_offset_checkpoint_interval_ms.max(0) as u64,
+        }
+    }
+
     /// The group coordinator's configuration from the broker's `group.*` and `offsets.*`
     /// settings (the rest at Kafka's defaults).
     pub fn coordinator_config(&self) -> CoordinatorConfig {

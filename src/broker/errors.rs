@@ -16,6 +16,9 @@ pub const OFFSET_OUT_OF_RANGE: i16 = 1;
 pub const CORRUPT_MESSAGE: i16 = 2;
 /// `UNKNOWN_TOPIC_OR_PARTITION`: this broker does not host the partition.
 pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+/// `NOT_LEADER_OR_FOLLOWER` (retriable): the partition is not served here now (the broker is
+/// shutting down: clients refresh their metadata and retry).
+pub const NOT_LEADER_OR_FOLLOWER: i16 = 6;
 /// `COORDINATOR_NOT_AVAILABLE`: the group or transaction coordinator is not available (retriable).
 pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
 /// `MESSAGE_TOO_LARGE`: a batch is larger than `max.message.bytes`.
@@ -107,6 +110,7 @@ pub const FENCED_INSTANCE_ID: i16 = 82;
 /// | `InvalidConfig`                     | `INVALID_CONFIG` (40)       |
 /// | `OutOfOrderSequence`                | `OUT_OF_ORDER_SEQUENCE_NUMBER` (45) |
 /// | `InvalidProducerEpoch`              | `INVALID_PRODUCER_EPOCH` (47) |
+/// | `Closed` (the broker is shutting down) | `NOT_LEADER_OR_FOLLOWER` (6), retriable |
 ///
 /// `UNKNOWN_PRODUCER_ID` (59) is never returned: like Kafka 4 (KIP-360), a producer the partition
 /// does not know is accepted at any sequence.
@@ -121,6 +125,7 @@ pub fn log_error_code(error: &LogError) -> i16 {
         LogError::InvalidConfig { .. } => INVALID_CONFIG,
         LogError::OutOfOrderSequence { .. } => OUT_OF_ORDER_SEQUENCE_NUMBER,
         LogError::InvalidProducerEpoch { .. } => INVALID_PRODUCER_EPOCH,
+        LogError::Closed { .. } => NOT_LEADER_OR_FOLLOWER,
     }
 }
 

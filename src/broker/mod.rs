@@ -20,8 +20,8 @@
 //! This file is a facade (module declarations, re-exports, these docs); every item lives in its
 //! own file, and files import from the defining file, one way (no two files import each other):
 //!
-//! - [`server`]: [`Broker::start`] (open the log directory, bind, start the accept and group
-//!   coordinator threads), the accept loop with the connection limits, and the running
+//! - [`server`]: [`Broker::start`] (open the log directory and start its scheduler thread, bind,
+//!   start the accept and group coordinator threads), the accept loop with the connection limits, and the running
 //!   [`BrokerHandle`] (Fetch latency, fetches in flight, shutdown).
 //! - [`config`]: [`BrokerConfig`] with Kafka's names, `server.properties` parsing
 //!   ([`BrokerConfig::apply_props`]), [`NOT_APPLICABLE_KEYS`](config::NOT_APPLICABLE_KEYS), [`DEFAULT_LISTEN`], and the
@@ -44,26 +44,47 @@
 //!   auto-create and `__consumer_offsets`.
 //! - [`errors`]: the Kafka error codes, and the mapping of log errors to them (one place).
 //! - [`test_support`]: what the integration tests may ask of a running broker
-//!   ([`BrokerHandle::test_support`]), without its locks.
+//!   ([`BrokerHandle::test_support`]), without its locks (except the one seam that holds a
+//!   partition's lock).
 //!
 //! ## Shared state and lock order
 //!
-//! The log directory is one [`LogManager`](crate::log::manager::LogManager) behind a mutex in
-//! [`Shared`](shared::Shared). A fetch holds it only while it looks up [`FileSlice`](crate::log::FileSlice)s (no
-//! record bytes are read then); the slices keep their segment files open, and the bytes move
-//! after the lock is released, through the connection's own
-//! [`ReadPath`](crate::read_path::ReadPath).
+//! The log directory is one shared [`LogManager`](crate::log::manager::LogManager) in
+//! [`Shared`](shared::Shared), with no broker-wide lock: the partition is the unit of locking
+//! (Kafka's `Partition` / `UnifiedLog` lock, [`Partition`](crate::log::Partition)). A request
+//! looks its partitions up under the manager's read-mostly map lock, released at once (never held
+//! across I/O), then takes only each partition's own lock:
+//!
+//! - Fetch reads the high watermark and log start offset without any lock (atomics) and holds the
+//!   partition's lock, for reading, only while it looks up the [`FileSlice`](crate::log::FileSlice)
+//!   (no record bytes are read then); the slices keep their segment files open, and the bytes
+//!   move after the lock is released, through the connection's own
+//!   [`ReadPath`](crate::read_path::ReadPath). ListOffsets latest/earliest and Metadata's leader
+//!   epochs take no partition lock at all.
+//! - Produce validates every partition's records first, with no lock (CRC-32C, decompression, the
+//!   record walk, LogValidator's rules); then each append holds its own partition's lock only to
+//!   check producer state, assign offsets and write. Appends to different partitions run in
+//!   parallel.
+//! - fsyncs (of rolled segments, `flush.*`) and the offset checkpoints run on the log scheduler's
+//!   thread ([`crate::log::scheduler`]), never on a request; its fsyncs hold no lock.
+//! - Topic creation (CreateTopics, Metadata's auto-create, `__consumer_offsets`) checks and
+//!   creates under the manager's creation lock, doing its file I/O outside the map lock.
+//! - Shutdown: [`Shared::logs`](shared::Shared::logs) answers `None` from its start (handlers
+//!   answer retriable errors); then the manager closes each partition after the append in flight
+//!   on it, and later appends get `NOT_LEADER_OR_FOLLOWER`.
 //!
 //! Locks, in the order they may be taken (never the reverse):
 //!
 //! 1. the group coordinator's lock ([`coordinator::runtime`]); a parked JoinGroup / SyncGroup
 //!    waits on its condition variable, releasing it;
-//! 2. the log manager's lock ([`Shared`](shared::Shared)'s `logs`): taken under the coordinator's when a group
-//!    record is appended to `__consumer_offsets` ([`coordinator::storage`]), else alone; nothing
-//!    that holds it takes the coordinator's lock or another one;
-//! 3. the long-poll wakeup's mutex ([`delayed_fetch::FetchWakeup`]): notified after the log
-//!    lock is released (by produce, and by the coordinator's appends, under its own lock);
-//!    a parked Fetch waits on it holding no other lock.
+//! 2. the log directory's locks, in their own order (see [`crate::log::manager`]): the creation
+//!    lock, the producer id lock, the map lock, then one partition's lock. A group record
+//!    appended to `__consumer_offsets` ([`coordinator::storage`]) takes its partition's lock
+//!    under the coordinator's; nothing that holds a partition's lock takes the map lock, another
+//!    partition's lock or the coordinator's;
+//! 3. the long-poll wakeup's mutex ([`delayed_fetch::FetchWakeup`]): notified after the
+//!    partition locks are released (by produce, and by the coordinator's appends, under its own
+//!    lock); a parked Fetch waits on it holding no other lock.
 //!
 //! The connection counts and the Fetch latency histograms have mutexes of their own, each taken
 //! alone for one short update.

@@ -1,4 +1,5 @@
-//! [`Broker::start`] and the running [`BrokerHandle`]: open the log directory, bind the listen
+//! [`Broker::start`] and the running [`BrokerHandle`]: open the log directory and start its
+//! scheduler thread ([`LogScheduler`]: background fsyncs and checkpoints), bind the listen
 //! address, start the group coordinator's thread (replay of `__consumer_offsets`, then its
 //! timers) and the accept thread, which enforces the connection limits and gives each
 //! connection its own thread ([`connection::serve`]); [`BrokerHandle::shutdown`] stops them and
@@ -16,6 +17,7 @@ use super::error::BrokerError;
 use super::shared::{FetchLatencies, Shared};
 use super::test_support::TestSupport;
 use crate::log::manager::LogManager;
+use crate::log::scheduler::LogScheduler;
 use crate::metrics::Latency;
 
 /// Starts brokers.
@@ -37,8 +39,11 @@ impl Broker {
             "opened log directory {}",
             config.log_dir.display()
         );
+        let logs = Arc::new(logs);
         let listener =
             TcpListener::bind(config.listen).map_err(|source| BrokerError::Bind { addr: config.listen, source })?;
+        // Rolled segments' fsyncs, flush.* and the offset checkpoints run on its thread.
+        let scheduler = LogScheduler::start(Arc::clone(&logs), config.scheduler_config())?;
         let local_addr = listener.local_addr().map_err(|source| BrokerError::Bind { addr: config.listen, source })?;
         let coordinator = GroupCoordinator::new(config.coordinator_config());
         let shared = Arc::new(Shared::new(config, local_addr, logs, coordinator));
@@ -61,6 +66,7 @@ impl Broker {
         Ok(BrokerHandle {
             shared,
             accept: Some(accept),
+            scheduler: Some(scheduler),
             had_clean_shutdown: report.had_clean_shutdown,
             partitions_loaded: report.partitions.len(),
         })
@@ -119,6 +125,7 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
 pub struct BrokerHandle {
     shared: Arc<Shared>,
     accept: Option<JoinHandle<()>>,
+    scheduler: Option<LogScheduler>,
     had_clean_shutdown: bool,
     partitions_loaded: usize,
 }
@@ -193,9 +200,11 @@ impl BrokerHandle {
         }
     }
 
-    /// Stops accepting, then shuts the log directory down cleanly (logs flushed, checkpoints and
-    /// the `.kafka_cleanshutdown` marker written: Kafka's `LogManager.shutdown`). Connections
-    /// still open get errors or are closed on their next request.
+    /// Stops accepting, then stops the log scheduler and shuts the log directory down cleanly
+    /// (Kafka's `LogManager.shutdown`): each partition after the append in flight on it, logs
+    /// flushed, checkpoints and the `.kafka_cleanshutdown` marker written, the directory's lock
+    /// released. Connections still open get retriable errors (`NOT_LEADER_OR_FOLLOWER` for
+    /// produce) or are closed on their next request.
     ///
     /// Errors: [`BrokerError::Log`].
     pub fn shutdown(mut self) -> Result<(), BrokerError> {
@@ -208,10 +217,10 @@ impl BrokerHandle {
         if let Some(t) = self.accept.take() {
             let _ = t.join();
         }
-        let logs = self.shared.logs().take();
-        if let Some(logs) = logs {
-            logs.shutdown()?;
+        if let Some(scheduler) = self.scheduler.take() {
+            scheduler.shutdown();
         }
+        self.shared.log_manager().shutdown()?;
         Ok(())
     }
 }

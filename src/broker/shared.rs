@@ -1,6 +1,6 @@
 //! [`Shared`]: the broker state every connection thread and handler gets, holding every lock of
-//! the broker (their order is in the [module docs](super)): the log directory ([`LogManager`]
-//! behind a mutex), the group coordinator (with its own lock), the long-poll wakeup, the
+//! the broker (their order is in the [module docs](super)): the log directory ([`LogManager`],
+//! shared: its partitions have their own locks), the group coordinator (with its own lock), the long-poll wakeup, the
 //! connection counts of `max.connections` / `max.connections.per.ip`, and the Fetch latency
 //! histograms ([`FetchLatencies`]) with the count of Fetch requests in flight.
 
@@ -32,7 +32,9 @@ pub(crate) struct Shared {
     pub config: BrokerConfig,
     /// The address actually bound (advertised in Metadata).
     pub local_addr: SocketAddr,
-    logs: Mutex<Option<LogManager>>,
+    /// The log directory, shared (`&self` methods; the partitions have their own locks). Handed
+    /// out by [`Shared::logs`] until the broker begins to shut down.
+    logs: Arc<LogManager>,
     shutting_down: AtomicBool,
     connection_panics: AtomicU64,
     fetch_wakeup: FetchWakeup,
@@ -120,13 +122,13 @@ impl Shared {
     pub(crate) fn new(
         config: BrokerConfig,
         local_addr: SocketAddr,
-        logs: LogManager,
+        logs: Arc<LogManager>,
         coordinator: GroupCoordinator,
     ) -> Shared {
         Shared {
             config,
             local_addr,
-            logs: Mutex::new(Some(logs)),
+            logs,
             shutting_down: AtomicBool::new(false),
             connection_panics: AtomicU64::new(0),
             fetch_wakeup: FetchWakeup::default(),
@@ -147,11 +149,21 @@ impl Shared {
         self.connection_panics.fetch_add(1, Ordering::SeqCst);
     }
 
-    /// Locks the log manager. `None` once the broker is shutting down (handlers then answer
-    /// with an error or close the connection). A poisoned lock (a handler panicked) is taken
-    /// over: the logs themselves stay consistent because appends validate before writing.
-    pub(crate) fn logs(&self) -> MutexGuard<'_, Option<LogManager>> {
-        self.logs.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    /// The log directory, or `None` once the broker is shutting down (handlers then answer with
+    /// a retriable error or close the connection). No lock is taken: the broker-wide state is a
+    /// flag ([`Self::is_shutting_down`]) next to the shared [`LogManager`]. A request that got
+    /// the manager just before the shutdown began may still reach a partition the shutdown has
+    /// closed: its append then fails with [`LogError::Closed`](crate::log::LogError::Closed)
+    /// (`NOT_LEADER_OR_FOLLOWER`), while an append already holding its partition's lock
+    /// finishes first and is flushed by the shutdown ([`LogManager::shutdown`]).
+    pub(crate) fn logs(&self) -> Option<&LogManager> {
+        (!self.is_shutting_down()).then_some(&*self.logs)
+    }
+
+    /// The log directory whether or not the broker is shutting down: for the shutdown itself and
+    /// the log scheduler.
+    pub(crate) fn log_manager(&self) -> &Arc<LogManager> {
+        &self.logs
     }
 
     /// Connections whose thread panicked (a bug: bad input must get an error or a close, never a

@@ -1,7 +1,8 @@
 //! What the integration tests may ask of a running broker, through
 //! [`BrokerHandle::test_support`](super::BrokerHandle::test_support): the questions they ask and
 //! the setup they do, each one a short critical section taken and released here, so no test
-//! holds the broker's log lock (or learns its lock order). For tests only: not a stable API, and
+//! holds a broker lock (or learns the lock order), except through the one seam made for it,
+//! [`TestSupport::hold_partition_lock`]. For tests only: not a stable API, and
 //! nothing in the crate or `main.rs` uses it.
 //!
 //! - [`TestSupport::connection_panics`]: connection threads that panicked (tests assert 0);
@@ -10,7 +11,12 @@
 //!   `fetch_offsets`, `is_loading`, `partition_for`);
 //! - [`TestSupport::create_topic`]: setup, a topic made in the log directory as CreateTopics does;
 //! - [`TestSupport::log_end_offset`], [`TestSupport::log_config`]: a partition's log end offset
-//!   and log configuration.
+//!   (read without the partition's lock) and log configuration;
+//! - [`TestSupport::hold_partition_lock`]: a partition's lock held (for writing) until the
+//!   returned guard is dropped, to show that other partitions go on meanwhile.
+
+use std::sync::mpsc;
+use std::thread::JoinHandle;
 
 use super::coordinator::runtime::GroupCoordinator;
 use super::shared::Shared;
@@ -52,20 +58,60 @@ impl<'a> TestSupport<'a> {
     ///
     /// Errors: those of [`topics::create`]. Panics when the broker is shutting down.
     pub fn create_topic(&self, topic: &str, partitions: i32) -> Result<TopicId, LogError> {
-        let mut guard = self.shared.logs();
-        let logs = guard.as_mut().expect("the broker is running");
-        topics::create(logs, topic, partitions, None)
+        let logs = self.shared.logs().expect("the broker is running");
+        topics::create(&logs.lock_topic_creation(), topic, partitions, None)
     }
 
-    /// The log end offset of `topic`-`partition` (the offset the next record gets); `None` when
-    /// the partition does not exist or the broker is shutting down.
+    /// The log end offset of `topic`-`partition` (the offset the next record gets), read
+    /// without the partition's lock (so also while [`Self::hold_partition_lock`] holds it);
+    /// `None` when the partition does not exist or the broker is shutting down.
     pub fn log_end_offset(&self, topic: &str, partition: i32) -> Option<i64> {
-        self.shared.logs().as_ref()?.log(topic, partition).map(|log| log.log_end_offset())
+        Some(self.shared.logs()?.partition(topic, partition)?.log_end_offset())
     }
 
     /// The log configuration of `topic`-`partition` (the broker defaults with the topic's
     /// overrides); `None` when the partition does not exist or the broker is shutting down.
     pub fn log_config(&self, topic: &str, partition: i32) -> Option<LogConfig> {
-        self.shared.logs().as_ref()?.log(topic, partition).map(|log| log.config().clone())
+        Some(LogConfig::clone(&self.shared.logs()?.partition(topic, partition)?.config()))
+    }
+
+    /// Takes the lock of `topic`-`partition` for writing (as an append holds it) and keeps it
+    /// until the returned guard is dropped: appends to that partition, and fetches from it, wait
+    /// meanwhile; other partitions must not. The lock is held by a thread of the guard's own,
+    /// and this returns once it is held. `None` when the partition does not exist or the broker
+    /// is shutting down.
+    pub fn hold_partition_lock(&self, topic: &str, partition: i32) -> Option<PartitionLockGuard> {
+        let p = self.shared.logs()?.partition(topic, partition)?;
+        let (held_tx, held_rx) = mpsc::channel();
+        let (release_tx, release_rx) = mpsc::channel::<()>();
+        let holder = std::thread::Builder::new()
+            .name(format!("test-hold-{topic}-{partition}"))
+            .spawn(move || {
+                let guard = p.log_mut();
+                let _ = held_tx.send(());
+                // Until the guard sends or is dropped.
+                let _ = release_rx.recv();
+                drop(guard);
+            })
+            .expect("spawn the lock holder");
+        held_rx.recv().expect("the holder took the lock");
+        Some(PartitionLockGuard { release: Some(release_tx), holder: Some(holder) })
+    }
+}
+
+/// A partition's lock held by [`TestSupport::hold_partition_lock`]; dropping it releases the
+/// lock (and waits until it is released).
+#[derive(Debug)]
+pub struct PartitionLockGuard {
+    release: Option<mpsc::Sender<()>>,
+    holder: Option<JoinHandle<()>>,
+}
+
+impl Drop for PartitionLockGuard {
+    fn drop(&mut self) {
+        drop(self.release.take());
+        if let Some(h) = self.holder.take() {
+            let _ = h.join();
+        }
     }
 }

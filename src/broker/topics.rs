@@ -8,13 +8,18 @@
 //! the topic a topic id (KIP-516), written to every partition's `partition.metadata` (Kafka's
 //! `PartitionMetadataFile`), so the id survives restarts ([`LogManager::ensure_topic_id`]).
 //!
+//! The log directory is shared ([`LogManager`]'s `&self` methods): lookups take its map lock for
+//! the lookup only; creation takes its creation lock ([`LogManager::lock_topic_creation`]), which
+//! a caller that checks and creates (CreateTopics, Metadata's auto-create) holds across both, so
+//! two requests creating one topic never both succeed.
+//!
 //! Validation follows Kafka 4's `ReplicationControlManager.createTopics`: the name
 //! (`Topic.validate`), names that collide on `.` / `_` (`Topic.hasCollisionChars`, both are
 //! `_` in metric names), an existing topic. Kafka's controller creates a topic atomically; here
 //! a failure half way (a disk error on partition 3 of 5) leaves the partitions already made.
 
 use crate::log::checkpoint::TopicId;
-use crate::log::manager::{validate_topic_name, LogManager, CLUSTER_METADATA_TOPIC};
+use crate::log::manager::{validate_topic_name, LogManager, TopicCreation, CLUSTER_METADATA_TOPIC};
 use crate::log::{LogConfig, LogError};
 
 /// The most partitions one topic may be created with (fetchbench's own bound, the size of
@@ -40,14 +45,12 @@ impl TopicError {
 
 /// Whether any partition of `topic` exists.
 pub(crate) fn exists(logs: &LogManager, topic: &str) -> bool {
-    logs.logs().any(|((t, _), _)| t == topic)
+    logs.topic_exists(topic)
 }
 
 /// The partition indexes of `topic`, ascending (empty when it does not exist).
 pub(crate) fn partitions(logs: &LogManager, topic: &str) -> Vec<i32> {
-    let mut out: Vec<i32> = logs.logs().filter(|((t, _), _)| t == topic).map(|((_, p), _)| *p).collect();
-    out.sort_unstable();
-    out
+    logs.partition_numbers(topic)
 }
 
 /// The name of the topic whose id (KIP-516, the UUID's 16 big-endian bytes) is `id`, from the
@@ -57,7 +60,7 @@ pub(crate) fn name_by_id(logs: &LogManager, id: [u8; 16]) -> Option<String> {
     if id == TopicId::ZERO.0 {
         return None;
     }
-    logs.logs().find(|(_, log)| log.topic_id().map(|t| t.0) == Some(id)).map(|((t, _), _)| t.clone())
+    logs.topic_with_id(TopicId(id))
 }
 
 /// The topic a request names (Fetch v13+ and Produce v13 name topics by id, KIP-516): with
@@ -78,7 +81,7 @@ pub(crate) fn colliding_topic(logs: &LogManager, topic: &str) -> Option<String> 
         return None;
     }
     let unified = topic.replace('.', "_");
-    logs.logs().map(|((t, _), _)| t).find(|t| t.as_str() != topic && t.replace('.', "_") == unified).cloned()
+    logs.topics().into_iter().find(|t| t.as_str() != topic && t.replace('.', "_") == unified)
 }
 
 /// Checks that `topic` may be created: a legal name (`INVALID_TOPIC_EXCEPTION`, also for KRaft's
@@ -108,12 +111,14 @@ pub(crate) fn check_new_topic(logs: &LogManager, topic: &str) -> Result<(), Topi
 /// Creates `topic` with partitions `0..num_partitions`, each with `config` (the broker defaults
 /// with the topic's overrides applied; `None`: the broker defaults), and returns its topic id,
 /// written to every partition's `partition.metadata`. Partitions that already exist are kept
-/// as they are. The caller checks the name ([`check_new_topic`]) and the count.
+/// as they are. The caller holds the creation lock (`logs`) and checks the name
+/// ([`check_new_topic`]) and the count under it.
 ///
 /// Errors: [`LogError::Layout`] for an illegal name or a negative partition, [`LogError::Io`]
-/// creating a directory or writing `partition.metadata`; partitions made before the error stay.
+/// creating a directory or writing `partition.metadata`, [`LogError::Closed`] once the log
+/// directory is shut down; partitions made before the error stay.
 pub(crate) fn create(
-    logs: &mut LogManager,
+    logs: &TopicCreation<'_>,
     topic: &str,
     num_partitions: i32,
     config: Option<LogConfig>,

@@ -120,6 +120,15 @@ pub enum LogError {
         /// The offset the batch would have had.
         offset: i64,
     },
+    /// The partition's log was closed (its log directory is shutting down): the append was
+    /// refused, nothing was written. Kafka's request handlers stop before its `LogManager`
+    /// shuts down; here a request already past that point gets this, and the broker answers
+    /// `NOT_LEADER_OR_FOLLOWER` (retriable).
+    #[error("{partition}: the log is closed (its log directory is shutting down)")]
+    Closed {
+        /// The partition (`topic-partition`).
+        partition: String,
+    },
     /// A file or directory name does not follow Kafka's `log.dirs` layout.
     #[error("{path}: {reason}")]
     Layout {

@@ -420,6 +420,22 @@ impl MappedIndex {
         }
     }
 
+    /// A handle of its own on a writable index's file, for an fsync run without the partition's
+    /// lock (the scheduler's flush): `fsync` of the file writes back the pages dirtied through the
+    /// shared mapping as `msync(MS_SYNC)` does (on Linux both are `vfs_fsync_range` on the file).
+    /// `None` for an index without a writable mapping (read-only, empty): nothing to write back.
+    ///
+    /// Errors: [`LogError::Io`] opening the file, or when the path now names another file.
+    pub(super) fn sync_file(&self) -> Result<Option<File>, LogError> {
+        if !matches!(self.map, Mapping::Writable(_)) {
+            return Ok(None);
+        }
+        let file = File::open(&self.path).map_err(|e| LogError::io("open", &self.path, e))?;
+        let meta = file.metadata().map_err(|e| LogError::io("stat", &self.path, e))?;
+        self.check_same_file("sync", &meta)?;
+        Ok(Some(file))
+    }
+
     pub(super) fn rename_to(&mut self, new_path: &Path) -> Result<(), LogError> {
         let meta = fs::metadata(&self.path).map_err(|e| LogError::io("rename", &self.path, e))?;
         self.check_same_file("rename", &meta)?;

@@ -27,10 +27,46 @@
 //! sibling partition (Kafka takes the directory offline for either), and `producer-id-block` is
 //! rebuilt above the largest producer id in the logs.
 //! Shutdown: every log flushed and closed, both checkpoints written, then the marker.
+//!
+//! ## Sharing and lock order
+//!
+//! A `LogManager` is shared by the broker's threads (`&self` methods, `Send + Sync`); each
+//! partition is a [`Partition`], Kafka's unit of locking (its `UnifiedLog` lock), behind an
+//! `Arc`. The locks, in the order they may be taken (never the reverse):
+//!
+//! 1. the **creation lock** ([`LogManager::lock_topic_creation`]): held while a partition's
+//!    directory and first segment are made and while a topic id is assigned, so creators never
+//!    race; appends, fetches and lookups never take it;
+//! 2. the **producer id lock** (InitProducerId's block of ids; a new block reads every
+//!    partition's largest producer id);
+//! 3. the **map lock**: a read-mostly `RwLock` over the topic -> partition -> `Arc<Partition>`
+//!    map, held only to look a partition up, list partitions or insert a created one, NEVER
+//!    across I/O (creation opens its files before it takes the map lock for the insert);
+//! 4. **one partition's lock** ([`Partition::log`] / [`Partition::log_mut`]): appends (offset
+//!    assignment and the write; validation runs before it, with no lock), rolls, a fetch's index
+//!    lookup, the scheduler's flush bookkeeping (never its fsyncs). Nothing that holds a
+//!    partition's lock takes the map lock, another partition's lock, or any lock above;
+//! 5. the checkpoint writers' lock, taken alone (the offsets are read from the partitions'
+//!    atomics, without their locks).
+//!
+//! In practice the map lock is released before a partition's lock is taken: lookups return an
+//! `Arc<Partition>`.
+//!
+//! ## Background work
+//!
+//! With a scheduler ([`scheduler`](super::scheduler), Kafka's `kafka-scheduler`, started by the
+//! broker), the fsync of a rolled segment, the `flush.messages` / `flush.ms` flushes and the
+//! periodic writes of both offset checkpoints run on its thread, never inline on a request; the
+//! fsyncs run outside the partition's lock. Without one (offline users: `fetchbench log` tools,
+//! the bench's backlog writer, tests) a roll and `flush.*` fsync inline, as a lone
+//! [`PartitionLog`] does, and the checkpoints are written at open and at [`LogManager::shutdown`],
+//! which also fsyncs whatever a scheduler had not flushed yet.
 
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, RwLock, RwLockReadGuard};
 
 use super::checkpoint::{
     self, read_offset_checkpoint, write_offset_checkpoint, OffsetCheckpoint, TopicId, CLEAN_SHUTDOWN_MARKER,
@@ -38,7 +74,7 @@ use super::checkpoint::{
 };
 use super::config::LogConfig;
 use super::error::LogError;
-use super::partition::{now_ms, parse_topic_partition, DamagedFile, LoadReport, OpenOptions, PartitionLog};
+use super::partition::{parse_topic_partition, DamagedFile, LoadReport, OpenOptions, Partition, PartitionLog, Wakeup};
 use super::producer_id::ProducerIdManager;
 
 /// Name of KRaft's metadata log directory prefix (`__cluster_metadata-0`).
@@ -62,17 +98,40 @@ pub struct ManagerReport {
     pub skipped: Vec<(PathBuf, String)>,
 }
 
-/// Every partition log of one log directory.
+/// The partitions of a log directory, by topic then partition number.
+type PartitionMap = BTreeMap<String, BTreeMap<i32, Arc<Partition>>>;
+
+/// Every partition log of one log directory, shareable between threads (`&self` methods; see
+/// the module docs for its locks and their order).
 #[derive(Debug)]
 pub struct LogManager {
     dir: PathBuf,
     config: LogConfig,
-    logs: BTreeMap<(String, i32), PartitionLog>,
     read_only: bool,
-    producer_ids: ProducerIdManager,
-    /// The exclusive `flock` on `<dir>/.lock` (Kafka's `LogManager.lockLogDirs`), held while
-    /// the manager lives; `None` read-only.
-    _lock: Option<nix::fcntl::Flock<fs::File>>,
+    /// The map lock: read-mostly, held only to look up or list partitions, never across I/O.
+    partitions: RwLock<PartitionMap>,
+    /// The creation lock: held across a partition's creation (its directory and first segment)
+    /// and a topic id's assignment, so that two creators never race; taken before the map lock.
+    creation: Mutex<()>,
+    producer_ids: Mutex<ProducerIdManager>,
+    /// Serialises the writers of the offset checkpoint files (the scheduler, shutdown).
+    checkpoints: Mutex<()>,
+    /// Set by [`LogManager::shutdown`]: nothing is created any more.
+    closed: AtomicBool,
+    /// The scheduler's wake-up once background flushing is on ([`Self::enable_background_flush`]).
+    background: OnceLock<Wakeup>,
+    /// The exclusive `flock` on `<dir>/.lock` (Kafka's `LogManager.lockLogDirs`), held until
+    /// [`Self::shutdown`] or the manager's drop; `None` read-only.
+    lock: Mutex<Option<nix::fcntl::Flock<fs::File>>>,
+}
+
+/// The creation lock of a log directory, held ([`LogManager::lock_topic_creation`]): what a
+/// caller that must check and create atomically (CreateTopics: "does the topic exist?" then
+/// create it) does while holding it. Lock order: this, then the map lock, then a partition's.
+#[derive(Debug)]
+pub struct TopicCreation<'a> {
+    manager: &'a LogManager,
+    _guard: MutexGuard<'a, ()>,
 }
 
 /// Kafka's lock file in every log directory.
@@ -108,7 +167,8 @@ impl LogManager {
     /// `config` (broker-level defaults) and per-topic overrides from `topic_config`. Damaged
     /// checkpoint, epoch, metadata and producer-id files are rebuilt, not fatal (module docs).
     ///
-    /// A writable open takes an exclusive lock on `<dir>/.lock` for the manager's lifetime.
+    /// A writable open takes an exclusive lock on `<dir>/.lock` until [`Self::shutdown`] (or
+    /// the manager's drop).
     ///
     /// Errors: [`LogError::Io`] (kind `WouldBlock` when another process has the directory open)
     /// and the errors of [`PartitionLog::open`], naming the partition.
@@ -210,7 +270,22 @@ impl LogManager {
             report.damaged.extend(damaged);
             ids
         };
-        let mgr = LogManager { dir: dir.to_path_buf(), config, logs, read_only, producer_ids, _lock: lock };
+        let mut partitions = PartitionMap::new();
+        for ((topic, partition), log) in logs {
+            partitions.entry(topic).or_default().insert(partition, Arc::new(Partition::new(log)));
+        }
+        let mgr = LogManager {
+            dir: dir.to_path_buf(),
+            config,
+            read_only,
+            partitions: RwLock::new(partitions),
+            creation: Mutex::new(()),
+            producer_ids: Mutex::new(producer_ids),
+            checkpoints: Mutex::new(()),
+            closed: AtomicBool::new(false),
+            background: OnceLock::new(),
+            lock: Mutex::new(lock),
+        };
         if !read_only {
             match mgr.checkpoint() {
                 // A full disk at start-up: the checkpoints on disk are older, never wrong (the
@@ -232,102 +307,200 @@ impl LogManager {
     pub fn config(&self) -> &LogConfig {
         &self.config
     }
-    /// A partition's log.
-    pub fn log(&self, topic: &str, partition: i32) -> Option<&PartitionLog> {
-        self.logs.get(&(topic.to_string(), partition))
+    /// Whether the directory was opened read-only.
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
     }
-    /// A partition's log, mutable.
-    pub fn log_mut(&mut self, topic: &str, partition: i32) -> Option<&mut PartitionLog> {
-        self.logs.get_mut(&(topic.to_string(), partition))
-    }
-    /// Every log, by (topic, partition).
-    pub fn logs(&self) -> impl Iterator<Item = (&(String, i32), &PartitionLog)> {
-        self.logs.iter()
-    }
-    /// Every log, mutable (retention and compaction passes).
-    pub fn logs_mut(&mut self) -> impl Iterator<Item = (&(String, i32), &mut PartitionLog)> {
-        self.logs.iter_mut()
+    /// Whether [`Self::shutdown`] has run (or begun).
+    pub fn is_shut_down(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
     }
 
-    /// Returns the log of `topic`-`partition`, creating its directory and first segment with
-    /// `config` (or the broker defaults) when it does not exist.
+    fn map(&self) -> RwLockReadGuard<'_, PartitionMap> {
+        // The map is changed in single inserts: a poisoned lock still holds a valid map.
+        self.partitions.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A partition (the map lock is held only for the lookup).
+    pub fn partition(&self, topic: &str, partition: i32) -> Option<Arc<Partition>> {
+        self.map().get(topic)?.get(&partition).cloned()
+    }
+    /// Every partition, by topic then partition number (a snapshot: the map lock is released).
+    pub fn partitions(&self) -> Vec<Arc<Partition>> {
+        self.map().values().flat_map(|ps| ps.values().cloned()).collect()
+    }
+    /// The partitions of `topic`, by partition number (empty when it does not exist).
+    pub fn topic_partitions(&self, topic: &str) -> Vec<Arc<Partition>> {
+        self.map().get(topic).map(|ps| ps.values().cloned().collect()).unwrap_or_default()
+    }
+    /// The partition numbers of `topic`, ascending (empty when it does not exist).
+    pub fn partition_numbers(&self, topic: &str) -> Vec<i32> {
+        self.map().get(topic).map(|ps| ps.keys().copied().collect()).unwrap_or_default()
+    }
+    /// Whether any partition of `topic` exists.
+    pub fn topic_exists(&self, topic: &str) -> bool {
+        self.map().get(topic).is_some_and(|ps| !ps.is_empty())
+    }
+    /// The names of the topics, sorted.
+    pub fn topics(&self) -> Vec<String> {
+        self.map().iter().filter(|(_, ps)| !ps.is_empty()).map(|(t, _)| t.clone()).collect()
+    }
+    /// The topic one of whose partitions has topic id `id` in its `partition.metadata`
+    /// (KIP-516), looked up under the map lock (each partition's id is read without its lock).
+    pub fn topic_with_id(&self, id: TopicId) -> Option<String> {
+        let map = self.map();
+        map.iter().find(|(_, ps)| ps.values().any(|p| p.topic_id() == Some(id))).map(|(t, _)| t.clone())
+    }
+    /// Number of partitions.
+    pub fn partition_count(&self) -> usize {
+        self.map().values().map(BTreeMap::len).sum()
+    }
+
+    /// Takes the creation lock (see [`TopicCreation`]): partitions are created, and topic ids
+    /// assigned, by one caller at a time. Readers, appends and fetches do not take it.
+    pub fn lock_topic_creation(&self) -> TopicCreation<'_> {
+        TopicCreation { manager: self, _guard: self.creation.lock().unwrap_or_else(PoisonError::into_inner) }
+    }
+
+    /// Returns the partition `topic`-`partition`, creating its directory and first segment with
+    /// `config` (or the broker defaults) when it does not exist (under the creation lock; see
+    /// [`TopicCreation::get_or_create`]).
     ///
-    /// Errors: [`LogError::Layout`] for an invalid topic name; [`LogError::Io`].
+    /// Errors: [`LogError::Layout`] for an invalid topic name; [`LogError::Closed`] after
+    /// [`Self::shutdown`]; [`LogError::Io`].
     pub fn get_or_create(
-        &mut self,
+        &self,
         topic: &str,
         partition: i32,
         config: Option<LogConfig>,
-    ) -> Result<&mut PartitionLog, LogError> {
-        let key = (topic.to_string(), partition);
-        if !self.logs.contains_key(&key) {
-            validate_topic_name(topic).map_err(|reason| LogError::Layout { path: self.dir.join(topic), reason })?;
-            if partition < 0 {
-                return Err(LogError::Layout { path: self.dir.join(topic), reason: "negative partition".into() });
-            }
-            let path = self.dir.join(format!("{topic}-{partition}"));
-            let opts = OpenOptions { had_clean_shutdown: true, read_only: self.read_only, ..Default::default() };
-            let (log, _) = PartitionLog::open(&path, config.unwrap_or_else(|| self.config.clone()), opts)?;
-            self.logs.insert(key.clone(), log);
+    ) -> Result<Arc<Partition>, LogError> {
+        if let Some(p) = self.partition(topic, partition) {
+            return Ok(p);
         }
-        Ok(self.logs.get_mut(&key).expect("inserted"))
+        self.lock_topic_creation().get_or_create(topic, partition, config)
     }
 
     /// Returns the topic id of `topic` (KIP-516): the one in any partition's `partition.metadata`,
     /// else a new random one, written to every partition of the topic that lacks it (a partition
-    /// directory open read-only is left as it is).
+    /// directory open read-only is left as it is). When every partition already has it, no lock
+    /// but the map's is taken; otherwise the creation lock (so that two callers agree on one id).
     ///
     /// Errors: [`LogError::Io`] writing `partition.metadata`.
-    pub fn ensure_topic_id(&mut self, topic: &str) -> Result<TopicId, LogError> {
-        let existing = self.logs().filter(|((t, _), _)| t == topic).find_map(|(_, log)| log.topic_id());
-        let id = match existing {
-            Some(id) if !id.is_zero() => id,
-            _ => random_topic_id(),
-        };
-        for ((t, _), log) in self.logs_mut() {
-            if t == topic && log.topic_id() != Some(id) && !log.is_read_only() {
-                log.set_topic_id(id)?;
+    pub fn ensure_topic_id(&self, topic: &str) -> Result<TopicId, LogError> {
+        let partitions = self.topic_partitions(topic);
+        if let Some(id) = partitions.first().and_then(|p| p.topic_id()) {
+            if !id.is_zero() && partitions.iter().all(|p| p.topic_id() == Some(id)) {
+                return Ok(id);
             }
         }
-        Ok(id)
+        self.lock_topic_creation().ensure_topic_id(topic)
     }
 
     /// A new producer id for an idempotent producer (InitProducerId without a transactional id),
     /// unique across restarts: taken from a block of 1000 persisted in `producer-id-block` before
     /// use, each block starting above the largest producer id in any partition's producer state
-    /// (Kafka's `ProducerIdManager`; see [`super::producer_id`]).
+    /// (Kafka's `ProducerIdManager`; see [`super::producer_id`]). Takes the producer id lock, and
+    /// for a new block each partition's lock in turn (one at a time, for reading).
     ///
-    /// Errors: [`LogError::InvalidAppend`] when the directory is open read-only; the errors of
+    /// Errors: [`LogError::InvalidAppend`] when the directory is open read-only;
+    /// [`LogError::Closed`] after [`Self::shutdown`]; the errors of
     /// [`ProducerIdManager::generate`].
-    pub fn generate_producer_id(&mut self) -> Result<i64, LogError> {
+    pub fn generate_producer_id(&self) -> Result<i64, LogError> {
         if self.read_only {
             return Err(LogError::InvalidAppend {
                 path: self.dir.clone(),
                 reason: "log directory is open read-only: no producer ids".into(),
             });
         }
-        let logs = &self.logs;
-        self.producer_ids.generate(|| logs.values().filter_map(PartitionLog::max_producer_id).max())
+        let mut ids = self.producer_ids.lock().unwrap_or_else(PoisonError::into_inner);
+        if self.is_shut_down() {
+            return Err(LogError::Closed { partition: self.dir.display().to_string() });
+        }
+        ids.generate(|| self.partitions().iter().filter_map(|p| p.log().max_producer_id()).max())
     }
 
-    /// Writes `recovery-point-offset-checkpoint` and `log-start-offset-checkpoint` atomically.
+    /// Writes `recovery-point-offset-checkpoint` and `log-start-offset-checkpoint` atomically,
+    /// from the partitions' lock-free offsets (no partition lock is taken).
     pub fn checkpoint(&self) -> Result<(), LogError> {
+        self.checkpoint_recovery_points()?;
+        self.checkpoint_log_start_offsets()
+    }
+
+    /// Writes `recovery-point-offset-checkpoint` (Kafka's `checkpointLogRecoveryOffsets`, every
+    /// `log.flush.offset.checkpoint.interval.ms` on the scheduler).
+    pub fn checkpoint_recovery_points(&self) -> Result<(), LogError> {
+        self.write_checkpoint(RECOVERY_POINT_OFFSET_CHECKPOINT, Partition::recovery_point)
+    }
+
+    /// Writes `log-start-offset-checkpoint` (Kafka's `checkpointLogStartOffsets`, every
+    /// `log.flush.start.offset.checkpoint.interval.ms` on the scheduler).
+    pub fn checkpoint_log_start_offsets(&self) -> Result<(), LogError> {
+        self.write_checkpoint(LOG_START_OFFSET_CHECKPOINT, Partition::log_start_offset)
+    }
+
+    fn write_checkpoint(&self, file: &str, offset: impl Fn(&Partition) -> i64) -> Result<(), LogError> {
         if self.read_only {
             return Ok(());
         }
-        let mut rp = OffsetCheckpoint::new();
-        let mut ls = OffsetCheckpoint::new();
-        for (k, log) in &self.logs {
-            rp.insert(k.clone(), log.recovery_point());
-            ls.insert(k.clone(), log.log_start_offset());
+        let _writer = self.checkpoints.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut entries = OffsetCheckpoint::new();
+        for p in self.partitions() {
+            entries.insert((p.topic().to_string(), p.partition()), offset(&p));
         }
-        write_offset_checkpoint(&self.dir.join(RECOVERY_POINT_OFFSET_CHECKPOINT), &rp)?;
-        write_offset_checkpoint(&self.dir.join(LOG_START_OFFSET_CHECKPOINT), &ls)?;
-        Ok(())
+        write_offset_checkpoint(&self.dir.join(file), &entries)
     }
 
-    /// Clean shutdown: every log flushed and closed, checkpoints written, then the
-    /// `.kafka_cleanshutdown` marker, so the next start skips recovery.
+    /// Leaves every partition's fsyncs (of rolled segments, `flush.messages`, `flush.ms`) to a
+    /// background scheduler that `wakeup` wakes, now and for the partitions created later
+    /// ([`PartitionLog::set_background_flush`]). The scheduler ([`scheduler`](super::scheduler))
+    /// calls it when it starts, then runs [`Self::flush_dirty_logs`]. Once: later calls are
+    /// ignored. Without it (offline users: tools, tests) fsyncs run inline as before.
+    pub(crate) fn enable_background_flush(&self, wakeup: Wakeup) {
+        let _creation = self.lock_topic_creation();
+        if self.background.set(wakeup.clone()).is_err() {
+            return;
+        }
+        for p in self.partitions() {
+            p.enable_background_flush(wakeup.clone());
+        }
+    }
+
+    /// The scheduler's flush pass (Kafka's `flushDirtyLogs` and the flushes that rolls schedule):
+    /// every partition with background work at `now_ms` (judged without its lock, see
+    /// [`Partition::flush_in_background`]) is flushed, its fsyncs outside its lock. A failing
+    /// partition is logged and tried again at the next pass. Returns how many partitions were
+    /// flushed and whether a flush is still requested (work arrived meanwhile: the scheduler
+    /// goes on at once).
+    pub(crate) fn flush_dirty_logs(&self, now_ms: i64) -> (usize, bool) {
+        let mut flushed = 0;
+        let mut still_requested = false;
+        for p in self.partitions() {
+            if !p.background_flush_due(now_ms) {
+                continue;
+            }
+            match p.flush_in_background(now_ms) {
+                Ok(true) => flushed += 1,
+                Ok(false) => {}
+                Err(e) => tracing::warn!(
+                    "{}-{}: background flush failed: {e}; the recovery point stays at {}, tried again at the next pass",
+                    p.topic(),
+                    p.partition(),
+                    p.recovery_point()
+                ),
+            }
+            still_requested |= p.flush_requested();
+        }
+        (flushed, still_requested)
+    }
+
+    /// Clean shutdown (Kafka's `LogManager.shutdown`), with others possibly still holding the
+    /// manager or its partitions: from now on nothing is created; every partition is closed in
+    /// turn, each after the appends in flight on it (it waits for the partition's lock): logs
+    /// fsynced (including rolled segments whose fsync the scheduler had not run yet), segments
+    /// closed, and later appends refused with [`LogError::Closed`]. Then both checkpoints are
+    /// written, then the `.kafka_cleanshutdown` marker, so the next start skips recovery; the
+    /// partitions leave the map and the directory's lock is released. Stop the scheduler first
+    /// (it would find nothing more to do). A second call does nothing.
     ///
     /// Checkpoints that cannot be written (a full disk) are a warn, not an error: the files in
     /// place keep older values, which are safe (a lower recovery point only means more recovery,
@@ -335,22 +508,82 @@ impl LogManager {
     /// `DeleteRecords` or retention), and the logs are flushed, so the marker is still written.
     ///
     /// Errors: a log that cannot be flushed or closed, or the marker that cannot be written.
-    pub fn shutdown(mut self) -> Result<(), LogError> {
-        if self.read_only {
-            return Ok(());
+    pub fn shutdown(&self) -> Result<(), LogError> {
+        {
+            let _creation = self.lock_topic_creation();
+            if self.closed.swap(true, Ordering::SeqCst) || self.read_only {
+                return Ok(());
+            }
         }
-        let now = now_ms();
-        for log in self.logs.values_mut() {
-            log.flush(now)?;
+        for p in self.partitions() {
+            p.close()?;
         }
         if let Err(e) = self.checkpoint() {
             tracing::warn!(dir = %self.dir.display(), "shutdown: the offset checkpoints keep their older values: {e}");
         }
-        for (_, log) in std::mem::take(&mut self.logs) {
-            log.close()?;
-        }
         checkpoint::write_atomically(&self.dir.join(CLEAN_SHUTDOWN_MARKER), b"")?;
+        self.partitions.write().unwrap_or_else(PoisonError::into_inner).clear();
+        self.lock.lock().unwrap_or_else(PoisonError::into_inner).take();
         Ok(())
+    }
+}
+
+impl TopicCreation<'_> {
+    /// [`LogManager::get_or_create`] under the creation lock held: when the partition does not
+    /// exist its directory and first segment are made with no map lock held, then it is
+    /// inserted (the map lock held for the insert only).
+    ///
+    /// Errors: as [`LogManager::get_or_create`].
+    pub fn get_or_create(
+        &self,
+        topic: &str,
+        partition: i32,
+        config: Option<LogConfig>,
+    ) -> Result<Arc<Partition>, LogError> {
+        let mgr = self.manager;
+        if let Some(p) = mgr.partition(topic, partition) {
+            return Ok(p);
+        }
+        if mgr.is_shut_down() {
+            return Err(LogError::Closed { partition: format!("{topic}-{partition}") });
+        }
+        validate_topic_name(topic).map_err(|reason| LogError::Layout { path: mgr.dir.join(topic), reason })?;
+        if partition < 0 {
+            return Err(LogError::Layout { path: mgr.dir.join(topic), reason: "negative partition".into() });
+        }
+        let path = mgr.dir.join(format!("{topic}-{partition}"));
+        let opts = OpenOptions { had_clean_shutdown: true, read_only: mgr.read_only, ..Default::default() };
+        let (log, _) = PartitionLog::open(&path, config.unwrap_or_else(|| mgr.config.clone()), opts)?;
+        let created = Arc::new(Partition::new(log));
+        if let Some(wakeup) = mgr.background.get() {
+            created.enable_background_flush(wakeup.clone());
+        }
+        let mut map = mgr.partitions.write().unwrap_or_else(PoisonError::into_inner);
+        map.entry(topic.to_string()).or_default().insert(partition, Arc::clone(&created));
+        Ok(created)
+    }
+
+    /// [`LogManager::ensure_topic_id`] under the creation lock held: the id found in any
+    /// partition (else a new one) is written to each partition lacking it, under that
+    /// partition's lock.
+    ///
+    /// Errors: as [`LogManager::ensure_topic_id`].
+    pub fn ensure_topic_id(&self, topic: &str) -> Result<TopicId, LogError> {
+        let partitions = self.manager.topic_partitions(topic);
+        let existing = partitions.iter().find_map(|p| p.topic_id());
+        let id = match existing {
+            Some(id) if !id.is_zero() => id,
+            _ => random_topic_id(),
+        };
+        for p in &partitions {
+            if p.topic_id() != Some(id) {
+                let mut log = p.log_mut();
+                if !log.is_read_only() {
+                    log.set_topic_id(id)?;
+                }
+            }
+        }
+        Ok(id)
     }
 }
 

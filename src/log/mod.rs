@@ -9,12 +9,13 @@
 //! | [`offset_index`] | `OffsetIndex` | sparse `.index`: relative offset -> position, on `index` |
 //! | [`time_index`] | `TimeIndex` | sparse `.timeindex`: timestamp -> relative offset, on `index` |
 //! | [`segment`] | `LogSegment`, `FileRecords` | one `.log` with its indexes: append, scan, recover |
-//! | [`partition`] | `UnifiedLog`, `LocalLog`, `LogLoader`, `LogValidator` | ordered segments, offsets: open and recovery, append validation, read -> [`FileSlice`], segment deletion and the cleaner's swap (one file per concept, see its table) |
+//! | [`partition`] | `UnifiedLog`, `LocalLog`, `LogLoader`, `LogValidator`, `Partition` | ordered segments, offsets: open and recovery, append validation, read -> [`FileSlice`], segment deletion and the cleaner's swap; [`Partition`], the log behind its own lock (one file per concept, see its table) |
 //! | [`producer_state`] | `ProducerStateManager`, `ProducerStateEntry` | idempotent producers: epochs, last 5 batches, sequence checks |
 //! | [`producer_id`] | `ProducerIdManager` | producer id blocks for InitProducerId, persisted in the log dir |
 //! | [`cleaner`] | `LogCleaner`, retention in `UnifiedLog` | retention and compaction policies |
 //! | [`config`] | `LogConfig` | topic and broker configs with Kafka's names and defaults |
-//! | [`manager`] | `LogManager` | a `log.dirs` directory: partitions, checkpoints, clean-shutdown marker |
+//! | [`manager`] | `LogManager` | a `log.dirs` directory: partitions (shared, the lock order), checkpoints, clean-shutdown marker |
+//! | [`scheduler`] | `KafkaScheduler` | the background thread: fsyncs of rolled segments, `flush.*`, the offset checkpoints |
 //! | [`checkpoint`] | `OffsetCheckpointFile`, `PartitionMetadataFile` | Kafka's small text files |
 //! | [`dump`] | `kafka-dump-log.sh` | the `log dump` tool (its `__consumer_offsets` decoder is a hook the CLI fills from `protocol`) |
 //! | `error` | | [`LogError`], the storage engine's error |
@@ -35,11 +36,12 @@ pub mod offset_index;
 pub mod partition;
 pub(crate) mod producer_id;
 pub(crate) mod producer_state;
+pub mod scheduler;
 pub mod segment;
 pub mod time_index;
 
 pub use batch::{BatchError, RecordBatch};
 pub use config::LogConfig;
 pub use error::LogError;
-pub use partition::{FileSlice, PartitionLog};
+pub use partition::{FileSlice, Partition, PartitionLog};
 pub use segment::Segment;

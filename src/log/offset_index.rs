@@ -286,6 +286,14 @@ impl OffsetIndex {
         self.inner.flush()
     }
 
+    /// A handle of its own on the index file, for an fsync without the partition's lock (see
+    /// `MappedIndex::sync_file` in `index.rs`); `None` when the index is not writable.
+    ///
+    /// Errors: [`LogError::Io`].
+    pub(crate) fn sync_file(&self) -> Result<Option<std::fs::File>, LogError> {
+        self.inner.sync_file()
+    }
+
     /// Checks the index without trusting it, Kafka's `OffsetIndex.sanityCheck` made stricter: the
     /// file length is a multiple of 8, the last offset is not below the base offset, and every
     /// entry is at or above the base offset with offsets strictly increasing and positions never

@@ -173,6 +173,30 @@ impl Default for SegmentConfig {
     }
 }
 
+/// A segment's files to fsync without the partition's lock, from [`Segment::sync_handles`]:
+/// the `.log` (shared with the segment and its readers) and the index files, each a handle of
+/// its own.
+#[derive(Debug)]
+pub(crate) struct SegmentSync {
+    log: Option<Arc<SegmentFile>>,
+    indexes: Vec<(File, PathBuf)>,
+}
+
+impl SegmentSync {
+    /// `fdatasync` of the `.log` and of both index files.
+    ///
+    /// Errors: [`LogError::Io`] / [`LogError::OutOfSpace`] naming the file.
+    pub(crate) fn sync(&self) -> Result<(), LogError> {
+        if let Some(log) = &self.log {
+            log.file.sync_data().map_err(|e| LogError::io("fsync", &log.path, e))?;
+        }
+        for (file, path) in &self.indexes {
+            file.sync_data().map_err(|e| LogError::io("fsync", path, e))?;
+        }
+        Ok(())
+    }
+}
+
 /// One segment. Not internally synchronised: the partition serialises writers; readers use
 /// `&self` (index lookups and `pread` of headers).
 #[derive(Debug)]
@@ -971,9 +995,34 @@ impl Segment {
         Ok(())
     }
 
+    /// Handles of its own on the segment's files (the shared `.log`, both index files opened
+    /// again), so that a scheduler can fsync them without the partition's lock
+    /// ([`SegmentSync::sync`]). Nothing to sync for a read-only segment.
+    ///
+    /// Errors: [`LogError::Io`] opening an index file.
+    pub(crate) fn sync_handles(&self) -> Result<SegmentSync, LogError> {
+        if self.read_only {
+            return Ok(SegmentSync { log: None, indexes: Vec::new() });
+        }
+        let mut indexes = Vec::with_capacity(2);
+        if let Some(f) = self.offset_index.sync_file()? {
+            indexes.push((f, self.offset_index.path().to_path_buf()));
+        }
+        if let Some(f) = self.time_index.sync_file()? {
+            indexes.push((f, self.time_index.path().to_path_buf()));
+        }
+        Ok(SegmentSync { log: Some(Arc::clone(&self.log)), indexes })
+    }
+
     /// Closes the segment as Kafka does: a final time-index entry (on a full disk the time index
     /// is emptied instead, with a warn: `append_last_time_entry`), indexes trimmed.
     pub fn close(mut self) -> Result<(), LogError> {
+        self.close_in_place()
+    }
+
+    /// [`Self::close`] on a segment that stays readable (a partition closed while requests may
+    /// still hold it): the final time-index entry and trimmed indexes; reads go on.
+    pub(crate) fn close_in_place(&mut self) -> Result<(), LogError> {
         if self.read_only {
             return Ok(());
         }

@@ -235,6 +235,14 @@ impl TimeIndex {
         self.inner.flush()
     }
 
+    /// A handle of its own on the index file, for an fsync without the partition's lock (see
+    /// `MappedIndex::sync_file` in `index.rs`); `None` when the index is not writable.
+    ///
+    /// Errors: [`LogError::Io`].
+    pub(crate) fn sync_file(&self) -> Result<Option<std::fs::File>, LogError> {
+        self.inner.sync_file()
+    }
+
     /// Checks the index without trusting it, Kafka's `TimeIndex.sanityCheck` made stricter: the
     /// last timestamp is not below the first, the last offset not below the base offset, the
     /// file length is a multiple of 12, and every entry is at or above the base offset with

@@ -41,12 +41,13 @@ fn batch(first: usize, n: usize, producer: Option<(i64, i32)>) -> Vec<u8> {
 /// in partition 0 written under leader epochs 0, 2 and 5 (the last by an idempotent producer
 /// `producer_id`), cleanly shut down. Returns partition 0's leader epoch cache.
 fn populate(dir: &Path, producer_id: i64) -> Vec<EpochEntry> {
-    let (mut logs, _) = LogManager::open(dir, LogConfig::default(), |_| None, false).unwrap();
+    let (logs, _) = LogManager::open(dir, LogConfig::default(), |_| None, false).unwrap();
     let id = TopicId::parse("B3_HiNPgSQ6oxG9ZZ6ED5A").unwrap();
     for p in [0, 1] {
-        logs.get_or_create("t", p, None).unwrap().set_topic_id(id).unwrap();
+        logs.get_or_create("t", p, None).unwrap().log_mut().set_topic_id(id).unwrap();
     }
-    let log = logs.log_mut("t", 0).unwrap();
+    let partition = logs.partition("t", 0).unwrap();
+    let mut log = partition.log_mut();
     for (i, epoch) in [0, 2, 5].into_iter().enumerate() {
         log.set_leader_epoch(epoch);
         let producer = (epoch == 5).then_some((producer_id, 0));
@@ -54,6 +55,7 @@ fn populate(dir: &Path, producer_id: i64) -> Vec<EpochEntry> {
     }
     let epochs = log.leader_epochs().to_vec();
     assert_eq!(epochs.len(), 3, "{epochs:?}");
+    drop(log);
     logs.shutdown().unwrap();
     epochs
 }
@@ -113,7 +115,7 @@ fn a_damaged_recovery_point_checkpoint_recovers_every_partition_in_full() {
         let (_, load) = report.partitions.iter().find(|(k, _)| k == &("t".to_string(), 0)).unwrap();
         assert_eq!(load.recovered, vec![0], "{what}: recovered from its log start despite the clean shutdown");
         assert_eq!(report.damaged.len(), 1, "{what}: {:?}", report.damaged);
-        assert_eq!(logs.log("t", 0).unwrap().log_end_offset(), 15);
+        assert_eq!(logs.partition("t", 0).unwrap().log_end_offset(), 15);
         logs.shutdown().unwrap();
     }
 }
@@ -131,8 +133,8 @@ fn a_damaged_leader_epoch_checkpoint_is_rebuilt_from_the_batches() {
         std::fs::write(&path, bytes).unwrap();
         let (logs, report) = LogManager::open(&dir, LogConfig::default(), |_| None, false)
             .unwrap_or_else(|e| panic!("{what}: one partition's epoch file stopped the broker: {e}"));
-        assert_eq!(logs.log("t", 0).unwrap().leader_epochs(), &epochs[..], "{what}");
-        assert_eq!(logs.log("t", 0).unwrap().leader_epoch(), 5, "{what}: appends go on in the latest epoch");
+        assert_eq!(logs.partition("t", 0).unwrap().log().leader_epochs(), &epochs[..], "{what}");
+        assert_eq!(logs.partition("t", 0).unwrap().leader_epoch(), 5, "{what}: appends go on in the latest epoch");
         assert_eq!(report.damaged.len(), 1, "{what}: {:?}", report.damaged);
         assert_eq!(report.damaged[0].path, path);
         assert!(report.damaged[0].action.contains("3 leader epoch entries"), "{:?}", report.damaged[0]);
@@ -152,7 +154,7 @@ fn a_damaged_partition_metadata_takes_the_topic_id_of_a_sibling() {
         std::fs::write(&path, bytes).unwrap();
         let (logs, report) = LogManager::open(&dir, LogConfig::default(), |_| None, false)
             .unwrap_or_else(|e| panic!("{what}: one partition's metadata stopped the broker: {e}"));
-        assert_eq!(logs.log("t", 0).unwrap().topic_id(), Some(id), "{what}");
+        assert_eq!(logs.partition("t", 0).unwrap().topic_id(), Some(id), "{what}");
         assert_eq!(read_partition_metadata(&path).unwrap(), Some(id), "{what}: written back");
         assert_eq!(report.damaged.len(), 1, "{what}: {:?}", report.damaged);
         assert!(report.damaged[0].action.contains("taken from partition t-1"), "{:?}", report.damaged[0]);
@@ -164,8 +166,8 @@ fn a_damaged_partition_metadata_takes_the_topic_id_of_a_sibling() {
     std::fs::write(dir.join("t-1").join(PARTITION_METADATA), "version: 7").unwrap();
     let (logs, report) = LogManager::open(&dir, LogConfig::default(), |_| None, false).unwrap();
     assert_eq!(report.damaged.len(), 2, "{:?}", report.damaged);
-    assert_eq!(logs.log("t", 0).unwrap().topic_id(), None);
-    assert_eq!(logs.log("t", 0).unwrap().log_end_offset(), 15);
+    assert_eq!(logs.partition("t", 0).unwrap().topic_id(), None);
+    assert_eq!(logs.partition("t", 0).unwrap().log_end_offset(), 15);
     drop(logs);
     // A fresh, valid file is left alone.
     write_partition_metadata(&path, id).unwrap();
@@ -207,12 +209,12 @@ fn serve_warns_about_a_lost_segment_and_serves_across_the_hole() {
     let mut config = LogConfig::default();
     config.set("segment.bytes", "200").unwrap();
     {
-        let (mut logs, _) = LogManager::open(&dir, config.clone(), |_| None, false).unwrap();
+        let (logs, _) = LogManager::open(&dir, config.clone(), |_| None, false).unwrap();
         let log = logs.get_or_create("holed", 0, Some(config.clone())).unwrap();
         for i in 0..3 {
             log.append(&batch(i * 4, 4, None), 0).unwrap();
         }
-        assert_eq!(log.segments().len(), 3, "one batch per segment");
+        assert_eq!(log.log().segments().len(), 3, "one batch per segment");
         logs.shutdown().unwrap();
     }
     // The middle segment (offsets 4..=7) goes.
@@ -241,7 +243,7 @@ fn a_hole_is_reported_at_load_unless_the_topic_is_compacted() {
     let mut config = LogConfig::default();
     config.set("segment.bytes", "200").unwrap();
     {
-        let (mut logs, _) = LogManager::open(&dir, config.clone(), |_| None, false).unwrap();
+        let (logs, _) = LogManager::open(&dir, config.clone(), |_| None, false).unwrap();
         for topic in ["plain", "cleaned"] {
             let log = logs.get_or_create(topic, 0, Some(config.clone())).unwrap();
             for i in 0..3 {
@@ -267,7 +269,7 @@ fn a_hole_is_reported_at_load_unless_the_topic_is_compacted() {
     assert!(plain[0].next_segment.ends_with("plain-0/00000000000000000008.log"));
     assert!(holes("cleaned").is_empty(), "gaps between segments are normal when compacted");
     // The log serves on; a read inside the hole resolves to the next batch.
-    let slice = logs.log("plain", 0).unwrap().read(6, 1 << 20, true).unwrap();
+    let slice = logs.partition("plain", 0).unwrap().read(6, 1 << 20, true).unwrap();
     let bytes = slice.read_to_vec().unwrap();
     assert_eq!(fetchbench::log::RecordBatch::parse(&bytes).unwrap().base_offset(), 8);
 }
@@ -282,7 +284,7 @@ fn a_log_start_checkpoint_above_the_log_end_is_ignored_with_a_warning() {
     populate(&dir, 77);
     std::fs::write(dir.join(LOG_START_OFFSET_CHECKPOINT), "0\n2\nt 0 99999\nt 1 0\n").unwrap();
     let (logs, report) = LogManager::open(&dir, LogConfig::default(), |_| None, false).unwrap();
-    let log = logs.log("t", 0).unwrap();
+    let log = logs.partition("t", 0).unwrap();
     assert_eq!((log.log_start_offset(), log.log_end_offset()), (0, 15), "the records stay visible");
     let (_, load) = report.partitions.iter().find(|(k, _)| k == &("t".to_string(), 0)).unwrap();
     assert_eq!(load.offset_warnings.len(), 1, "{:?}", load.offset_warnings);
@@ -306,7 +308,7 @@ fn a_recovery_point_above_the_log_end_warns_that_records_were_lost() {
     assert_eq!(load.offset_warnings.len(), 1, "{:?}", load.offset_warnings);
     let w = &load.offset_warnings[0];
     assert!(w.starts_with("t-0:") && w.contains("300") && w.contains("log end offset 15") && w.contains("lost"), "{w}");
-    assert_eq!(logs.log("t", 0).unwrap().log_end_offset(), 15);
+    assert_eq!(logs.partition("t", 0).unwrap().log_end_offset(), 15);
     logs.shutdown().unwrap();
 }
 
@@ -352,7 +354,7 @@ fn a_partition_metadata_with_another_topic_id_is_warned_about() {
     // Two partitions, one id each: a tie, the lowest partition's id is the topic's (t-1 is named).
     assert_eq!(d.path, dir.join("t-1").join(PARTITION_METADATA));
     assert!(d.error.contains("AAAAAAAAAAAAAAAAAAAAAQ") && d.error.contains("B3_HiNPgSQ6oxG9ZZ6ED5A"), "{d:?}");
-    assert_eq!(logs.log("t", 0).unwrap().log_end_offset(), 15, "the records stay");
+    assert_eq!(logs.partition("t", 0).unwrap().log_end_offset(), 15, "the records stay");
     drop(logs);
 }
 

@@ -567,7 +567,7 @@ fn log_manager_handles_kafka_layout_markers_and_checkpoints() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
     {
-        let (mut mgr, report) = LogManager::open(root, LogConfig::default(), |_| None, false).unwrap();
+        let (mgr, report) = LogManager::open(root, LogConfig::default(), |_| None, false).unwrap();
         assert!(!report.had_clean_shutdown);
         let log = mgr.get_or_create("orders", 3, None).unwrap();
         log.append(&batch(4, 10, 1, Compression::None), 0).unwrap();
@@ -586,7 +586,7 @@ fn log_manager_handles_kafka_layout_markers_and_checkpoints() {
     assert_eq!(report.removed_dirs.len(), 1);
     assert!(report.skipped.iter().any(|(p, _)| p.ends_with("__cluster_metadata-0")));
     assert!(report.partitions[0].1.recovered.is_empty(), "clean shutdown: nothing to recover");
-    assert_eq!(mgr.log("orders", 3).unwrap().log_end_offset(), 4);
+    assert_eq!(mgr.partition("orders", 3).unwrap().log_end_offset(), 4);
     drop(mgr);
     // No marker now (crash): the partition is recovered from its recovery point.
     let (_, report) = LogManager::open(root, LogConfig::default(), |_| None, false).unwrap();
@@ -605,10 +605,10 @@ fn a_real_kafka_log_dir_opens_with_the_log_manager() {
     copy_dir(&corpus.join("kafka-segments/NikhilDighe9975-kafka_setup/kafka-logs"), &root);
     let (mgr, report) =
         fetchbench::log::manager::LogManager::open(&root, LogConfig::default(), |_| None, false).unwrap();
-    assert_eq!(mgr.logs().count(), 2);
-    let offsets = mgr.log("__consumer_offsets", 12).unwrap();
+    assert_eq!(mgr.partitions().len(), 2);
+    let offsets = mgr.partition("__consumer_offsets", 12).unwrap();
     assert_eq!((offsets.log_start_offset(), offsets.log_end_offset()), (0, 869));
-    let demo = mgr.log("nikhilDemo", 0).unwrap();
+    let demo = mgr.partition("nikhilDemo", 0).unwrap();
     assert_eq!(demo.log_end_offset(), 3);
     assert!(report.partitions.iter().all(|(_, r)| r.truncated_bytes == 0));
     // Snapshots at or below the log end survive; Kafka's own files are untouched.

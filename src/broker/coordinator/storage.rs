@@ -5,13 +5,15 @@
 //! `offsets.topic.num.partitions` partitions, `cleanup.policy=compact`,
 //! `segment.bytes=offsets.topic.segment.bytes` (100 MiB), the broker's other log defaults.
 
+use std::sync::Arc;
+
 use super::runtime::OffsetsStorage;
 use crate::broker::shared::Shared;
 use crate::broker::{errors, topics};
 use crate::log::batch::mixed::MixedBatches;
 use crate::log::batch::{BatchBuilder, Compression};
 use crate::log::config::CleanupPolicy;
-use crate::log::LogConfig;
+use crate::log::{FileSlice, LogConfig};
 use crate::protocol::consumer_offsets::OFFSETS_TOPIC;
 
 /// Kafka's default `offsets.topic.segment.bytes` (100 MiB).
@@ -43,19 +45,20 @@ impl OffsetsStorage for LogStorage<'_> {
             batch.append(now, Some(key), value.as_deref(), &[]);
         }
         let bytes = batch.build().map_err(|e| (errors::UNKNOWN_SERVER_ERROR, e.to_string()))?;
-        let mut guard = self.shared.logs();
-        let Some(logs) = guard.as_mut() else {
+        let Some(logs) = self.shared.logs() else {
             return Err((errors::COORDINATOR_NOT_AVAILABLE, "the broker is shutting down".into()));
         };
-        if logs.log(OFFSETS_TOPIC, partition).is_none() {
+        if logs.partition(OFFSETS_TOPIC, partition).is_none() {
             let n = self.shared.coordinator().config().offsets_topic_num_partitions;
             let config = offsets_topic_config(logs.config());
-            topics::create(logs, OFFSETS_TOPIC, n, Some(config))
+            let creation = logs.lock_topic_creation();
+            topics::create(&creation, OFFSETS_TOPIC, n, Some(config))
                 .map_err(|e| (errors::COORDINATOR_NOT_AVAILABLE, format!("creating {OFFSETS_TOPIC}: {e}")))?;
         }
         let log = logs
-            .log_mut(OFFSETS_TOPIC, partition)
+            .partition(OFFSETS_TOPIC, partition)
             .ok_or((errors::COORDINATOR_NOT_AVAILABLE, format!("{OFFSETS_TOPIC}-{partition} does not exist")))?;
+        // Validated with no lock, appended under the partition's lock only.
         // Kafka's `GroupMetadataManager.storeOffsets` error mapping.
         log.append(&bytes, now).map_err(|e| {
             let code = match errors::log_error_code(&e) {
@@ -64,7 +67,6 @@ impl OffsetsStorage for LogStorage<'_> {
             };
             (code, e.to_string())
         })?;
-        drop(guard);
         // Someone may be consuming __consumer_offsets (long polling).
         self.shared.fetch_wakeup().notify();
         Ok(())
@@ -72,12 +74,12 @@ impl OffsetsStorage for LogStorage<'_> {
 }
 
 /// Replays every `__consumer_offsets` partition of the broker's log into its coordinator, then
-/// ends the coordinator's loading state. Each partition is read under the log lock (record
-/// bytes are read with `pread`, whole segments at a time); a partition that cannot be read is
-/// logged and skipped.
+/// ends the coordinator's loading state. Each partition's segment files are listed under its own
+/// lock, for reading, and read after it is released (record bytes are read with `pread`, whole
+/// segments at a time); a partition that cannot be read is logged and skipped.
 pub(crate) fn load(shared: &Shared) {
     let coordinator = shared.coordinator();
-    let partitions: Vec<i32> = match shared.logs().as_ref() {
+    let partitions: Vec<i32> = match shared.logs() {
         Some(logs) => topics::partitions(logs, OFFSETS_TOPIC),
         None => Vec::new(),
     };
@@ -85,13 +87,22 @@ pub(crate) fn load(shared: &Shared) {
     for partition in partitions {
         let mut records = Vec::new();
         {
-            let guard = shared.logs();
-            let Some(log) = guard.as_ref().and_then(|l| l.log(OFFSETS_TOPIC, partition)) else { continue };
-            for segment in log.segments() {
-                let bytes = match segment.read_bytes(0, segment.size()) {
+            let Some(log) = shared.logs().and_then(|l| l.partition(OFFSETS_TOPIC, partition)) else { continue };
+            // The segments' files and sizes are taken under the partition's lock; the bytes are
+            // read after it is released (a file stays readable while its handle is held).
+            let segments: Vec<_> = log
+                .log()
+                .segments()
+                .map(|s| FileSlice { segment: Arc::clone(s.file()), position: 0, len: u64::from(s.size()) })
+                .collect();
+            for segment in segments {
+                let bytes = match segment.read_to_vec() {
                     Ok(b) => b,
                     Err(e) => {
-                        tracing::warn!("{OFFSETS_TOPIC}-{partition}: reading {}: {e}", segment.log_path().display());
+                        tracing::warn!(
+                            "{OFFSETS_TOPIC}-{partition}: reading {}: {e}",
+                            segment.segment.path().display()
+                        );
                         continue;
                     }
                 };

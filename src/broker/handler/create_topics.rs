@@ -72,7 +72,7 @@ struct Plan {
 /// Checks and creates every topic of the request; one result per distinct topic name, in the
 /// order of first appearance.
 pub(crate) fn handle(shared: &Shared, request: &CreateTopicsRequest, _version: i16) -> CreateTopicsResponse {
-    let mut guard = shared.logs();
+    let logs = shared.logs();
     let mut seen: Vec<&str> = Vec::new();
     let mut results = Vec::new();
     for topic in &request.topics {
@@ -86,7 +86,7 @@ pub(crate) fn handle(shared: &Shared, request: &CreateTopicsRequest, _version: i
         let outcome = if duplicate {
             Err(TopicError::new(errors::INVALID_REQUEST, "Duplicate topic name."))
         } else {
-            match guard.as_mut() {
+            match logs {
                 None => Err(TopicError::new(errors::UNKNOWN_SERVER_ERROR, "the broker is shutting down")),
                 Some(logs) => create_one(shared, logs, topic, request.timeout_ms, request.validate_only),
             }
@@ -106,11 +106,12 @@ pub(crate) fn handle(shared: &Shared, request: &CreateTopicsRequest, _version: i
 }
 
 /// Validates one topic (after the timeout, which Kafka's controller checks first) and, unless
-/// `validate_only`, creates it.
+/// `validate_only`, creates it, checks and creation under the log directory's creation lock (so
+/// of two requests creating one topic, one gets `TOPIC_ALREADY_EXISTS`).
 /// Returns its topic id (nil when not created) and what it was created with.
 fn create_one(
     shared: &Shared,
-    logs: &mut LogManager,
+    logs: &LogManager,
     topic: &CreatableTopic,
     timeout_ms: i32,
     validate_only: bool,
@@ -122,13 +123,14 @@ fn create_one(
             format!("The request's timeout_ms ({timeout_ms}) passed before topic '{name}' could be created."),
         ));
     }
+    let creation = logs.lock_topic_creation();
     topics::check_new_topic(logs, name)?;
     let plan = plan(shared, logs, topic)?;
     if validate_only {
         return Ok(([0; 16], plan));
     }
     let config = plan.has_overrides.then(|| plan.config.clone());
-    match topics::create(logs, name, plan.num_partitions, config) {
+    match topics::create(&creation, name, plan.num_partitions, config) {
         Ok(id) => Ok((id.0, plan)),
         Err(e) => Err(TopicError::new(errors::log_error_code(&e), e.to_string())),
     }

@@ -1,11 +1,14 @@
 //! Fetch (API key 1), answered at once, its record sets moved by the configured read path.
 //!
-//! For each requested partition, in request order: [`PartitionLog::read`] names a
+//! For each requested partition, in request order: [`Partition::read`] names a
 //! [`FileSlice`](crate::log::FileSlice) starting at the batch holding the fetch offset, cut at
 //! `min(partition_max_bytes, bytes left of the response's max_bytes)`. KIP-74: only the first
 //! partition that returns data may exceed the limits (its first batch whole, `min_one_batch`);
-//! once the response's `max_bytes` is used up, later partitions return no records. The lock on
-//! the logs is released before any byte is written; the response is hand-framed by
+//! once the response's `max_bytes` is used up, later partitions return no records. No
+//! broker-wide lock is taken: the partition is looked up under the log directory's map lock
+//! (released at once), its high watermark and log start offset are read without its lock, and its
+//! own lock is held for reading only while the slice's index lookup runs, so a fetch never waits
+//! for another partition's append. No lock is held when any byte is written; the response is hand-framed by
 //! [`FetchResponse::encode`] and written by
 //! [`FetchResponseFrame::write_to`](crate::protocol::fetch_response::FetchResponseFrame::write_to),
 //! so record bytes are never copied into a user-space buffer by the broker itself (the `copy`
@@ -50,7 +53,7 @@ use crate::broker::handler::offset_for_leader_epoch::check_current_leader_epoch;
 use crate::broker::response::Response;
 use crate::broker::shared::Shared;
 use crate::broker::{delayed_fetch, errors, topics};
-use crate::log::PartitionLog;
+use crate::log::Partition;
 use crate::protocol::fetch_response::{FetchResponse, FetchableTopic, PartitionData, FIRST_TOPIC_ID_VERSION};
 
 /// Kafka's broker `fetch.max.bytes` default (57671680 = 55 MiB): the most record bytes one Fetch
@@ -109,11 +112,11 @@ pub(crate) fn build(shared: &Shared, request: &FetchRequest, version: i16) -> Fe
     // max_bytes exists from v3 on; kafka-protocol's default for older versions is i32::MAX.
     let mut bytes_left = i64::from(request.max_bytes.clamp(0, FETCH_MAX_BYTES));
     let mut got_data = false;
-    let guard = shared.logs();
+    let logs = shared.logs();
     for topic in &request.topics {
         let (name, unknown_topic_code) = if version >= FIRST_TOPIC_ID_VERSION {
             let id = topic.topic_id.into_bytes();
-            (guard.as_ref().and_then(|logs| topics::name_by_id(logs, id)), errors::UNKNOWN_TOPIC_ID)
+            (logs.and_then(|logs| topics::name_by_id(logs, id)), errors::UNKNOWN_TOPIC_ID)
         } else {
             (Some(topic.topic.0.as_str().to_string()), errors::UNKNOWN_TOPIC_OR_PARTITION)
         };
@@ -130,13 +133,13 @@ pub(crate) fn build(shared: &Shared, request: &FetchRequest, version: i16) -> Fe
                 aborted_transactions: if read_committed { Some(Vec::new()) } else { None },
                 ..Default::default()
             };
-            match guard.as_ref().and_then(|logs| logs.log(name, p.partition)) {
+            match logs.and_then(|logs| logs.partition(name, p.partition)) {
                 None if name.is_empty() => data.error_code = unknown_topic_code,
                 None => data.error_code = errors::UNKNOWN_TOPIC_OR_PARTITION,
-                Some(log) => {
-                    fill(&mut data, log);
+                Some(partition) => {
+                    fill(&mut data, &partition);
                     // KIP-320 (v9+): Kafka's `Partition.fetchRecords` -> `localLogWithEpochOrThrow`.
-                    if let Err(code) = check_current_leader_epoch(log, p.current_leader_epoch) {
+                    if let Err(code) = check_current_leader_epoch(&partition, p.current_leader_epoch) {
                         data.error_code = code;
                         out.partitions.push(data);
                         continue;
@@ -144,12 +147,15 @@ pub(crate) fn build(shared: &Shared, request: &FetchRequest, version: i16) -> Fe
                     let limit = i64::from(p.partition_max_bytes.max(0)).min(bytes_left);
                     if limit > 0 || !got_data {
                         let max_bytes = u32::try_from(limit.max(0)).unwrap_or(u32::MAX);
-                        match log.read(p.fetch_offset, max_bytes, !got_data) {
+                        match partition.read(p.fetch_offset, max_bytes, !got_data) {
                             Ok(slice) => {
                                 if slice.len > 0 {
                                     got_data = true;
                                     bytes_left -= slice.len as i64;
                                     data.records = Some(slice);
+                                    // Appends may have run since `fill`: the slice ends at the
+                                    // high watermark of its read, never above the one sent.
+                                    fill(&mut data, &partition);
                                 }
                             }
                             Err(e) => {
@@ -178,9 +184,11 @@ fn has_error(response: &FetchResponse) -> bool {
     response.error_code != 0 || response.topics.iter().flat_map(|t| t.partitions.iter()).any(|p| p.error_code != 0)
 }
 
-/// High watermark, last stable offset (= high watermark, no transactions) and log start offset.
-fn fill(data: &mut PartitionData, log: &PartitionLog) {
-    data.high_watermark = log.high_watermark();
-    data.last_stable_offset = log.high_watermark();
-    data.log_start_offset = log.log_start_offset();
+/// High watermark, last stable offset (= high watermark, no transactions) and log start offset,
+/// read without the partition's lock.
+fn fill(data: &mut PartitionData, partition: &Partition) {
+    let high_watermark = partition.high_watermark();
+    data.high_watermark = high_watermark;
+    data.last_stable_offset = high_watermark;
+    data.log_start_offset = partition.log_start_offset();
 }

@@ -35,8 +35,7 @@ pub(crate) fn handle(shared: &Shared, request: &InitProducerIdRequest, _version:
         );
         return error(errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED);
     }
-    let mut guard = shared.logs();
-    let Some(logs) = guard.as_mut() else {
+    let Some(logs) = shared.logs() else {
         // Shutting down: a retriable error, the client asks again (elsewhere).
         return error(errors::COORDINATOR_NOT_AVAILABLE);
     };
@@ -48,6 +47,8 @@ pub(crate) fn handle(shared: &Shared, request: &InitProducerIdRequest, _version:
                 .with_producer_id(id.into())
                 .with_producer_epoch(0)
         }
+        // The log directory closed under the request (shutdown): retriable, as above.
+        Err(crate::log::LogError::Closed { .. }) => error(errors::COORDINATOR_NOT_AVAILABLE),
         Err(e) => {
             log_failure(&e);
             error(errors::UNKNOWN_SERVER_ERROR)

@@ -29,7 +29,7 @@ use crate::broker::errors;
 use crate::broker::handler::offset_for_leader_epoch::{self, epoch_for_offset, leader_epochs};
 use crate::broker::shared::Shared;
 use crate::log::partition::{EARLIEST_TIMESTAMP, LATEST_TIMESTAMP};
-use crate::log::PartitionLog;
+use crate::log::{Partition, PartitionLog};
 
 /// ListOffsets target timestamp meaning "the earliest offset on local storage" (KIP-405).
 pub(crate) const EARLIEST_LOCAL_TIMESTAMP: i64 = -4;
@@ -42,7 +42,7 @@ pub(crate) const LATEST_TIERED_TIMESTAMP: i64 = -5;
 pub(crate) fn handle(shared: &Shared, request: &ListOffsetsRequest, version: i16) -> ListOffsetsResponse {
     // The leader epoch field exists from v4 on; setting it at v1-v3 fails the encoding.
     let with_epoch = version >= 4;
-    let guard = shared.logs();
+    let logs = shared.logs();
     let mut seen = std::collections::HashSet::new();
     let duplicates: std::collections::HashSet<(&str, i32)> = request
         .topics
@@ -67,17 +67,20 @@ pub(crate) fn handle(shared: &Shared, request: &ListOffsetsRequest, version: i16
                     if duplicates.contains(&(name, p.partition_index)) {
                         return resp.with_error_code(errors::INVALID_REQUEST);
                     }
-                    match guard.as_ref().and_then(|logs| logs.log(name, p.partition_index)) {
+                    match logs.and_then(|logs| logs.partition(name, p.partition_index)) {
                         None => resp.with_error_code(errors::UNKNOWN_TOPIC_OR_PARTITION),
-                        Some(log) => {
-                            match offset_for_leader_epoch::check_current_leader_epoch(log, p.current_leader_epoch)
-                                .and_then(|()| lookup(log, p.timestamp))
+                        Some(partition) => {
+                            match offset_for_leader_epoch::check_current_leader_epoch(
+                                &partition,
+                                p.current_leader_epoch,
+                            )
+                            .and_then(|()| lookup(&partition, p.timestamp))
                             {
                                 Ok((timestamp, offset)) => {
                                     let epoch = match p.timestamp {
                                         _ if !with_epoch || offset < 0 => -1,
-                                        LATEST_TIMESTAMP => offset_for_leader_epoch::current_leader_epoch(log),
-                                        _ => epoch_for_offset(&leader_epochs(log), offset).unwrap_or(-1),
+                                        LATEST_TIMESTAMP => offset_for_leader_epoch::current_leader_epoch(&partition),
+                                        _ => epoch_for_offset(&leader_epochs(&partition.log()), offset).unwrap_or(-1),
                                     };
                                     resp.with_timestamp(timestamp).with_offset(offset).with_leader_epoch(epoch)
                                 }
@@ -93,15 +96,16 @@ pub(crate) fn handle(shared: &Shared, request: &ListOffsetsRequest, version: i16
     ListOffsetsResponse::default().with_topics(topics)
 }
 
-/// `(timestamp, offset)` for a target timestamp, or a Kafka error code.
-fn lookup(log: &PartitionLog, target: i64) -> Result<(i64, i64), i16> {
+/// `(timestamp, offset)` for a target timestamp, or a Kafka error code. Latest and earliest are
+/// read without the partition's lock; a timestamp lookup takes it for reading.
+fn lookup(partition: &Partition, target: i64) -> Result<(i64, i64), i16> {
     match target {
-        LATEST_TIMESTAMP => Ok((-1, log.high_watermark())),
-        EARLIEST_TIMESTAMP | EARLIEST_LOCAL_TIMESTAMP => Ok((-1, log.log_start_offset())),
+        LATEST_TIMESTAMP => Ok((-1, partition.high_watermark())),
+        EARLIEST_TIMESTAMP | EARLIEST_LOCAL_TIMESTAMP => Ok((-1, partition.log_start_offset())),
         LATEST_TIERED_TIMESTAMP => Ok((-1, -1)),
-        MAX_TIMESTAMP => max_timestamp(log).map_err(|e| errors::log_error_code(&e)),
+        MAX_TIMESTAMP => max_timestamp(&partition.log()).map_err(|e| errors::log_error_code(&e)),
         t if t < 0 => Err(errors::INVALID_REQUEST),
-        t => match log.fetch_offset_by_timestamp(t) {
+        t => match partition.log().fetch_offset_by_timestamp(t) {
             Ok(Some(found)) => Ok((found.timestamp, found.offset)),
             Ok(None) => Ok((-1, -1)),
             Err(e) => Err(errors::log_error_code(&e)),

@@ -41,8 +41,7 @@ pub(crate) fn handle(shared: &Shared, request: &MetadataRequest, version: i16) -
         .with_brokers(vec![broker])
         .with_cluster_id(Some(StrBytes::from_static_str(CLUSTER_ID)))
         .with_controller_id(BrokerId(NODE_ID));
-    let mut guard = shared.logs();
-    let Some(logs) = guard.as_mut() else {
+    let Some(logs) = shared.logs() else {
         // Shutting down: no topics (clients retry elsewhere or later).
         return response;
     };
@@ -53,9 +52,7 @@ pub(crate) fn handle(shared: &Shared, request: &MetadataRequest, version: i16) -
     };
     let mut topics = Vec::new();
     if all_topics {
-        let mut names: Vec<String> = logs.logs().map(|((t, _), _)| t.clone()).collect();
-        names.dedup();
-        for name in names {
+        for name in logs.topics() {
             topics.push(describe(logs, &name));
         }
     } else {
@@ -87,13 +84,20 @@ fn topic_error(name: &str, code: i16) -> MetadataResponseTopic {
         .with_name(Some(TopicName(StrBytes::from_string(name.to_string()))))
 }
 
-fn describe_or_create(shared: &Shared, logs: &mut LogManager, name: &str, allow_create: bool) -> MetadataResponseTopic {
+fn describe_or_create(shared: &Shared, logs: &LogManager, name: &str, allow_create: bool) -> MetadataResponseTopic {
     if validate_topic_name(name).is_err() {
         return topic_error(name, errors::INVALID_TOPIC_EXCEPTION);
     }
     if !topics::exists(logs, name) {
         if !allow_create {
             return topic_error(name, errors::UNKNOWN_TOPIC_OR_PARTITION);
+        }
+        // Checked and created under the creation lock: a concurrent creator of the same topic
+        // waits, then finds it (topics::create keeps existing partitions).
+        let creation = logs.lock_topic_creation();
+        if topics::exists(logs, name) {
+            drop(creation);
+            return describe(logs, name);
         }
         if let Err(e) = topics::check_new_topic(logs, name) {
             return topic_error(name, e.code);
@@ -107,7 +111,7 @@ fn describe_or_create(shared: &Shared, logs: &mut LogManager, name: &str, allow_
         } else {
             (shared.config.num_partitions, None)
         };
-        if let Err(e) = topics::create(logs, name, num_partitions, config) {
+        if let Err(e) = topics::create(&creation, name, num_partitions, config) {
             tracing::warn!("auto-creating {name}: {e}");
             return topic_error(name, errors::log_error_code(&e));
         }
@@ -116,7 +120,7 @@ fn describe_or_create(shared: &Shared, logs: &mut LogManager, name: &str, allow_
 }
 
 /// The metadata of an existing topic: its partitions in index order, topic id ensured.
-fn describe(logs: &mut LogManager, name: &str) -> MetadataResponseTopic {
+fn describe(logs: &LogManager, name: &str) -> MetadataResponseTopic {
     let topic_id = match logs.ensure_topic_id(name) {
         Ok(id) => uuid::Uuid::from_bytes(id.0),
         Err(e) => {
@@ -124,14 +128,15 @@ fn describe(logs: &mut LogManager, name: &str) -> MetadataResponseTopic {
             uuid::Uuid::nil()
         }
     };
-    let present = topics::partitions(logs, name);
-    let missing = leaderless_partitions(&present);
+    let present = logs.topic_partitions(name);
+    let numbers: Vec<i32> = present.iter().map(|p| p.partition()).collect();
+    let missing = leaderless_partitions(&numbers);
     let mut partitions: Vec<MetadataResponsePartition> = present
-        .into_iter()
+        .iter()
         .map(|p| {
-            let leader_epoch = logs.log(name, p).map_or(0, current_leader_epoch);
+            let leader_epoch = current_leader_epoch(p);
             MetadataResponsePartition::default()
-                .with_partition_index(p)
+                .with_partition_index(p.partition())
                 .with_leader_id(BrokerId(NODE_ID))
                 .with_leader_epoch(leader_epoch)
                 .with_replica_nodes(vec![BrokerId(NODE_ID)])

@@ -28,7 +28,7 @@ use kafka_protocol::messages::{OffsetForLeaderEpochRequest, OffsetForLeaderEpoch
 use crate::broker::errors;
 use crate::broker::shared::Shared;
 use crate::log::checkpoint::EpochEntry;
-use crate::log::PartitionLog;
+use crate::log::{Partition, PartitionLog};
 
 /// `UNDEFINED_EPOCH` (Kafka's `OffsetsForLeaderEpochResponse.UNDEFINED_EPOCH`): no epoch.
 pub(crate) const UNDEFINED_EPOCH: i32 = -1;
@@ -42,7 +42,7 @@ pub(crate) fn handle(
     request: &OffsetForLeaderEpochRequest,
     _version: i16,
 ) -> OffsetForLeaderEpochResponse {
-    let guard = shared.logs();
+    let logs = shared.logs();
     let topics = request
         .topics
         .iter()
@@ -56,13 +56,14 @@ pub(crate) fn handle(
                         .with_partition(p.partition)
                         .with_leader_epoch(UNDEFINED_EPOCH)
                         .with_end_offset(UNDEFINED_EPOCH_OFFSET);
-                    let Some(log) = guard.as_ref().and_then(|logs| logs.log(name, p.partition)) else {
+                    let Some(partition) = logs.and_then(|logs| logs.partition(name, p.partition)) else {
                         return resp.with_error_code(errors::UNKNOWN_TOPIC_OR_PARTITION);
                     };
-                    if let Err(code) = check_current_leader_epoch(log, p.current_leader_epoch) {
+                    if let Err(code) = check_current_leader_epoch(&partition, p.current_leader_epoch) {
                         return resp.with_error_code(code);
                     }
-                    let (epoch, offset) = end_offset_for(&leader_epochs(log), p.leader_epoch, log.log_end_offset());
+                    let log = partition.log();
+                    let (epoch, offset) = end_offset_for(&leader_epochs(&log), p.leader_epoch, log.log_end_offset());
                     if offset == UNDEFINED_EPOCH_OFFSET {
                         resp
                     } else {
@@ -77,17 +78,17 @@ pub(crate) fn handle(
 }
 
 /// The partition's current leader epoch: the epoch this broker stamps on appended batches
-/// ([`PartitionLog::leader_epoch`]; 0 for a new partition, the latest cached epoch for a copied
-/// Kafka log). Metadata, ListOffsets and this handler report it.
-pub(crate) fn current_leader_epoch(log: &PartitionLog) -> i32 {
-    log.leader_epoch()
+/// ([`Partition::leader_epoch`], read without the partition's lock; 0 for a new partition, the
+/// latest cached epoch for a copied Kafka log). Metadata, ListOffsets and this handler report it.
+pub(crate) fn current_leader_epoch(partition: &Partition) -> i32 {
+    partition.leader_epoch()
 }
 
 /// Kafka's `Partition.checkCurrentLeaderEpoch`: `Ok` when `requested` is -1 (not given) or
 /// equals [`current_leader_epoch`]; `FENCED_LEADER_EPOCH` when it is older (the client's
 /// metadata is stale), `UNKNOWN_LEADER_EPOCH` when newer (this broker is behind).
-pub(crate) fn check_current_leader_epoch(log: &PartitionLog, requested: i32) -> Result<(), i16> {
-    let ours = current_leader_epoch(log);
+pub(crate) fn check_current_leader_epoch(partition: &Partition, requested: i32) -> Result<(), i16> {
+    let ours = current_leader_epoch(partition);
     match requested {
         UNDEFINED_EPOCH => Ok(()),
         r if r < ours => Err(errors::FENCED_LEADER_EPOCH),
@@ -103,7 +104,7 @@ pub(crate) fn check_current_leader_epoch(log: &PartitionLog, requested: i32) -> 
 /// leader's cache always holds its current epoch even before anything was appended under it.
 pub(crate) fn leader_epochs(log: &PartitionLog) -> Vec<EpochEntry> {
     let mut epochs = log.leader_epochs().to_vec();
-    let current = current_leader_epoch(log);
+    let current = log.leader_epoch();
     if current >= 0 && epochs.last().is_none_or(|last| current > last.epoch) {
         epochs.push(EpochEntry { epoch: current, start_offset: log.log_end_offset() });
     }

@@ -7,11 +7,12 @@
 //!
 //! Each partition's record set must hold exactly one magic-2 batch (Kafka's
 //! `ProduceRequest.validateRecords`: `INVALID_RECORD` otherwise; bytes after the batch that do not
-//! make a whole one are dropped, as `UnifiedLog.trimInvalidBytes` drops them).
-//! [`PartitionLog::append`](crate::log::PartitionLog::append) validates every batch (length,
-//! magic, CRC) and assigns offsets from the log end offset; before it, each batch's size is
-//! checked against the topic's `max.message.bytes` (`MESSAGE_TOO_LARGE`, Kafka's
-//! `LogValidator`). Errors map to codes in [`errors::log_error_code`]. Produce does not create
+//! make a whole one are dropped, as `UnifiedLog.trimInvalidBytes` drops them). Each batch's size
+//! is checked against the topic's `max.message.bytes` (`MESSAGE_TOO_LARGE`, Kafka's
+//! `LogValidator`), then [`Partition::validate`] checks every batch (length, magic, CRC,
+//! decompression and the record walk), all with no lock held; finally
+//! [`Partition::append_validated`] assigns offsets from the log end offset and writes, holding only
+//! that partition's lock. Errors map to codes in [`errors::log_error_code`]. Produce does not create
 //! topics: an unknown partition is `UNKNOWN_TOPIC_OR_PARTITION`. v13 names topics by topic id
 //! (KIP-516), resolved through `partition.metadata`; an unknown id is `UNKNOWN_TOPIC_ID`.
 //! Transactional produce is refused with `TRANSACTIONAL_ID_AUTHORIZATION_FAILED` (transactions are out of scope).
@@ -25,15 +26,14 @@ use kafka_protocol::messages::produce_response::{PartitionProduceResponse, Topic
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use kafka_protocol::protocol::StrBytes;
 
+use std::sync::Arc;
+
 use crate::broker::errors;
 use crate::broker::shared::Shared;
 use crate::log::batch::{BatchBoundaries, BatchHeader};
-use crate::log::config::TimestampType;
-use crate::log::partition::now_ms;
-use crate::log::PartitionLog;
-
-/// `NOT_LEADER_OR_FOLLOWER` (6, retriable): the answer while the broker shuts down.
-const NOT_LEADER_OR_FOLLOWER: i16 = 6;
+use crate::log::config::{LogConfig, TimestampType};
+use crate::log::partition::{now_ms, ValidatedRecords};
+use crate::log::Partition;
 
 /// What to do after a produce.
 #[derive(Debug)]
@@ -46,9 +46,17 @@ pub(crate) enum Outcome {
     Close,
 }
 
+/// One partition's record set, validated and ready to append, or its error.
+type Prepared = Result<(Arc<Partition>, Arc<LogConfig>, ValidatedRecords), (i16, String)>;
+
 /// Appends every partition's records and builds the response (topics and partitions in request
 /// order). `base_offset` is the offset given to the first record, `log_append_time_ms` -1
 /// unless the topic uses `LogAppendTime`.
+///
+/// Every partition's records are validated first, with no lock held (CRC-32C, decompression, the
+/// record walk: [`Partition::validate`]); then each is appended holding only its own partition's
+/// lock, so a slow validation (a decompression bomb) delays nobody else, and appends to other
+/// partitions, from other connections, run in parallel.
 pub(crate) fn handle(shared: &Shared, request: &ProduceRequest, version: i16) -> Outcome {
     let acks = request.acks;
     let fixed_error = if !(-1..=1).contains(&acks) {
@@ -59,37 +67,54 @@ pub(crate) fn handle(shared: &Shared, request: &ProduceRequest, version: i16) ->
         None
     };
     let now = now_ms();
+    let logs = shared.logs();
+    // Phase 1, no lock held: resolve and validate every partition's records.
+    let prepared: Vec<(String, Vec<Prepared>)> = request
+        .topic_data
+        .iter()
+        .map(|topic| {
+            // KIP-516: v13 names topics by id; an unknown id is UNKNOWN_TOPIC_ID (KafkaApis).
+            let resolved = crate::broker::topics::resolve(logs, topic.name.0.as_str(), topic.topic_id, version >= 13);
+            let name = resolved.clone().unwrap_or_default();
+            let partitions = topic
+                .partition_data
+                .iter()
+                .map(|data| {
+                    if let Some((code, message)) = fixed_error {
+                        return Err((code, message.to_string()));
+                    }
+                    // Retriable, as Kafka answers a partition it no longer leads: the client
+                    // retries until the broker is back, instead of failing the record for good.
+                    let shutting_down = || (errors::NOT_LEADER_OR_FOLLOWER, "broker is shutting down".to_string());
+                    let Some(logs) = logs else { return Err(shutting_down()) };
+                    let Some(partition) = logs.partition(&name, data.index) else {
+                        return Err(if logs.is_shut_down() {
+                            shutting_down()
+                        } else if resolved.is_none() {
+                            (errors::UNKNOWN_TOPIC_ID, format!("topic id {} is not hosted here", topic.topic_id))
+                        } else {
+                            (errors::UNKNOWN_TOPIC_OR_PARTITION, format!("{name}-{} is not hosted here", data.index))
+                        });
+                    };
+                    validate(partition, data.records.as_deref().unwrap_or(&[]), now)
+                })
+                .collect();
+            (name, partitions)
+        })
+        .collect();
+    // Phase 2: each append holds its own partition's lock only.
     let mut any_error = false;
     let mut appended = false;
     let mut topics = Vec::with_capacity(request.topic_data.len());
-    let mut guard = shared.logs();
-    for topic in &request.topic_data {
-        // KIP-516: v13 names topics by id; an unknown id is UNKNOWN_TOPIC_ID (KafkaApis).
-        let resolved =
-            crate::broker::topics::resolve(guard.as_ref(), topic.name.0.as_str(), topic.topic_id, version >= 13);
-        let name = resolved.as_deref().unwrap_or_default();
-        let mut partitions = Vec::with_capacity(topic.partition_data.len());
-        for data in &topic.partition_data {
+    for (topic, (name, partitions)) in request.topic_data.iter().zip(prepared) {
+        let mut responses = Vec::with_capacity(partitions.len());
+        for (data, prepared) in topic.partition_data.iter().zip(partitions) {
             let mut resp = PartitionProduceResponse::default()
                 .with_index(data.index)
                 .with_base_offset(-1)
                 .with_log_append_time_ms(-1)
                 .with_log_start_offset(-1);
-            let result = match (fixed_error, guard.as_mut()) {
-                (Some((code, message)), _) => Err((code, message.to_string())),
-                // Retriable, as Kafka answers a partition it no longer leads: the client retries
-                // until the broker is back, instead of failing the record for good.
-                (None, None) => Err((NOT_LEADER_OR_FOLLOWER, "broker is shutting down".to_string())),
-                (None, Some(logs)) => match logs.log_mut(name, data.index) {
-                    None if resolved.is_none() => {
-                        Err((errors::UNKNOWN_TOPIC_ID, format!("topic id {} is not hosted here", topic.topic_id)))
-                    }
-                    None => {
-                        Err((errors::UNKNOWN_TOPIC_OR_PARTITION, format!("{name}-{} is not hosted here", data.index)))
-                    }
-                    Some(log) => append(log, data.records.as_deref().unwrap_or(&[]), now),
-                },
-            };
+            let result = prepared.and_then(|(partition, config, records)| append(&partition, &config, records, now));
             match result {
                 Ok((base_offset, log_append_time_ms, log_start_offset)) => {
                     appended = true;
@@ -104,15 +129,14 @@ pub(crate) fn handle(shared: &Shared, request: &ProduceRequest, version: i16) ->
                     resp = resp.with_error_code(code).with_error_message(Some(StrBytes::from_string(message)));
                 }
             }
-            partitions.push(resp);
+            responses.push(resp);
         }
         let topic_response =
             TopicProduceResponse::default().with_name(topic.name.clone()).with_topic_id(topic.topic_id);
-        topics.push(topic_response.with_partition_responses(partitions));
+        topics.push(topic_response.with_partition_responses(responses));
     }
-    drop(guard);
     if appended {
-        // Wake parked fetches at once (long polling), after the log lock is released.
+        // Wake parked fetches at once (long polling), after the partition locks are released.
         shared.fetch_wakeup().notify();
     }
     match acks {
@@ -122,11 +146,15 @@ pub(crate) fn handle(shared: &Shared, request: &ProduceRequest, version: i16) ->
     }
 }
 
-/// Appends one record set: `(base_offset, log_append_time_ms, log_start_offset)` or
-/// `(error code, message)`.
-fn append(log: &mut PartitionLog, records: &[u8], now: i64) -> Result<(i64, i64, i64), (i16, String)> {
+/// Validates one record set for `partition` with no lock held: Kafka's
+/// `ProduceRequest.validateRecords` ([`validate_record_set`]), `max.message.bytes`
+/// (`MESSAGE_TOO_LARGE`), no transactional batches, then the log's checks
+/// ([`Partition::validate`]: CRC, decompression, record walk, LogValidator rules,
+/// LogAppendTime stamping).
+fn validate(partition: Arc<Partition>, records: &[u8], now: i64) -> Prepared {
     let records = validate_record_set(records)?;
-    let max = i64::from(log.config().max_message_bytes);
+    let config = partition.config();
+    let max = i64::from(config.max_message_bytes);
     for batch in BatchBoundaries::new(records) {
         if batch.size as i64 > max {
             return Err((
@@ -146,8 +174,20 @@ fn append(log: &mut PartitionLog, records: &[u8], now: i64) -> Result<(i64, i64,
             ));
         }
     }
-    let append_time = log.config().message_timestamp_type == TimestampType::LogAppendTime;
-    match log.append(records, now) {
+    let validated = partition.validate(records, now).map_err(|e| (errors::log_error_code(&e), e.to_string()))?;
+    Ok((partition, config, validated))
+}
+
+/// Appends one validated record set under its partition's lock: `(base_offset,
+/// log_append_time_ms, log_start_offset)` or `(error code, message)`.
+fn append(
+    partition: &Partition,
+    config: &LogConfig,
+    records: ValidatedRecords,
+    now: i64,
+) -> Result<(i64, i64, i64), (i16, String)> {
+    let append_time = config.message_timestamp_type == TimestampType::LogAppendTime;
+    match partition.append_validated(records, now) {
         // A producer's retry of batches already written (idempotence): `NONE` with the ORIGINAL
         // base offset, nothing appended (Kafka's `UnifiedLog.append` duplicate path). For a
         // LogAppendTime topic the original append time is the original batch's max timestamp.

@@ -378,7 +378,7 @@ impl PartitionLog {
             dir: dir.to_path_buf(),
             topic,
             partition,
-            config,
+            config: std::sync::Arc::new(config),
             segments,
             log_start_offset,
             log_end_offset: end,
@@ -394,6 +394,9 @@ impl PartitionLog {
             last_producer_expiry_check_ms: now_ms,
             storage_warnings: StorageWarnings::default(),
             max_producer_id: scan.max_producer_id,
+            closed: false,
+            background_flush: false,
+            pending_flush_below: None,
         };
         Ok((log, report))
     }

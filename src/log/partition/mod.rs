@@ -3,9 +3,10 @@
 //!
 //! | file | Kafka class | what |
 //! |---|---|---|
-//! | `partition_log` | `UnifiedLog`, `LocalLog` | [`PartitionLog`]: state and accessors, [`append`](PartitionLog::append), roll, flush, close; [`AppendInfo`], [`LogOffsetMetadata`] |
+//! | `partition_log` | `UnifiedLog`, `LocalLog` | [`PartitionLog`]: state and accessors, [`append`](PartitionLog::append), roll, flush (inline, or planned for the scheduler: [`FlushPlan`]), close; [`AppendInfo`], [`LogOffsetMetadata`] |
+//! | `shared_partition` | `Partition` (its `UnifiedLog` lock) | [`Partition`]: the log behind its own lock, lock-free log end offset, high watermark and log start offset, validation outside the lock, the scheduler's flush |
 //! | `loader` | `LogLoader` | [`PartitionLog::open`]: leftovers, `.swap` completion, index checks, recovery, checkpoints, producer state rebuilt; [`OpenOptions`], [`LoadReport`], [`DamagedFile`], [`OffsetHole`] |
-//! | `validator` | `LogValidator` | checks on appended batches, offset assignment, leader epoch and LogAppendTime stamping |
+//! | `validator` | `LogValidator` | checks on appended batches ([`validate_client_records`] -> [`ValidatedRecords`], no lock needed), offset assignment, leader epoch and LogAppendTime stamping |
 //! | `read` | `LocalLog.read`, `UnifiedLog.fetchOffsetByTimestamp` | [`PartitionLog::read`] -> [`FileSlice`], offset for a timestamp, the high watermark |
 //! | `retention` | `UnifiedLog.deleteOldSegments`, `replaceSegments` (the `LogCleaner` side) | deleting the oldest segments, swapping in cleaned ones |
 //! | `epoch_cache` | `LeaderEpochFileCache` | assigning and truncating leader epoch entries |
@@ -29,11 +30,15 @@ mod loader;
 mod partition_log;
 mod read;
 mod retention;
+mod shared_partition;
 mod validator;
 
 pub(crate) use loader::compacted_internal_topic;
 pub use loader::{parse_topic_partition, DamagedFile, LoadReport, OffsetHole, OpenOptions};
-pub use partition_log::{now_ms, AppendInfo, LogOffsetMetadata, PartitionLog};
+pub use partition_log::{now_ms, AppendInfo, FlushPlan, LogOffsetMetadata, PartitionLog};
 pub use read::{EARLIEST_TIMESTAMP, LATEST_TIMESTAMP};
+pub(crate) use shared_partition::Wakeup;
+pub use shared_partition::{Partition, PartitionLogMut};
+pub use validator::{validate_client_records, ValidatedRecords};
 
 pub use super::segment::{FileSlice, SegmentFile};

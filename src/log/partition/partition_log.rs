@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::log::batch::{BatchBoundaries, RecordBatch};
 use crate::log::checkpoint::{
@@ -19,10 +20,10 @@ use crate::log::producer_state::{
     ProducerCheck, ProducerStateManager, DEFAULT_PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS,
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
 };
-use crate::log::segment::{self, Segment, SegmentConfig};
+use crate::log::segment::{self, Segment, SegmentConfig, SegmentSync};
 
 use super::epoch_cache::assign_epoch;
-use super::validator::{batch_error, validate_and_assign_offsets, validate_with_offsets};
+use super::validator::{assign_offsets, batch_error, validate_client_records, validate_with_offsets, ValidatedRecords};
 
 /// An offset with its physical location: Kafka's `LogOffsetMetadata`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,7 +63,8 @@ pub struct AppendInfo {
     pub duplicate: bool,
 }
 
-/// One partition's log. Not internally synchronised: wrap it in a lock; [`PartitionLog::read`]
+/// One partition's log. Not internally synchronised: [`Partition`](super::Partition) is its lock
+/// (a log directory's partitions are [`Partition`](super::Partition)s); [`PartitionLog::read`]
 /// takes `&self`, appends `&mut self`.
 ///
 /// ```
@@ -91,7 +93,8 @@ pub struct PartitionLog {
     pub(super) dir: PathBuf,
     pub(super) topic: String,
     pub(super) partition: i32,
-    pub(super) config: LogConfig,
+    /// Shared with [`Partition`](super::Partition)'s lock-free copy (replaced, never mutated).
+    pub(super) config: Arc<LogConfig>,
     pub(super) segments: BTreeMap<i64, Segment>,
     pub(super) log_start_offset: i64,
     pub(super) log_end_offset: LogOffsetMetadata,
@@ -109,6 +112,54 @@ pub struct PartitionLog {
     /// Largest producer id in any batch header read at load or appended since (expired producers
     /// included): the floor of new producer id blocks.
     pub(super) max_producer_id: Option<i64>,
+    /// Closed by [`Self::close_in_place`] (a log directory's shutdown): appends are refused with
+    /// [`LogError::Closed`], reads go on.
+    pub(super) closed: bool,
+    /// Whether fsyncs are left to the log directory's background scheduler (see
+    /// [`Self::set_background_flush`]).
+    pub(super) background_flush: bool,
+    /// With background flushing: the base offset of the newest segment rolled since the last
+    /// flush; the segments below it await their fsync (Kafka's roll schedules
+    /// `flushUptoOffsetExclusive(newSegment.baseOffset)`).
+    pub(super) pending_flush_below: Option<i64>,
+}
+
+/// The fsync work of one background flush, collected under the partition's lock by
+/// [`PartitionLog::plan_background_flush`] and run with no lock held ([`FlushPlan::sync`]): the
+/// segments' files (the `.log` shared with readers, the index files opened again), then the
+/// partition directory. [`PartitionLog::complete_background_flush`] then moves the recovery point
+/// to [`FlushPlan::target`] under the lock.
+#[derive(Debug)]
+pub struct FlushPlan {
+    /// The recovery point once the files are synced: the log end offset when the plan was made
+    /// for a full flush (`flush.messages` / `flush.ms`), else the base offset of the newest
+    /// rolled segment.
+    pub(super) target: i64,
+    /// Whether this flushes up to the log end (`flush.messages` / `flush.ms`) rather than only
+    /// rolled segments.
+    pub(super) full: bool,
+    /// Unflushed messages counted when the plan was made (a full flush), subtracted on completion.
+    pub(super) messages: u64,
+    pub(super) segments: Vec<SegmentSync>,
+    pub(super) dir: PathBuf,
+}
+
+impl FlushPlan {
+    /// The offset the recovery point moves to once the plan's files are synced.
+    pub fn target(&self) -> i64 {
+        self.target
+    }
+
+    /// fsyncs the planned segments' files and the partition directory. Takes no lock: the files
+    /// are handles of their own (a segment deleted meanwhile is synced harmlessly).
+    ///
+    /// Errors: [`LogError::Io`] / [`LogError::OutOfSpace`] naming the file.
+    pub fn sync(&self) -> Result<(), LogError> {
+        for seg in &self.segments {
+            seg.sync()?;
+        }
+        sync_dir(&self.dir)
+    }
 }
 
 /// How often a partition logs a failing write at warn (issue 12: a full disk must be visible
@@ -172,9 +223,15 @@ impl PartitionLog {
         &self.config
     }
 
+    /// The effective config, shared (the copy [`Partition`](super::Partition) reads without its
+    /// lock).
+    pub fn config_arc(&self) -> &Arc<LogConfig> {
+        &self.config
+    }
+
     /// Replaces the config (takes effect for later appends, rolls and cleaning).
     pub fn set_config(&mut self, config: LogConfig) {
-        self.config = config;
+        self.config = Arc::new(config);
     }
 
     /// First readable offset.
@@ -252,12 +309,13 @@ impl PartitionLog {
         &self.leader_epochs
     }
 
-    /// Appends v2 batches as a leader does: validates each (length, magic, CRC) and assigns offsets
-    /// from the log end offset by rewriting each base offset, outside the CRC (Kafka's
-    /// `LogValidator`, in `validator.rs`), checks idempotent producers' epochs and sequences
-    /// ([`producer_state`](crate::log::producer_state), Kafka's `analyzeAndValidateProducerState`),
-    /// rolls first when the append would not fit the active segment, and moves the high watermark
-    /// to the new LEO. `records` holds one or more whole
+    /// Appends v2 batches as a leader does: validates each (length, magic, CRC, the record walk:
+    /// [`validate_client_records`], which a [`Partition`](super::Partition) runs before taking its
+    /// lock) and assigns offsets from the log end offset by rewriting each base offset, outside the
+    /// CRC (Kafka's `LogValidator`, in `validator.rs`), checks idempotent producers' epochs and
+    /// sequences ([`producer_state`](crate::log::producer_state), Kafka's
+    /// `analyzeAndValidateProducerState`), rolls first when the append would not fit the active
+    /// segment, and moves the high watermark to the new LEO. `records` holds one or more whole
     /// batches (a produce request's record set). Every batch is checked before anything is
     /// written. A set that repeats batches already written (a producer's retry) appends nothing
     /// and returns the original offsets with [`AppendInfo::duplicate`] set.
@@ -265,17 +323,26 @@ impl PartitionLog {
     /// Errors: [`LogError::Batch`] for an invalid batch; [`LogError::OutOfOrderSequence`] /
     /// [`LogError::InvalidProducerEpoch`] for a producer's batch that breaks its sequence or epoch
     /// (nothing is appended then); [`LogError::InvalidAppend`] for an empty or oversized append or
-    /// a read-only log; [`LogError::Io`].
+    /// a read-only log; [`LogError::Closed`] after [`Self::close_in_place`]; [`LogError::Io`].
     pub fn append(&mut self, records: &[u8], now_ms: i64) -> Result<AppendInfo, LogError> {
-        let (owned, headers) = validate_and_assign_offsets(
-            &self.dir,
-            records,
-            self.log_end_offset.offset,
-            self.leader_epoch,
-            &self.config,
-            now_ms,
-        )?;
-        let update = match self.producer_state.check_append(&headers)? {
+        let validated = validate_client_records(&self.dir, records, &self.config, now_ms)?;
+        self.append_validated(validated, now_ms)
+    }
+
+    /// The second half of [`Self::append`], the part that needs the partition's state (Kafka's
+    /// `UnifiedLog.append` inside `lock synchronized`): assigns the offsets of `records` (validated
+    /// by [`validate_client_records`]) from the log end offset and stamps the leader epoch (base
+    /// offset and epoch are outside the CRC), checks the producers' epochs and sequences, and
+    /// writes.
+    ///
+    /// Errors: as [`Self::append`], less the batch checks already done.
+    pub fn append_validated(&mut self, mut records: ValidatedRecords, now_ms: i64) -> Result<AppendInfo, LogError> {
+        if self.closed {
+            return Err(self.closed_error());
+        }
+        assign_offsets(&self.dir, &mut records, self.log_end_offset.offset, self.leader_epoch)?;
+        let headers = &records.headers;
+        let update = match self.producer_state.check_append(headers)? {
             ProducerCheck::Duplicate(original) => {
                 tracing::debug!(
                     "{}-{}: duplicate of offsets {}..={} (a producer's retry); nothing appended",
@@ -297,12 +364,12 @@ impl PartitionLog {
             }
             ProducerCheck::Append(update) => update,
         };
-        let written = self.write_assigned(&owned, now_ms);
+        let written = self.write_assigned(&records.bytes, now_ms);
         let (info, epochs_changed, messages) = self.track_storage(written)?;
         // The records are in the log: the producer state knows them even if the steps after the
         // write fail, so a producer's retry is recognised as a duplicate, not stored twice.
         self.producer_state.apply(update);
-        let appended_max = headers.iter().filter(|h| h.has_producer_id()).map(|h| h.producer_id).max();
+        let appended_max = records.headers.iter().filter(|h| h.has_producer_id()).map(|h| h.producer_id).max();
         self.max_producer_id = self.max_producer_id.max(appended_max);
         let after = self.after_write(epochs_changed, messages, now_ms);
         self.track_storage(after)?;
@@ -311,6 +378,15 @@ impl PartitionLog {
             self.remove_expired_producers(now_ms);
         }
         Ok(info)
+    }
+
+    fn closed_error(&self) -> LogError {
+        LogError::Closed { partition: format!("{}-{}", self.topic, self.partition) }
+    }
+
+    /// Whether [`Self::close_in_place`] closed the log.
+    pub fn is_closed(&self) -> bool {
+        self.closed
     }
 
     /// The producer state of this partition (idempotent producers; empty for a read-only log).
@@ -379,6 +455,9 @@ impl PartitionLog {
         if self.read_only {
             return Err(LogError::InvalidAppend { path: self.dir.clone(), reason: "log is open read-only".into() });
         }
+        if self.closed {
+            return Err(self.closed_error());
+        }
         let max_segment = self.config.segment_bytes.max(1) as u64;
         if records.len() as u64 > max_segment {
             return Err(LogError::InvalidAppend {
@@ -441,13 +520,17 @@ impl PartitionLog {
     }
 
     /// What follows a write: the leader-epoch checkpoint when the epochs changed, and the flush
-    /// that `flush.messages` / `flush.ms` call for. An error here comes after the records were
+    /// that `flush.messages` / `flush.ms` call for (inline, unless the log directory's scheduler
+    /// flushes: [`Self::set_background_flush`]). An error here comes after the records were
     /// written (they stay in the log).
     fn after_write(&mut self, epochs_changed: bool, messages: u64, now_ms: i64) -> Result<(), LogError> {
         if epochs_changed {
             write_leader_epoch_checkpoint(&self.dir.join(LEADER_EPOCH_CHECKPOINT), &self.leader_epochs)?;
         }
         self.unflushed_messages += messages;
+        if self.background_flush {
+            return Ok(());
+        }
         let flush_ms = self.config.flush_ms;
         if self.unflushed_messages >= self.config.flush_messages.max(1) as u64
             || now_ms.saturating_sub(self.last_flush_ms) >= flush_ms
@@ -491,8 +574,13 @@ impl PartitionLog {
             Segment::delete_files(&self.dir, old_base, "")?;
         }
         // Kafka's roll schedules `flushUptoOffsetExclusive(new base)`: the rolled segment is
-        // fsynced and the recovery point moves past it (done inline here).
-        self.flush_segments_below(new_base)?;
+        // fsynced and the recovery point moves past it, on the log directory's scheduler when it
+        // has one (`set_background_flush`), else inline here.
+        if self.background_flush {
+            self.pending_flush_below = Some(self.pending_flush_below.map_or(new_base, |p| p.max(new_base)));
+        } else {
+            self.flush_segments_below(new_base)?;
+        }
         self.log_end_offset = LogOffsetMetadata { offset: new_base, segment_base_offset: new_base, position: 0 };
         if self.high_watermark.offset >= new_base {
             self.high_watermark = self.log_end_offset;
@@ -512,7 +600,97 @@ impl PartitionLog {
         self.recovery_point = self.log_end_offset.offset;
         self.unflushed_messages = 0;
         self.last_flush_ms = now_ms;
+        self.pending_flush_below = None;
         Ok(())
+    }
+
+    /// Leaves the fsyncs of this log to a background scheduler (the log directory's, Kafka's
+    /// `kafka-scheduler`; see [`scheduler`](crate::log::scheduler)) instead of running them inline:
+    /// a roll only records that the rolled segments await their fsync, and `flush.messages` /
+    /// `flush.ms` only make [`Self::background_flush_due`] true. The scheduler then runs
+    /// [`Self::plan_background_flush`], [`FlushPlan::sync`] with no lock held, and
+    /// [`Self::complete_background_flush`]. Off by default (a log used alone, tests, tools).
+    pub fn set_background_flush(&mut self, on: bool) {
+        self.background_flush = on;
+    }
+
+    /// Whether [`Self::set_background_flush`] is on.
+    pub fn is_background_flush(&self) -> bool {
+        self.background_flush
+    }
+
+    /// Whether a rolled segment awaits its fsync or `flush.messages` is reached: work for the
+    /// scheduler as soon as it can (it is woken for it), not at its next tick.
+    pub fn flush_requested(&self) -> bool {
+        self.pending_flush_below.is_some() || self.flush_messages_reached()
+    }
+
+    fn flush_messages_reached(&self) -> bool {
+        self.unflushed_messages > 0 && self.unflushed_messages >= self.config.flush_messages.max(1) as u64
+    }
+
+    fn flush_ms_reached(&self, now_ms: i64) -> bool {
+        self.unflushed_messages > 0 && now_ms.saturating_sub(self.last_flush_ms) >= self.config.flush_ms
+    }
+
+    /// The last time (ms) the whole log was fsynced (`flush.ms` counts from it); `None` when
+    /// nothing appended is unflushed.
+    pub fn unflushed_since_ms(&self) -> Option<i64> {
+        (self.unflushed_messages > 0).then_some(self.last_flush_ms)
+    }
+
+    /// Whether a background flush has work at `now_ms`: [`Self::flush_requested`], or `flush.ms`
+    /// passed since the last flush with messages unflushed (Kafka's `LogManager.flushDirtyLogs`).
+    pub fn background_flush_due(&self, now_ms: i64) -> bool {
+        self.flush_requested() || self.flush_ms_reached(now_ms)
+    }
+
+    /// Collects the fsync work of a background flush (see [`Self::set_background_flush`]):
+    /// for `flush.messages` / `flush.ms`, every segment from the one holding the recovery point
+    /// to the active one, the target being the log end offset; otherwise the rolled segments
+    /// below the newest roll, the target being its base offset. The index files are opened
+    /// again here (an `open`, no I/O on data), so the fsyncs need no lock. `None` when there is
+    /// nothing to do (or the log is read-only or closed).
+    ///
+    /// Errors: [`LogError::Io`] opening an index file.
+    pub fn plan_background_flush(&mut self, now_ms: i64) -> Result<Option<FlushPlan>, LogError> {
+        if self.read_only || self.closed {
+            return Ok(None);
+        }
+        let full = self.flush_messages_reached() || self.flush_ms_reached(now_ms);
+        let (target, end_base) = match self.pending_flush_below {
+            _ if full => (self.log_end_offset.offset, i64::MAX),
+            Some(below) => (below, below),
+            None => return Ok(None),
+        };
+        let from = self.segments.range(..=self.recovery_point).next_back().map(|(b, _)| *b).unwrap_or(i64::MIN);
+        let mut segments = Vec::new();
+        if from < end_base {
+            for seg in self.segments.range(from..end_base).map(|(_, s)| s) {
+                segments.push(seg.sync_handles()?);
+            }
+        }
+        Ok(Some(FlushPlan {
+            target,
+            full,
+            messages: if full { self.unflushed_messages } else { 0 },
+            segments,
+            dir: self.dir.clone(),
+        }))
+    }
+
+    /// Completes a background flush whose [`FlushPlan::sync`] succeeded: the recovery point moves
+    /// to the plan's target (never back), a full flush subtracts the messages it covered and
+    /// restarts `flush.ms`, and a pending roll flush it covered is done.
+    pub fn complete_background_flush(&mut self, plan: &FlushPlan, now_ms: i64) {
+        self.recovery_point = self.recovery_point.max(plan.target.min(self.log_end_offset.offset));
+        if plan.full {
+            self.unflushed_messages = self.unflushed_messages.saturating_sub(plan.messages);
+            self.last_flush_ms = now_ms;
+        }
+        if self.pending_flush_below.is_some_and(|below| below <= plan.target) {
+            self.pending_flush_below = None;
+        }
     }
 
     /// Applies `flush.ms` when no append did (Kafka's scheduled `flushDirtyLogs`): flushes when
@@ -549,12 +727,25 @@ impl PartitionLog {
 
     /// Closes every segment (final time-index entries, trimmed indexes) after an fsync.
     pub fn close(mut self) -> Result<(), LogError> {
-        if self.read_only {
+        self.close_in_place()
+    }
+
+    /// [`Self::close`] for a log others may still hold (a [`Partition`](super::Partition) shared
+    /// with in-flight requests): everything is fsynced, every segment closed (final time-index
+    /// entries, trimmed indexes), and from now on appends are refused with [`LogError::Closed`]
+    /// (even when this fails half way); reads of what was written go on. Closing twice is a
+    /// no-op.
+    ///
+    /// Errors: the fsync's or a segment's.
+    pub fn close_in_place(&mut self) -> Result<(), LogError> {
+        if self.read_only || self.closed {
+            self.closed = true;
             return Ok(());
         }
+        self.closed = true;
         self.flush(now_ms())?;
-        for (_, seg) in std::mem::take(&mut self.segments) {
-            seg.close()?;
+        for seg in self.segments.values_mut() {
+            seg.close_in_place()?;
         }
         Ok(())
     }

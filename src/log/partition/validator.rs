@@ -12,26 +12,57 @@ use crate::log::batch::{BatchBoundaries, BatchError, BatchHeader, RecordBatch, A
 use crate::log::config::{LogConfig, TimestampType};
 use crate::log::error::LogError;
 
+/// A client's record set that passed every check that does not depend on the partition's state
+/// ([`validate_client_records`]): the bytes as they will be written, except for the base offsets
+/// and the partition leader epoch, which the leader stamps under the partition's lock
+/// ([`PartitionLog::append_validated`](super::PartitionLog::append_validated); both lie outside
+/// the CRC, so stamping them needs no CRC pass).
+///
+/// Built with no lock held: a Produce validates (CRC-32C, decompression, the record walk) before
+/// it takes its partition's lock, as Kafka's `UnifiedLog.append` runs `analyzeAndValidateRecords`
+/// and the `LogValidator` record checks before `lock synchronized`.
+#[derive(Debug)]
+pub struct ValidatedRecords {
+    /// The record set, LogAppendTime already stamped (CRC recomputed) where the topic asks for it.
+    pub(super) bytes: Vec<u8>,
+    /// `(position, size)` of each batch in `bytes`.
+    pub(super) batches: Vec<(usize, usize)>,
+    /// Each batch's header as it will be written (base offset and leader epoch filled in when the
+    /// offsets are assigned).
+    pub(super) headers: Vec<BatchHeader>,
+}
+
+impl ValidatedRecords {
+    /// Bytes of the record set.
+    pub fn size_in_bytes(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// Number of batches.
+    pub fn batch_count(&self) -> usize {
+        self.batches.len()
+    }
+}
+
 /// Validates the v2 batches of a client's append (`records`: one or more whole batches, a produce
-/// request's record set) and assigns their offsets from `log_end_offset`, as a leader does: each
-/// batch's length, magic and CRC, the client rules of [`validate_client_batch`], and a next offset
-/// that fits an `i64`; then each base offset is rewritten (outside the CRC), `leader_epoch`
-/// stamped and, for `message.timestamp.type=LogAppendTime`, the batch timestamp set to `now_ms`
-/// (CRC recomputed). Every batch is checked before any is returned. Returns the rewritten bytes and
-/// each batch's header as it will be written.
+/// request's record set) as a leader does before it takes the partition's lock (Kafka's
+/// `UnifiedLog.analyzeAndValidateRecords` and the record checks of `LogValidator`): each batch's
+/// length, magic and CRC-32C, the client rules of [`validate_client_batch`] (records decompressed
+/// and walked), and for `message.timestamp.type=LogAppendTime` the batch timestamp set to
+/// `now_ms` (CRC recomputed). Every batch is checked before any is returned. Reads only `config`
+/// (`cleanup.policy`, `message.timestamp.type`); `dir` names the partition in errors.
+///
+/// The offsets are assigned later, under the partition's lock ([`assign_offsets`]).
 ///
 /// Errors: [`LogError::Batch`] naming `dir` and the batch's position for an invalid batch;
 /// [`LogError::InvalidAppend`] for an empty append.
-pub(super) fn validate_and_assign_offsets(
+pub fn validate_client_records(
     dir: &Path,
     records: &[u8],
-    log_end_offset: i64,
-    leader_epoch: i32,
     config: &LogConfig,
     now_ms: i64,
-) -> Result<(Vec<u8>, Vec<BatchHeader>), LogError> {
+) -> Result<ValidatedRecords, LogError> {
     let mut owned = records.to_vec();
-    let mut next = log_end_offset;
     let mut positions = Vec::new();
     for b in BatchBoundaries::new(records) {
         positions.push((b.position, b.size));
@@ -40,6 +71,7 @@ pub(super) fn validate_and_assign_offsets(
     if walked != records.len() || positions.is_empty() {
         return Err(invalid_batch_at(dir, records, walked));
     }
+    let append_time = config.message_timestamp_type == TimestampType::LogAppendTime;
     let mut headers = Vec::with_capacity(positions.len());
     for &(pos, size) in &positions {
         let batch = &mut owned[pos..pos + size];
@@ -47,34 +79,55 @@ pub(super) fn validate_and_assign_offsets(
         parsed.verify_crc().map_err(|e| batch_error(dir, pos, e))?;
         validate_client_batch(&parsed, config.is_compact()).map_err(|e| batch_error(dir, pos, e))?;
         let mut header = *parsed.header();
-        let delta = header.last_offset_delta as i64;
-        // `next` is the log end offset: the batch must end where a next offset still exists.
-        let after = next.checked_add(delta).and_then(|l| l.checked_add(1)).ok_or_else(|| {
-            batch_error(
-                dir,
-                pos,
-                BatchError::InvalidOffsetRange {
-                    base_offset: next,
-                    last_offset_delta: header.last_offset_delta,
-                    reason: "assigned at the log end offset, the batch's next offset would overflow i64",
-                },
-            )
-        })?;
-        header.base_offset = next;
-        if config.message_timestamp_type == TimestampType::LogAppendTime {
+        if append_time {
             header.max_timestamp = now_ms;
-        }
-        headers.push(header);
-        // The leader assigns offsets and stamps its epoch (both outside the CRC) and, for
-        // `message.timestamp.type=LogAppendTime`, the batch timestamp (inside it).
-        set_base_offset(batch, next);
-        set_partition_leader_epoch(batch, leader_epoch);
-        if config.message_timestamp_type == TimestampType::LogAppendTime {
             set_log_append_time(batch, now_ms).map_err(|e| batch_error(dir, pos, e))?;
         }
+        headers.push(header);
+    }
+    Ok(ValidatedRecords { bytes: owned, batches: positions, headers })
+}
+
+/// Assigns the offsets of validated records from `log_end_offset`, as the leader does under the
+/// partition's lock: each base offset is rewritten and `leader_epoch` stamped (both outside the
+/// CRC), after checking that every batch's next offset fits an `i64`. Nothing is changed when a
+/// batch does not fit.
+///
+/// Errors: [`LogError::Batch`] ([`BatchError::InvalidOffsetRange`]) when the offsets would
+/// overflow.
+pub(super) fn assign_offsets(
+    dir: &Path,
+    records: &mut ValidatedRecords,
+    log_end_offset: i64,
+    leader_epoch: i32,
+) -> Result<(), LogError> {
+    let mut next = log_end_offset;
+    let mut bases = Vec::with_capacity(records.headers.len());
+    for (&(pos, _), header) in records.batches.iter().zip(&records.headers) {
+        // `next` is the log end offset: the batch must end where a next offset still exists.
+        let after =
+            next.checked_add(header.last_offset_delta as i64).and_then(|l| l.checked_add(1)).ok_or_else(|| {
+                batch_error(
+                    dir,
+                    pos,
+                    BatchError::InvalidOffsetRange {
+                        base_offset: next,
+                        last_offset_delta: header.last_offset_delta,
+                        reason: "assigned at the log end offset, the batch's next offset would overflow i64",
+                    },
+                )
+            })?;
+        bases.push(next);
         next = after;
     }
-    Ok((owned, headers))
+    for ((&(pos, size), header), base) in records.batches.iter().zip(&mut records.headers).zip(bases) {
+        let batch = &mut records.bytes[pos..pos + size];
+        set_base_offset(batch, base);
+        set_partition_leader_epoch(batch, leader_epoch);
+        header.base_offset = base;
+        header.partition_leader_epoch = leader_epoch;
+    }
+    Ok(())
 }
 
 /// Checks the v2 batches of an append that keeps their offsets (Kafka's
