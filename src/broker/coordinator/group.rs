@@ -5,11 +5,12 @@
 //! Nothing here blocks, reads a clock or writes a log. Every call takes the current time in
 //! milliseconds (`now`), and a request that Kafka parks in a purgatory (JoinGroup until the
 //! rebalance completes, a follower's SyncGroup until the leader's assignment) gets a [`Ticket`];
-//! the answer for that ticket appears later in [`Group::take_completion`]. Timers (heartbeat
-//! expiry, pending-member expiry, the rebalance deadline and `group.initial.rebalance.delay.ms`)
-//! are deadlines that [`Group::tick`] fires; [`Group::next_deadline`] says when to call it. The
-//! owner ([`super::runtime::GroupCoordinator`]) holds the group behind a lock, sleeps the waiting
-//! threads on a condition variable, and persists the group to `__consumer_offsets` whenever
+//! the answer for that ticket appears later in [`Group::take_completion`] ([`Group::answers_made`]
+//! counts the answers made, so the owner knows when to look). Timers (heartbeat expiry,
+//! pending-member expiry, the rebalance deadline and `group.initial.rebalance.delay.ms`) are
+//! deadlines that [`Group::tick`] fires; [`Group::next_deadline`] says when to call it. The owner
+//! ([`super::runtime::GroupCoordinator`]) holds the group behind its shard's lock, wakes the
+//! group's waiters when it made answers, and persists the group to `__consumer_offsets` whenever
 //! [`Group::take_store_request`] says so.
 //!
 //! ```text
@@ -339,6 +340,8 @@ pub(crate) struct Group {
     completions: HashMap<Ticket, Completion>,
     next_ticket: Ticket,
     store_requested: bool,
+    /// How many answers to parked requests were made (only grows; see [`Group::answers_made`]).
+    answers_made: u64,
 }
 
 impl Group {
@@ -361,6 +364,7 @@ impl Group {
             completions: HashMap::new(),
             next_ticket: 1,
             store_requested: false,
+            answers_made: 0,
         }
     }
 
@@ -492,6 +496,19 @@ impl Group {
         self.completions.remove(&ticket);
     }
 
+    /// How many answers to parked requests the group has made so far (a counter that only
+    /// grows, also when an answer is rewritten): the owner wakes the group's waiters when it
+    /// moved, and only then.
+    pub(crate) fn answers_made(&self) -> u64 {
+        self.answers_made
+    }
+
+    /// Makes the answer of a parked request.
+    fn answer(&mut self, ticket: Ticket, completion: Completion) {
+        self.answers_made += 1;
+        self.completions.insert(ticket, completion);
+    }
+
     /// Whether the group changed in a way Kafka persists (`storeGroup`): a completed
     /// assignment, an emptied group, a replaced static member. Reading it clears it.
     pub(crate) fn take_store_request(&mut self) -> bool {
@@ -518,13 +535,13 @@ impl Group {
 
     fn complete_join(&mut self, member_id: &str, result: JoinResult) -> bool {
         let Some(ticket) = self.member_mut(member_id).and_then(|m| m.awaiting_join.take()) else { return false };
-        self.completions.insert(ticket, Completion::Join(result));
+        self.answer(ticket, Completion::Join(result));
         true
     }
 
     fn complete_sync(&mut self, member_id: &str, result: SyncResult) -> bool {
         let Some(ticket) = self.member_mut(member_id).and_then(|m| m.awaiting_sync.take()) else { return false };
-        self.completions.insert(ticket, Completion::Sync(result));
+        self.answer(ticket, Completion::Sync(result));
         true
     }
 
@@ -713,7 +730,7 @@ impl Group {
         let ticket = self.ticket();
         let old = self.member_mut(member_id).and_then(|m| m.awaiting_join.replace(ticket));
         if let Some(old) = old {
-            self.completions.insert(old, Completion::Join(JoinResult::error(member_id, errors::UNKNOWN_MEMBER_ID)));
+            self.answer(old, Completion::Join(JoinResult::error(member_id, errors::UNKNOWN_MEMBER_ID)));
         }
         ticket
     }
@@ -1003,7 +1020,7 @@ impl Group {
             GroupState::CompletingRebalance => {
                 let ticket = self.ticket();
                 if let Some(old) = self.member_mut(member_id).and_then(|m| m.awaiting_sync.replace(ticket)) {
-                    self.completions.insert(old, Completion::Sync(SyncResult::error(errors::UNKNOWN_MEMBER_ID)));
+                    self.answer(old, Completion::Sync(SyncResult::error(errors::UNKNOWN_MEMBER_ID)));
                 }
                 if self.is_leader(member_id) {
                     let mut by_member: HashMap<String, Bytes> = assignments.into_iter().collect();
@@ -1043,6 +1060,7 @@ impl Group {
         if self.state == GroupState::Stable {
             // Undo the transition the leader's SyncGroup made; the answers are not read yet.
             self.state = GroupState::CompletingRebalance;
+            self.answers_made += 1;
             for c in self.completions.values_mut() {
                 if let Completion::Sync(r) = c {
                     *r = SyncResult::error(error);
@@ -1364,6 +1382,20 @@ mod tests {
         assert_eq!(g.state(), GroupState::Stable);
         assert!(g.take_store_request());
         (g, "m1".into(), "m2".into())
+    }
+
+    #[test]
+    fn answers_made_moves_only_when_a_parked_request_is_answered() {
+        let (mut g, _, _) = stable_pair();
+        let before = g.answers_made();
+        assert_eq!(g.heartbeat(10, mref("m1", None, 2)), errors::NONE);
+        g.tick(11);
+        assert_eq!(g.answers_made(), before, "a heartbeat or a quiet tick answers nobody");
+        let t1 = ticket(g.join(12, req("m1", &["range"]), String::new()));
+        assert_eq!(g.answers_made(), before, "m1 waits for m2: nobody answered yet");
+        assert!(join_now(&mut g, (13, req("m2", &["range"]), String::new())).is_some());
+        assert!(g.answers_made() > before, "m2's rejoin answered m1");
+        assert_eq!(wait_join(&mut g, t1).generation_id, 3);
     }
 
     #[test]

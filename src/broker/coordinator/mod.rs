@@ -3,9 +3,12 @@
 //!
 //! - [`group`]: one group's state machine (Kafka's `ClassicGroup` + the classic half of
 //!   `GroupMetadataManager`), pure: time is passed in, parked requests get tickets.
-//! - [`runtime`]: [`GroupCoordinator`](runtime::GroupCoordinator), every group and committed offset behind one lock, the
-//!   waits of parked JoinGroup / SyncGroup requests, the timers, and the records written to
-//!   (and replayed from) `__consumer_offsets`.
+//! - [`runtime`]: [`GroupCoordinator`](runtime::GroupCoordinator), the groups and committed
+//!   offsets sharded by `__consumer_offsets` partition (one lock per shard, no lock held across
+//!   a log append), the waits of parked JoinGroup / SyncGroup requests, the timers, and the
+//!   records written to (and replayed from) `__consumer_offsets`.
+//! - [`wakeup`]: who a group change wakes (only that group's parked requests,
+//!   [`GroupWaiters`](wakeup::GroupWaiters)) and the timer thread's alarm.
 //! - [`handlers`]: the group APIs on the wire (FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
 //!   LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups), each a
 //!   call on the broker's [`GroupCoordinator`](runtime::GroupCoordinator).
@@ -24,3 +27,4 @@ pub(crate) mod group;
 pub(crate) mod handlers;
 pub(crate) mod runtime;
 pub(crate) mod storage;
+pub(crate) mod wakeup;

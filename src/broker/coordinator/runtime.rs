@@ -1,15 +1,60 @@
-//! [`GroupCoordinator`]: every group and committed offset of the broker behind one lock.
+//! [`GroupCoordinator`]: the broker's groups and committed offsets, sharded by
+//! `__consumer_offsets` partition ([`partition_for`]) as Kafka 4's `GroupCoordinatorShard`s are:
+//! each shard has its own lock, so operations on groups of different shards never contend.
 //!
 //! ```text
-//! connection thread ── join/sync ──> lock ─> Group::join / Group::sync ─> Reply::Wait(ticket)
-//!        │                                         │ store requested? ─> OffsetsStorage::append
-//!        └── waits on `changed` (no lock held) until Group::take_completion(ticket)
-//! timer thread ── run_timers ──> lock ─> Group::tick for due groups, offset expiry ─> notify `changed`
-//! start-up ── load_partition(records of __consumer_offsets-N) ... finish_loading()
+//! request thread ── partition_for(group) ──> shard N
+//!   Heartbeat, OffsetFetch, DescribeGroups:  shard lock ─> read / Group::heartbeat ─> unlock
+//!   JoinGroup, SyncGroup, LeaveGroup, OffsetCommit, DeleteGroups, timer ticks, offset expiry
+//!   (the writers):
+//!     write-order mutex ─> shard lock ─> change the group, take the records to write ─> unlock
+//!                       ─> OffsetsStorage::append (no shard lock held)
+//!                       ─> shard lock ─> apply the append's result ─> unlock
+//!     release it; wake the changed group's waiters (wakeup::GroupWaiters); tell the timer of an
+//!     earlier deadline (wakeup::TimerWakeup); answer
+//!   a parked JoinGroup / SyncGroup: registered on ITS group, looks for its answer under the
+//!     shard lock, parks until that group changes or its deadline
+//! timer thread ── shard by shard, one lock at a time: due groups tick (as writers); every
+//!   offsets.retention.check.interval.ms offsets expire; sleeps until the earliest deadline
+//! start-up ── load_records(records of __consumer_offsets-N): each record into its group's
+//!   shard ... finish_loading()
 //! ```
 //!
-//! Lock order: the coordinator's lock, then (inside [`OffsetsStorage::append`]) the log
-//! manager's. Nothing that holds the log lock takes the coordinator's.
+//! ## Writes and their order
+//!
+//! A writer holds its shard's write-order mutex from computing its change to applying its
+//! append's result, so the shard's writes reach the log in the order their changes were made
+//! (replaying the log gives the state in memory) and each answer waits for ITS records. The
+//! shard lock is held only to compute and to apply: heartbeats, reads, the waiters and the
+//! writers of other shards never wait for an append. Kafka 4 runs one event per shard at a time,
+//! append included; here only a shard's writers are serialized.
+//!
+//! What the result of an append does (Kafka's `GroupMetadataManager.storeOffsets` /
+//! `storeGroup` callbacks):
+//! - committed offsets are cached only once written: a failed append is answered to that
+//!   request with its error and nothing claims the commit (OffsetFetch never sees an offset
+//!   that is not in the log);
+//! - DeleteGroups and offset expiry remove the group / offsets only once their tombstones are
+//!   written;
+//! - the leader's assignment is applied by the state machine when computed (the group is
+//!   Stable), but the answers it makes are held (the group is "storing": its waiters do not take
+//!   them) until the append's result; a failure rewrites them to the error and rebalances
+//!   ([`Group::store_failed`]), as when the store happened under the lock;
+//! - the metadata written after a join, a leave or a timer is best effort: a failure is logged.
+//!
+//! ## Lock order
+//!
+//! - a shard lock -> nothing (a leaf: no other lock is taken while it is held, and no two shard
+//!   locks are held at once; the timer walks the shards one at a time);
+//! - a shard's write-order mutex -> that shard's lock (briefly, to compute and to apply), and
+//!   -> the log's locks inside [`OffsetsStorage::append`] (the log map lock, then the partition
+//!   lock), then the long-poll wakeup; never another shard's write-order mutex;
+//! - the wakeup registries and the timer's mutex ([`super::wakeup`]) are leaves, taken with no
+//!   shard lock held.
+//!
+//! Nothing that holds a log lock takes a coordinator lock.
+//!
+//! ## Records
 //!
 //! Persistence follows Kafka's `GroupMetadataManager` (Kafka 2.x-3.x) / `GroupCoordinatorShard`
 //! (4.x) record formats ([`crate::protocol::consumer_offsets`]): an offset commit is an
@@ -23,7 +68,8 @@
 //! replay is done.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -32,6 +78,7 @@ use super::group::{
     Completion, Group, GroupConfig, GroupState, JoinRequest, JoinResult, Member, MemberRef, Reply, SyncRequest,
     SyncResult, Ticket,
 };
+use super::wakeup::{GroupWaiters, ParkedThreads, TimerWakeup};
 use crate::broker::errors;
 use crate::protocol::consumer_offsets::{
     decode_record, partition_for, GroupMetadataKey, GroupMetadataValue, MemberMetadata, OffsetCommitKey,
@@ -142,15 +189,142 @@ pub struct GroupDescription {
     pub members: Vec<MemberDescription>,
 }
 
+/// One `__consumer_offsets` partition's share of the coordinator (Kafka 4's
+/// `GroupCoordinatorShard`): its groups and committed offsets behind its lock, and the
+/// write-order mutex its writers hold from computing a change to applying its append's result.
+#[derive(Debug)]
+struct Shard {
+    /// The `__consumer_offsets` partition.
+    partition: i32,
+    state: Mutex<ShardState>,
+    write_order: Mutex<()>,
+}
+
+impl Shard {
+    fn lock(&self) -> MutexGuard<'_, ShardState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The state of one shard.
 #[derive(Debug, Default)]
-struct State {
+struct ShardState {
     groups: BTreeMap<String, Group>,
+    /// The committed offsets that are in the log, by group.
     offsets: BTreeMap<String, BTreeMap<(String, i32), CommittedOffset>>,
+    /// The replay of `__consumer_offsets` has not ended yet.
     loading: bool,
-    shutting_down: bool,
-    next_retention_check: i64,
+    /// Groups whose records are being appended: the answers they made wait for the append's
+    /// result (which may rewrite them).
+    storing: BTreeSet<String>,
     /// Rate limit of the "storing the assignment failed" warn, per group.
     store_warns: WarnLimiter,
+}
+
+/// A record of `__consumer_offsets`: key, value (`None`: a tombstone).
+type Record = (Vec<u8>, Option<Vec<u8>>);
+
+/// The result of an append: a Kafka error code and a message on failure.
+type StoreResult = Result<(), (i16, String)>;
+
+/// One batch of records a writer appends for one group, and what its result does.
+#[derive(Debug)]
+struct Write {
+    group_id: String,
+    /// The group's [`Group::answers_made`] before the change (`None`: there was no group).
+    answers_before: Option<u64>,
+    records: Vec<Record>,
+    effect: Effect,
+}
+
+/// What a write's result does to the shard (see the module documentation).
+#[derive(Debug)]
+enum Effect {
+    /// The group's metadata after a join, a leave or a timer: a failure is logged.
+    Group,
+    /// The leader's assignment: a failure fails the answers it made and rebalances.
+    Assignment,
+    /// Committed offsets, cached once written.
+    Commit(Vec<((String, i32), CommittedOffset)>),
+    /// DeleteGroups: the group and its offsets go once their tombstones are written.
+    Delete,
+    /// Expired offsets (and the group, when it goes too) go once their tombstones are written.
+    Expire { expired: Vec<(String, i32)>, delete_group: bool },
+}
+
+/// What a change asks for once the shard lock is released: the groups whose waiters to wake,
+/// the earliest deadline it armed.
+#[derive(Debug, Default)]
+struct Wakes {
+    groups: Vec<String>,
+    deadline: Option<i64>,
+}
+
+impl Wakes {
+    /// Notes group `id` after a change: its waiters are woken if it made answers since
+    /// `answers_before` (`None`: the group is new, it had made none) or is gone; the timer hears
+    /// of its next deadline.
+    fn note(&mut self, st: &ShardState, id: &str, answers_before: Option<u64>) {
+        match st.groups.get(id) {
+            Some(g) => {
+                if answers_before.unwrap_or(0) != g.answers_made() {
+                    self.groups.push(id.to_string());
+                }
+                if let Some(d) = g.next_deadline() {
+                    self.deadline = Some(self.deadline.map_or(d, |e| e.min(d)));
+                }
+            }
+            None if answers_before.is_some() => self.groups.push(id.to_string()),
+            None => {}
+        }
+    }
+}
+
+/// What a writer computed under its shard's lock.
+#[derive(Debug, Default)]
+struct Changes {
+    /// Appended in this order.
+    writes: Vec<Write>,
+    wakes: Wakes,
+}
+
+impl Changes {
+    fn write(&mut self, group_id: &str, answers_before: Option<u64>, records: Vec<Record>, effect: Effect) {
+        self.writes.push(Write { group_id: group_id.to_string(), answers_before, records, effect });
+    }
+}
+
+/// A JoinGroup's or SyncGroup's answer: now, or parked until its group has it.
+#[derive(Debug)]
+pub(crate) enum Answer<T> {
+    /// The answer.
+    Now(T),
+    /// Parked: look with [`GroupCoordinator::poll_parked`] when the group changed
+    /// ([`GroupWaiters::group_changed`]) and at the deadline.
+    Parked(Parked),
+}
+
+/// A parked JoinGroup or SyncGroup (Kafka's `DelayedJoin` / `DelayedSync`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Parked {
+    /// Its group.
+    pub(crate) group_id: String,
+    /// Its ticket in the group.
+    pub(crate) ticket: Ticket,
+    /// When it gives up (ms since the epoch): the group's rebalance timeout and a margin.
+    pub(crate) deadline: i64,
+}
+
+/// What [`GroupCoordinator::poll_parked`] found.
+#[derive(Debug)]
+pub(crate) enum ParkedPoll {
+    /// The answer.
+    Ready(Completion),
+    /// No answer will come (the group is gone, the coordinator stops, or the deadline passed):
+    /// answer REBALANCE_IN_PROGRESS.
+    Gone,
+    /// Not yet.
+    Pending,
 }
 
 /// How often, per group, a failure to store the group's assignment is logged at warn: a
@@ -191,8 +365,18 @@ impl WarnLimiter {
 #[derive(Debug)]
 pub struct GroupCoordinator {
     config: CoordinatorConfig,
-    state: Mutex<State>,
-    changed: Condvar,
+    /// One per `__consumer_offsets` partition, indexed by partition.
+    shards: Box<[Shard]>,
+    shutting_down: AtomicBool,
+    /// When the next offset expiration pass is due (ms since the epoch; `i64::MAX` until the
+    /// load ends). The timer thread's.
+    next_retention_check: AtomicI64,
+    /// The threads of parked JoinGroup / SyncGroup requests, by group.
+    parked: ParkedThreads,
+    /// Told of group changes too (the purgatory's hook), when set.
+    waiters: OnceLock<Arc<dyn GroupWaiters>>,
+    /// The timer thread's alarm.
+    timer: TimerWakeup,
 }
 
 /// Extra time a parked request waits beyond its group's rebalance timeout before giving up (a
@@ -200,12 +384,25 @@ pub struct GroupCoordinator {
 const WAIT_MARGIN_MS: i64 = 30_000;
 
 impl GroupCoordinator {
-    /// A coordinator with no groups, loading until [`Self::finish_loading`].
+    /// A coordinator with no groups, loading until [`Self::finish_loading`]: one shard per
+    /// `offsets.topic.num.partitions`.
     pub fn new(config: CoordinatorConfig) -> Self {
+        let n = config.offsets_topic_num_partitions.max(1);
+        let shards = (0..n)
+            .map(|partition| Shard {
+                partition,
+                state: Mutex::new(ShardState { loading: true, ..ShardState::default() }),
+                write_order: Mutex::new(()),
+            })
+            .collect();
         GroupCoordinator {
             config,
-            state: Mutex::new(State { loading: true, ..State::default() }),
-            changed: Condvar::new(),
+            shards,
+            shutting_down: AtomicBool::new(false),
+            next_retention_check: AtomicI64::new(i64::MAX),
+            parked: ParkedThreads::new(n),
+            waiters: OnceLock::new(),
+            timer: TimerWakeup::default(),
         }
     }
 
@@ -219,28 +416,64 @@ impl GroupCoordinator {
         partition_for(group_id, self.config.offsets_topic_num_partitions)
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    /// Adds who else hears of group changes ([`GroupWaiters::group_changed`]) besides the
+    /// threads parked here: the broker's purgatory, once JoinGroup / SyncGroup waits move
+    /// there (tests until then). Set once; a second call is ignored.
+    #[cfg(test)]
+    pub(crate) fn set_waiters(&self, waiters: Arc<dyn GroupWaiters>) {
+        let _ = self.waiters.set(waiters);
+    }
+
+    fn shard(&self, group_id: &str) -> &Shard {
+        &self.shards[self.partition_for(group_id) as usize]
+    }
+
+    fn is_shutting_down(&self) -> bool {
+        self.shutting_down.load(Ordering::SeqCst)
     }
 
     /// Whether the replay of `__consumer_offsets` is still running.
     pub fn is_loading(&self) -> bool {
-        self.lock().loading
+        self.shards.iter().any(|s| s.lock().loading)
     }
 
     /// Replays the records of one `__consumer_offsets` partition, in offset order (`key`,
-    /// `value`; `None` = null). Undecodable records are skipped with a warning (Kafka fails the
-    /// load of the partition; one bad record should not hide every group here). Returns the
-    /// number of records applied.
+    /// `value`; `None` = null), each into the shard of its group (the partition's own, unless
+    /// `offsets.topic.num.partitions` changed since they were written). Records are decoded
+    /// with no lock held. Undecodable records are skipped with a warning (Kafka fails the load
+    /// of the partition; one bad record should not hide every group here). Returns the number
+    /// of records applied.
     pub fn load_records<I>(&self, partition: i32, records: I, now: i64) -> usize
     where
         I: IntoIterator<Item = (Option<Bytes>, Option<Bytes>)>,
     {
-        let mut st = self.lock();
         let mut applied = 0;
+        let mut locked: Option<(i32, MutexGuard<'_, ShardState>)> = None;
         for (key, value) in records {
-            match decode_record(key.as_deref(), value.as_deref()) {
-                Ok(OffsetsRecord::OffsetCommit { key, value }) => {
+            let record = match decode_record(key.as_deref(), value.as_deref()) {
+                Ok(OffsetsRecord::Unknown { key_version, .. }) => {
+                    tracing::debug!("__consumer_offsets-{partition}: skipping a record with key version {key_version}");
+                    continue;
+                }
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::warn!("__consumer_offsets-{partition}: skipping an undecodable record: {e}");
+                    continue;
+                }
+            };
+            let group_id = match &record {
+                OffsetsRecord::OffsetCommit { key, .. } => key.group.as_str(),
+                OffsetsRecord::GroupMetadata { key, .. } => key.group.as_str(),
+                OffsetsRecord::Unknown { .. } => continue,
+            };
+            let shard = self.partition_for(group_id);
+            if locked.as_ref().map(|(p, _)| *p) != Some(shard) {
+                drop(locked.take()); // never two shard locks at once
+                locked = Some((shard, self.shards[shard as usize].lock()));
+            }
+            let Some((_, st)) = locked.as_mut() else { continue };
+            match record {
+                OffsetsRecord::OffsetCommit { key, value } => {
                     let tp = (key.topic.clone(), key.partition);
                     match value {
                         Some(v) => {
@@ -259,25 +492,19 @@ impl GroupCoordinator {
                             }
                         }
                     }
-                    applied += 1;
                 }
-                Ok(OffsetsRecord::GroupMetadata { key, value }) => {
-                    match value {
-                        Some(v) => {
-                            let group = self.group_from_record(&key.group, &v, now);
-                            st.groups.insert(key.group.clone(), group);
-                        }
-                        None => {
-                            st.groups.remove(&key.group);
-                        }
+                OffsetsRecord::GroupMetadata { key, value } => match value {
+                    Some(v) => {
+                        let group = self.group_from_record(&key.group, &v, now);
+                        st.groups.insert(key.group.clone(), group);
                     }
-                    applied += 1;
-                }
-                Ok(OffsetsRecord::Unknown { key_version, .. }) => {
-                    tracing::debug!("__consumer_offsets-{partition}: skipping a record with key version {key_version}");
-                }
-                Err(e) => tracing::warn!("__consumer_offsets-{partition}: skipping an undecodable record: {e}"),
+                    None => {
+                        st.groups.remove(&key.group);
+                    }
+                },
+                OffsetsRecord::Unknown { .. } => continue,
             }
+            applied += 1;
         }
         applied
     }
@@ -314,32 +541,40 @@ impl GroupCoordinator {
         )
     }
 
-    /// Ends the start-up replay: requests are served from now on.
+    /// Ends the start-up replay: requests are served from now on, shard by shard.
     pub fn finish_loading(&self) {
-        let mut st = self.lock();
-        st.loading = false;
+        let (mut groups, mut offsets, mut next) = (0, 0, i64::MAX);
+        for shard in self.shards.iter() {
+            let mut st = shard.lock();
+            st.loading = false;
+            groups += st.groups.len();
+            offsets += st.offsets.values().map(BTreeMap::len).sum::<usize>();
+            next = next.min(st.groups.values().filter_map(Group::next_deadline).min().unwrap_or(i64::MAX));
+        }
         // Kafka 4's `GroupCoordinatorShard.onLoaded` schedules the first expiration one
         // `offsets.retention.check.interval.ms` after the load (Kafka 2.x-3.x ran it at once).
-        st.next_retention_check = now_ms() + self.config.offsets_retention_check_interval_ms;
-        let groups = st.groups.len();
-        let offsets: usize = st.offsets.values().map(BTreeMap::len).sum();
-        drop(st);
+        let retention = now_ms().saturating_add(self.config.offsets_retention_check_interval_ms);
+        self.next_retention_check.store(retention, Ordering::SeqCst);
+        self.timer.schedule(next.min(retention));
         tracing::info!(groups, offsets, "group coordinator loaded __consumer_offsets");
-        self.changed.notify_all();
     }
 
     /// Stops the coordinator: parked requests are answered COORDINATOR_NOT_AVAILABLE and the
     /// timer loop ends.
     pub fn shutdown(&self) {
-        self.lock().shutting_down = true;
-        self.changed.notify_all();
+        self.shutting_down.store(true, Ordering::SeqCst);
+        self.parked.all_changed();
+        if let Some(w) = self.waiters.get() {
+            w.all_changed();
+        }
+        self.timer.wake_now();
     }
 
     /// Kafka's `validateGroupStatus` before a request touches a group.
-    fn check(&self, st: &State, group_id: &str, empty_allowed: bool) -> Result<(), i16> {
+    fn check(&self, st: &ShardState, group_id: &str, empty_allowed: bool) -> Result<(), i16> {
         if group_id.is_empty() && !empty_allowed {
             Err(errors::INVALID_GROUP_ID)
-        } else if st.shutting_down {
+        } else if self.is_shutting_down() {
             Err(errors::COORDINATOR_NOT_AVAILABLE)
         } else if st.loading {
             Err(errors::COORDINATOR_LOAD_IN_PROGRESS)
@@ -348,143 +583,319 @@ impl GroupCoordinator {
         }
     }
 
-    /// Writes the group's metadata (or its tombstone when Dead) if the state machine asked for
-    /// it. Returns the storage error, if any.
-    fn persist_group(&self, storage: &dyn OffsetsStorage, group: &mut Group, now: i64) -> Result<(), (i16, String)> {
-        if !group.take_store_request() {
-            return Ok(());
+    /// Wakes what a change asked for (called with no shard lock held).
+    fn wake(&self, wakes: Wakes) {
+        for id in &wakes.groups {
+            self.parked.group_changed(id);
+            if let Some(w) = self.waiters.get() {
+                w.group_changed(id);
+            }
         }
-        let record = group_record(group, now);
-        storage.append(self.partition_for(group.id()), vec![record], now)
+        if let Some(d) = wakes.deadline {
+            self.timer.schedule(d);
+        }
     }
 
-    /// Handles a JoinGroup, waiting (without any lock) until the rebalance completes.
+    /// Runs a writer on `shard` (see the module documentation): under the write-order mutex,
+    /// `compute` changes the shard under its lock and says what to write; the writes are
+    /// appended in order with no shard lock held; their results are applied under the lock,
+    /// then `finish` builds the answer from them.
+    fn write_op<T, R>(
+        &self,
+        storage: &dyn OffsetsStorage,
+        shard: &Shard,
+        now: i64,
+        compute: impl FnOnce(&mut ShardState, &mut Changes) -> T,
+        finish: impl FnOnce(&mut ShardState, T, &[StoreResult]) -> R,
+    ) -> R {
+        let order = shard.write_order.lock().unwrap_or_else(|p| p.into_inner());
+        let mut changes = Changes::default();
+        let mut st = shard.lock();
+        let computed = compute(&mut st, &mut changes);
+        let Changes { mut writes, mut wakes } = changes;
+        if writes.is_empty() {
+            let answer = finish(&mut st, computed, &[]);
+            drop(st);
+            drop(order);
+            self.wake(wakes);
+            return answer;
+        }
+        for w in &writes {
+            st.storing.insert(w.group_id.clone());
+        }
+        // The answers of a group being stored wait for the append's result.
+        wakes.groups.retain(|id| !st.storing.contains(id));
+        drop(st);
+        self.wake(wakes);
+        let results: Vec<StoreResult> = writes
+            .iter_mut()
+            .map(|w| match std::mem::take(&mut w.records) {
+                records if records.is_empty() => Ok(()),
+                records => storage.append(shard.partition, records, now),
+            })
+            .collect();
+        let mut st = shard.lock();
+        let mut wakes = Wakes::default();
+        for (w, result) in writes.into_iter().zip(&results) {
+            st.storing.remove(&w.group_id);
+            self.apply(&mut st, &w.group_id, w.effect, result, now);
+            wakes.note(&st, &w.group_id, w.answers_before);
+        }
+        let answer = finish(&mut st, computed, &results);
+        drop(st);
+        drop(order);
+        self.wake(wakes);
+        answer
+    }
+
+    /// Applies the result of one write (under the shard lock).
+    fn apply(&self, st: &mut ShardState, id: &str, effect: Effect, result: &StoreResult, now: i64) {
+        match (effect, result) {
+            (Effect::Group, Ok(())) => {}
+            (Effect::Group, Err((code, msg))) => {
+                tracing::warn!(group = id, "storing group metadata failed ({code}): {msg}");
+            }
+            (Effect::Assignment, Ok(())) => {}
+            (Effect::Assignment, Err((code, msg))) => {
+                if let Some(g) = st.groups.get_mut(id) {
+                    g.store_failed(*code, now);
+                }
+                if let Some(skipped) = st.store_warns.admit(id, now, STORE_WARN_INTERVAL_MS) {
+                    let more = if skipped > 0 {
+                        format!(" ({skipped} more failures since the last warning)")
+                    } else {
+                        String::new()
+                    };
+                    tracing::warn!(group = id, "storing the assignment failed ({code}): {msg}; rebalancing{more}");
+                }
+            }
+            (Effect::Commit(accepted), Ok(())) => {
+                st.offsets.entry(id.to_string()).or_default().extend(accepted);
+            }
+            (Effect::Commit(_), Err((code, msg))) => {
+                tracing::warn!(group = id, "storing offsets failed ({code}): {msg}");
+            }
+            (Effect::Delete, Ok(())) => {
+                st.offsets.remove(id);
+                if let Some(mut g) = st.groups.remove(id) {
+                    g.mark_dead(now);
+                }
+            }
+            (Effect::Delete, Err((code, msg))) => {
+                tracing::warn!(group = id, "deleting the group failed ({code}): {msg}");
+            }
+            (Effect::Expire { expired, delete_group }, Ok(())) => {
+                tracing::info!(group = id, expired = expired.len(), "expired committed offsets");
+                if let Some(m) = st.offsets.get_mut(id) {
+                    for k in &expired {
+                        m.remove(k);
+                    }
+                }
+                if delete_group {
+                    st.offsets.remove(id);
+                    if let Some(mut g) = st.groups.remove(id) {
+                        g.mark_dead(now);
+                    }
+                }
+            }
+            (Effect::Expire { .. }, Err((code, msg))) => {
+                tracing::warn!(group = id, "expiring offsets failed ({code}): {msg}");
+            }
+        }
+    }
+
+    /// The group's metadata record, if the state machine asked for it to be stored.
+    fn store_request(group: &mut Group, now: i64) -> Option<Vec<Record>> {
+        group.take_store_request().then(|| vec![group_record(group, now)])
+    }
+
+    /// Handles a JoinGroup, waiting (parked, holding no lock) until the rebalance completes.
     /// `client_id` prefixes a new member id. Errors come back inside the result.
     pub fn join_group(&self, storage: &dyn OffsetsStorage, group_id: &str, request: JoinRequest) -> JoinResult {
-        let now = now_ms();
-        let mut st = self.lock();
         let asked_member_id = request.member_id.clone();
-        let fail = |code| JoinResult::error(&asked_member_id, code);
-        if let Err(code) = self.check(&st, group_id, false) {
-            return fail(code);
-        }
-        let g = &self.config.group;
-        if request.session_timeout_ms < g.min_session_timeout_ms
-            || request.session_timeout_ms > g.max_session_timeout_ms
-        {
-            return fail(errors::INVALID_SESSION_TIMEOUT);
-        }
-        if !st.groups.contains_key(group_id) {
-            if !request.member_id.is_empty() {
-                return fail(errors::UNKNOWN_MEMBER_ID);
-            }
-            st.groups.insert(group_id.to_string(), Group::new(group_id, self.config.group.clone(), now));
-        }
-        let new_member_id = format!("{}-{}", request.client_id, random_uuid());
-        let rebalance_timeout = i64::from(request.rebalance_timeout_ms.max(request.session_timeout_ms));
-        let group = st.groups.get_mut(group_id).expect("inserted above");
-        let reply = group.join(now, request, new_member_id);
-        if let Err((code, msg)) = self.persist_group(storage, group, now) {
-            tracing::warn!(group = group_id, "storing group metadata failed ({code}): {msg}");
-        }
-        drop(st);
-        self.changed.notify_all();
-        match reply {
-            Reply::Now(r) => r,
-            Reply::Wait(ticket) => match self.wait(group_id, ticket, now + rebalance_timeout + WAIT_MARGIN_MS) {
+        match self.begin_join(storage, group_id, request) {
+            Answer::Now(r) => r,
+            Answer::Parked(parked) => match self.wait(&parked) {
                 Some(Completion::Join(r)) => r,
-                _ => fail(errors::REBALANCE_IN_PROGRESS),
+                _ => JoinResult::error(&asked_member_id, errors::REBALANCE_IN_PROGRESS),
             },
         }
     }
 
-    /// Handles a SyncGroup, waiting (without any lock) for the leader's assignment when the
-    /// caller is a follower. The leader's assignment is written to `__consumer_offsets` before
-    /// anyone is answered; if that fails every waiting member gets the error and the group
-    /// rebalances.
-    pub fn sync_group(&self, storage: &dyn OffsetsStorage, group_id: &str, request: SyncRequest<'_>) -> SyncResult {
+    /// The JoinGroup without the wait: the answer, or where to look for it.
+    pub(crate) fn begin_join(
+        &self,
+        storage: &dyn OffsetsStorage,
+        group_id: &str,
+        request: JoinRequest,
+    ) -> Answer<JoinResult> {
         let now = now_ms();
-        let mut st = self.lock();
-        let fail = SyncResult::error;
-        match self.check(&st, group_id, false) {
-            // Kafka: a loading coordinator lost the rebalance; REBALANCE_IN_PROGRESS makes the
-            // member rejoin (older clients do not expect COORDINATOR_LOAD_IN_PROGRESS here).
-            Err(errors::COORDINATOR_LOAD_IN_PROGRESS) => return fail(errors::REBALANCE_IN_PROGRESS),
-            Err(code) => return fail(code),
-            Ok(()) => {}
-        }
-        let Some(group) = st.groups.get_mut(group_id) else { return fail(errors::UNKNOWN_MEMBER_ID) };
-        let rebalance_timeout =
-            group.members().iter().map(|m| i64::from(m.rebalance_timeout_ms)).max().unwrap_or(0).max(60_000);
-        let reply = group.sync(now, request);
-        if let Err((code, msg)) = self.persist_group(storage, group, now) {
-            group.store_failed(code, now);
-            if let Some(skipped) = st.store_warns.admit(group_id, now, STORE_WARN_INTERVAL_MS) {
-                let more = if skipped > 0 {
-                    format!(" ({skipped} more failures since the last warning)")
-                } else {
-                    String::new()
-                };
-                tracing::warn!(group = group_id, "storing the assignment failed ({code}): {msg}; rebalancing{more}");
+        let asked_member_id = request.member_id.clone();
+        let fail = |code| Answer::Now(JoinResult::error(&asked_member_id, code));
+        // Made before the lock: it reads /dev/urandom.
+        let new_member_id = format!("{}-{}", request.client_id, random_uuid());
+        let compute = |st: &mut ShardState, changes: &mut Changes| {
+            if let Err(code) = self.check(st, group_id, false) {
+                return fail(code);
             }
-        }
-        let Some(group) = st.groups.get_mut(group_id) else { return fail(errors::UNKNOWN_MEMBER_ID) };
-        let reply = match reply {
-            // The leader's own answer may have been replaced by the store failure.
-            Reply::Now(r) if r.error == errors::NONE && group.state() != GroupState::Stable => match group.state() {
-                GroupState::PreparingRebalance => fail(errors::COORDINATOR_NOT_AVAILABLE),
-                _ => r,
-            },
-            Reply::Now(r) => r,
-            Reply::Wait(ticket) => {
-                drop(st);
-                self.changed.notify_all();
-                return match self.wait(group_id, ticket, now + rebalance_timeout + WAIT_MARGIN_MS) {
-                    Some(Completion::Sync(r)) => r,
-                    _ => fail(errors::REBALANCE_IN_PROGRESS),
-                };
+            let g = &self.config.group;
+            if request.session_timeout_ms < g.min_session_timeout_ms
+                || request.session_timeout_ms > g.max_session_timeout_ms
+            {
+                return fail(errors::INVALID_SESSION_TIMEOUT);
+            }
+            let before = st.groups.get(group_id).map(Group::answers_made);
+            if before.is_none() {
+                if !request.member_id.is_empty() {
+                    return fail(errors::UNKNOWN_MEMBER_ID);
+                }
+                st.groups.insert(group_id.to_string(), Group::new(group_id, self.config.group.clone(), now));
+            }
+            let rebalance_timeout = i64::from(request.rebalance_timeout_ms.max(request.session_timeout_ms));
+            let group = st.groups.get_mut(group_id).expect("inserted above");
+            let reply = group.join(now, request, new_member_id);
+            if let Some(records) = Self::store_request(group, now) {
+                changes.write(group_id, before, records, Effect::Group);
+            }
+            changes.wakes.note(st, group_id, before);
+            match reply {
+                Reply::Now(r) => Answer::Now(r),
+                Reply::Wait(ticket) => Answer::Parked(Parked {
+                    group_id: group_id.to_string(),
+                    ticket,
+                    deadline: now + rebalance_timeout + WAIT_MARGIN_MS,
+                }),
             }
         };
-        drop(st);
-        self.changed.notify_all();
-        reply
+        self.write_op(storage, self.shard(group_id), now, compute, |_, answer, _| answer)
     }
 
-    /// Waits until the ticket's answer is there, the coordinator shuts down, or `deadline`.
-    fn wait(&self, group_id: &str, ticket: Ticket, deadline: i64) -> Option<Completion> {
-        let mut st = self.lock();
-        loop {
-            let shutting_down = st.shutting_down;
-            let group = st.groups.get_mut(group_id)?;
-            if let Some(c) = group.take_completion(ticket) {
-                return Some(c);
-            }
-            let now = now_ms();
-            if shutting_down || now >= deadline {
-                group.abandon(ticket);
-                return None;
-            }
-            let timeout = Duration::from_millis((deadline - now).clamp(1, 1000) as u64);
-            st = self.changed.wait_timeout(st, timeout).unwrap_or_else(|p| p.into_inner()).0;
+    /// Handles a SyncGroup, waiting (parked, holding no lock) for the leader's assignment when
+    /// the caller is a follower. The leader's assignment is written to `__consumer_offsets`
+    /// before anyone is answered; if that fails every waiting member gets the error and the
+    /// group rebalances.
+    pub fn sync_group(&self, storage: &dyn OffsetsStorage, group_id: &str, request: SyncRequest<'_>) -> SyncResult {
+        match self.begin_sync(storage, group_id, request) {
+            Answer::Now(r) => r,
+            Answer::Parked(parked) => match self.wait(&parked) {
+                Some(Completion::Sync(r)) => r,
+                _ => SyncResult::error(errors::REBALANCE_IN_PROGRESS),
+            },
         }
     }
 
-    /// Handles a Heartbeat; returns the error code.
+    /// The SyncGroup without the wait: the answer, or where to look for it.
+    pub(crate) fn begin_sync(
+        &self,
+        storage: &dyn OffsetsStorage,
+        group_id: &str,
+        request: SyncRequest<'_>,
+    ) -> Answer<SyncResult> {
+        let now = now_ms();
+        let fail = SyncResult::error;
+        let compute = |st: &mut ShardState, changes: &mut Changes| {
+            match self.check(st, group_id, false) {
+                // Kafka: a loading coordinator lost the rebalance; REBALANCE_IN_PROGRESS makes
+                // the member rejoin (older clients do not expect COORDINATOR_LOAD_IN_PROGRESS).
+                Err(errors::COORDINATOR_LOAD_IN_PROGRESS) => return Err(fail(errors::REBALANCE_IN_PROGRESS)),
+                Err(code) => return Err(fail(code)),
+                Ok(()) => {}
+            }
+            let Some(group) = st.groups.get_mut(group_id) else { return Err(fail(errors::UNKNOWN_MEMBER_ID)) };
+            let before = Some(group.answers_made());
+            let rebalance_timeout =
+                group.members().iter().map(|m| i64::from(m.rebalance_timeout_ms)).max().unwrap_or(0).max(60_000);
+            let reply = group.sync(now, request);
+            if let Some(records) = Self::store_request(group, now) {
+                changes.write(group_id, before, records, Effect::Assignment);
+            }
+            changes.wakes.note(st, group_id, before);
+            Ok((reply, now + rebalance_timeout + WAIT_MARGIN_MS))
+        };
+        let finish = |st: &mut ShardState,
+                      computed: Result<(Reply<SyncResult>, i64), SyncResult>,
+                      _: &[StoreResult]| {
+            let (reply, deadline) = match computed {
+                Ok(c) => c,
+                Err(r) => return Answer::Now(r),
+            };
+            let Some(group) = st.groups.get_mut(group_id) else { return Answer::Now(fail(errors::UNKNOWN_MEMBER_ID)) };
+            match reply {
+                // The leader's own answer may have been replaced by the store failure.
+                Reply::Now(r) if r.error == errors::NONE && group.state() != GroupState::Stable => {
+                    match group.state() {
+                        GroupState::PreparingRebalance => Answer::Now(fail(errors::COORDINATOR_NOT_AVAILABLE)),
+                        _ => Answer::Now(r),
+                    }
+                }
+                Reply::Now(r) => Answer::Now(r),
+                Reply::Wait(ticket) => Answer::Parked(Parked { group_id: group_id.to_string(), ticket, deadline }),
+            }
+        };
+        self.write_op(storage, self.shard(group_id), now, compute, finish)
+    }
+
+    /// Looks once for a parked request's answer (under its shard's lock): the answer, `Gone`
+    /// (its group went, the coordinator stops, or `now` is past its deadline: the ticket is
+    /// abandoned), or `Pending`. An answer whose group is being stored is not taken until the
+    /// append's result is applied (it may rewrite the answer).
+    pub(crate) fn poll_parked(&self, parked: &Parked, now: i64) -> ParkedPoll {
+        let mut st = self.shard(&parked.group_id).lock();
+        let storing = st.storing.contains(&parked.group_id);
+        let Some(group) = st.groups.get_mut(&parked.group_id) else { return ParkedPoll::Gone };
+        if !storing {
+            if let Some(c) = group.take_completion(parked.ticket) {
+                return ParkedPoll::Ready(c);
+            }
+        }
+        if self.is_shutting_down() || now >= parked.deadline {
+            group.abandon(parked.ticket);
+            return ParkedPoll::Gone;
+        }
+        ParkedPoll::Pending
+    }
+
+    /// Parks the calling thread until the parked request's answer is there, its group is gone,
+    /// the coordinator shuts down, or its deadline. Only a change of its own group wakes it.
+    fn wait(&self, parked: &Parked) -> Option<Completion> {
+        // Registered before the first look, so no change after the look goes unnoticed.
+        let _registration = self.parked.register(&parked.group_id);
+        loop {
+            let now = now_ms();
+            match self.poll_parked(parked, now) {
+                ParkedPoll::Ready(c) => return Some(c),
+                ParkedPoll::Gone => return None,
+                ParkedPoll::Pending => {}
+            }
+            let ms = u64::try_from(parked.deadline - now).unwrap_or(0).max(1);
+            std::thread::park_timeout(Duration::from_millis(ms));
+        }
+    }
+
+    /// Handles a Heartbeat; returns the error code. Takes only the group's shard lock: it waits
+    /// for no append, and wakes no waiter (a heartbeat answers no parked request) and not the
+    /// timer (it moves a session deadline later).
     pub fn heartbeat(&self, group_id: &str, member: MemberRef<'_>) -> i16 {
         let now = now_ms();
-        let mut st = self.lock();
+        let mut st = self.shard(group_id).lock();
         match self.check(&st, group_id, false) {
             // Kafka answers a loading coordinator's heartbeats blindly.
             Err(errors::COORDINATOR_LOAD_IN_PROGRESS) => return errors::NONE,
             Err(code) => return code,
             Ok(()) => {}
         }
+        let mut wakes = Wakes::default();
         let code = match st.groups.get_mut(group_id) {
             None => errors::UNKNOWN_MEMBER_ID,
-            Some(g) => g.heartbeat(now, member),
+            Some(g) => {
+                let before = Some(g.answers_made());
+                let code = g.heartbeat(now, member);
+                wakes.note(&st, group_id, before);
+                code
+            }
         };
         drop(st);
-        self.changed.notify_all();
+        self.wake(wakes);
         code
     }
 
@@ -497,28 +908,31 @@ impl GroupCoordinator {
         members: &[(String, Option<String>)],
     ) -> (i16, Vec<i16>) {
         let now = now_ms();
-        let mut st = self.lock();
-        if let Err(code) = self.check(&st, group_id, false) {
-            return (code, Vec::new());
-        }
-        let Some(group) = st.groups.get_mut(group_id) else {
-            return (errors::NONE, vec![errors::UNKNOWN_MEMBER_ID; members.len()]);
+        let compute = |st: &mut ShardState, changes: &mut Changes| {
+            if let Err(code) = self.check(st, group_id, false) {
+                return (code, Vec::new());
+            }
+            let Some(group) = st.groups.get_mut(group_id) else {
+                return (errors::NONE, vec![errors::UNKNOWN_MEMBER_ID; members.len()]);
+            };
+            if group.state() == GroupState::Dead {
+                return (errors::COORDINATOR_NOT_AVAILABLE, Vec::new());
+            }
+            let before = Some(group.answers_made());
+            let codes = members.iter().map(|(m, i)| group.leave(now, m, i.as_deref())).collect();
+            if let Some(records) = Self::store_request(group, now) {
+                changes.write(group_id, before, records, Effect::Group);
+            }
+            changes.wakes.note(st, group_id, before);
+            (errors::NONE, codes)
         };
-        if group.state() == GroupState::Dead {
-            return (errors::COORDINATOR_NOT_AVAILABLE, Vec::new());
-        }
-        let codes = members.iter().map(|(m, i)| group.leave(now, m, i.as_deref())).collect();
-        if let Err((code, msg)) = self.persist_group(storage, group, now) {
-            tracing::warn!(group = group_id, "storing group metadata failed ({code}): {msg}");
-        }
-        drop(st);
-        self.changed.notify_all();
-        (errors::NONE, codes)
+        self.write_op(storage, self.shard(group_id), now, compute, |_, answer, _| answer)
     }
 
     /// Handles an OffsetCommit: returns one error code per entry, in order. Valid entries are
-    /// written to `__consumer_offsets` as one batch before the answer (Kafka's `storeOffsets`);
-    /// `retention_time_ms` -1 means the broker's `offsets.retention.minutes`.
+    /// written to `__consumer_offsets` as one batch before the answer (Kafka's `storeOffsets`),
+    /// and cached once written; `retention_time_ms` -1 means the broker's
+    /// `offsets.retention.minutes`.
     pub fn commit_offsets(
         &self,
         storage: &dyn OffsetsStorage,
@@ -528,71 +942,74 @@ impl GroupCoordinator {
         entries: &[OffsetCommitEntry],
     ) -> Vec<i16> {
         let now = now_ms();
-        let mut st = self.lock();
         let all = |code| vec![code; entries.len()];
-        if let Err(code) = self.check(&st, group_id, true) {
-            return all(code);
-        }
-        if !st.groups.contains_key(group_id) {
-            if member.generation_id >= 0 {
-                // A commit from a generation of a group this coordinator does not know.
-                return all(errors::ILLEGAL_GENERATION);
+        let compute = |st: &mut ShardState, changes: &mut Changes| {
+            if let Err(code) = self.check(st, group_id, true) {
+                return all(code);
             }
-            st.groups.insert(group_id.to_string(), Group::new(group_id, self.config.group.clone(), now));
-        }
-        let group = st.groups.get_mut(group_id).expect("inserted above");
-        if let Err(code) = group.validate_offset_commit(now, member) {
-            return all(code);
-        }
-        let expire = (retention_time_ms >= 0).then(|| now.saturating_add(retention_time_ms));
-        let mut codes = Vec::with_capacity(entries.len());
-        let mut records = Vec::new();
-        let mut accepted = Vec::new();
-        for (topic, partition, offset, leader_epoch, metadata, commit_ts) in entries {
-            let metadata = metadata.clone().unwrap_or_default();
-            if metadata.len() > self.config.offset_metadata_max_bytes {
-                codes.push(errors::OFFSET_METADATA_TOO_LARGE);
-                continue;
-            }
-            let committed = CommittedOffset {
-                offset: *offset,
-                leader_epoch: *leader_epoch,
-                metadata,
-                commit_timestamp: if *commit_ts < 0 { now } else { *commit_ts },
-                expire_timestamp: expire,
-            };
-            match offset_record(group_id, topic, *partition, &committed) {
-                Ok(r) => {
-                    records.push(r);
-                    accepted.push(((topic.clone(), *partition), committed));
-                    codes.push(errors::NONE);
+            let before = st.groups.get(group_id).map(Group::answers_made);
+            if before.is_none() {
+                if member.generation_id >= 0 {
+                    // A commit from a generation of a group this coordinator does not know.
+                    return all(errors::ILLEGAL_GENERATION);
                 }
-                Err(_) => codes.push(errors::INVALID_REQUEST),
+                st.groups.insert(group_id.to_string(), Group::new(group_id, self.config.group.clone(), now));
             }
-        }
-        if !records.is_empty() {
-            if let Err((code, msg)) = storage.append(self.partition_for(group_id), records, now) {
-                tracing::warn!(group = group_id, "storing offsets failed ({code}): {msg}");
-                return codes.iter().map(|&c| if c == errors::NONE { code } else { c }).collect();
+            let group = st.groups.get_mut(group_id).expect("inserted above");
+            if let Err(code) = group.validate_offset_commit(now, member) {
+                return all(code);
             }
-            let map = st.offsets.entry(group_id.to_string()).or_default();
-            map.extend(accepted);
-        }
-        drop(st);
-        self.changed.notify_all();
-        codes
+            changes.wakes.note(st, group_id, before);
+            let expire = (retention_time_ms >= 0).then(|| now.saturating_add(retention_time_ms));
+            let mut codes = Vec::with_capacity(entries.len());
+            let mut records = Vec::new();
+            let mut accepted = Vec::new();
+            for (topic, partition, offset, leader_epoch, metadata, commit_ts) in entries {
+                let metadata = metadata.clone().unwrap_or_default();
+                if metadata.len() > self.config.offset_metadata_max_bytes {
+                    codes.push(errors::OFFSET_METADATA_TOO_LARGE);
+                    continue;
+                }
+                let committed = CommittedOffset {
+                    offset: *offset,
+                    leader_epoch: *leader_epoch,
+                    metadata,
+                    commit_timestamp: if *commit_ts < 0 { now } else { *commit_ts },
+                    expire_timestamp: expire,
+                };
+                match offset_record(group_id, topic, *partition, &committed) {
+                    Ok(r) => {
+                        records.push(r);
+                        accepted.push(((topic.clone(), *partition), committed));
+                        codes.push(errors::NONE);
+                    }
+                    Err(_) => codes.push(errors::INVALID_REQUEST),
+                }
+            }
+            if !records.is_empty() {
+                let answers = st.groups.get(group_id).map(Group::answers_made);
+                changes.write(group_id, answers, records, Effect::Commit(accepted));
+            }
+            codes
+        };
+        let finish = |_: &mut ShardState, codes: Vec<i16>, results: &[StoreResult]| match results.first() {
+            Some(Err((code, _))) => codes.iter().map(|&c| if c == errors::NONE { *code } else { c }).collect(),
+            _ => codes,
+        };
+        self.write_op(storage, self.shard(group_id), now, compute, finish)
     }
 
     /// Handles an OffsetFetch for one group: `partitions` `None` means every partition with a
     /// committed offset (OffsetFetch v2+ with null topics). A partition without a commit gets
-    /// offset -1 and no error, as Kafka answers. Errors: COORDINATOR_LOAD_IN_PROGRESS, ....
+    /// offset -1 and no error, as Kafka answers. Only offsets in the log are seen. Errors:
+    /// COORDINATOR_LOAD_IN_PROGRESS, ....
     #[allow(clippy::type_complexity)]
     pub fn fetch_offsets(
         &self,
         group_id: &str,
         partitions: Option<Vec<(String, Vec<i32>)>>,
     ) -> Result<Vec<(String, Vec<(i32, Option<CommittedOffset>)>)>, i16> {
-        let st = self.lock();
+        let st = self.shard(group_id).lock();
         self.check(&st, group_id, true)?;
         let offsets = st.offsets.get(group_id);
         Ok(match partitions {
@@ -617,38 +1034,42 @@ impl GroupCoordinator {
     }
 
     /// Handles a ListGroups: every group (also those that only store offsets), filtered by state
-    /// names (v4+, case-insensitive) and types (v5+: only `classic` groups exist here).
+    /// names (v4+, case-insensitive) and types (v5+: only `classic` groups exist here). The
+    /// shards are read one at a time; the groups come sorted by id.
     pub fn list_groups(&self, states_filter: &[String], types_filter: &[String]) -> Result<Vec<GroupOverview>, i16> {
-        let st = self.lock();
-        if st.shutting_down {
+        if self.is_shutting_down() {
             return Err(errors::COORDINATOR_NOT_AVAILABLE);
         }
-        if st.loading {
-            return Err(errors::COORDINATOR_LOAD_IN_PROGRESS);
-        }
-        let names: BTreeSet<&String> = st.groups.keys().chain(st.offsets.keys()).collect();
         let mut out = Vec::new();
-        for name in names {
-            let (protocol_type, state) = match st.groups.get(name) {
-                Some(g) if g.state() == GroupState::Dead => continue,
-                Some(g) => (g.protocol_type().unwrap_or("").to_string(), g.state().name()),
-                None => (String::new(), GroupState::Empty.name()),
-            };
-            if !states_filter.is_empty() && !states_filter.iter().any(|s| s.eq_ignore_ascii_case(state)) {
-                continue;
+        for shard in self.shards.iter() {
+            let st = shard.lock();
+            if st.loading {
+                return Err(errors::COORDINATOR_LOAD_IN_PROGRESS);
             }
-            if !types_filter.is_empty() && !types_filter.iter().any(|t| t.eq_ignore_ascii_case("classic")) {
-                continue;
+            let names: BTreeSet<&String> = st.groups.keys().chain(st.offsets.keys()).collect();
+            for name in names {
+                let (protocol_type, state) = match st.groups.get(name) {
+                    Some(g) if g.state() == GroupState::Dead => continue,
+                    Some(g) => (g.protocol_type().unwrap_or("").to_string(), g.state().name()),
+                    None => (String::new(), GroupState::Empty.name()),
+                };
+                if !states_filter.is_empty() && !states_filter.iter().any(|s| s.eq_ignore_ascii_case(state)) {
+                    continue;
+                }
+                if !types_filter.is_empty() && !types_filter.iter().any(|t| t.eq_ignore_ascii_case("classic")) {
+                    continue;
+                }
+                out.push(GroupOverview { group_id: name.clone(), protocol_type, state });
             }
-            out.push(GroupOverview { group_id: name.clone(), protocol_type, state });
         }
+        out.sort_by(|a, b| a.group_id.cmp(&b.group_id));
         Ok(out)
     }
 
     /// Handles one group of DescribeGroups (Kafka's `GroupMetadata.summary`): member metadata and
     /// protocol only when Stable; an unknown group is reported `Dead` with no error.
     pub fn describe_group(&self, group_id: &str) -> GroupDescription {
-        let st = self.lock();
+        let st = self.shard(group_id).lock();
         let dead = |error| GroupDescription {
             error,
             state: GroupState::Dead.name(),
@@ -690,158 +1111,185 @@ impl GroupCoordinator {
     }
 
     /// Handles DeleteGroups: one error per group id. Only Empty groups (or groups that only
-    /// store offsets) are deleted: their offsets and metadata get tombstones.
+    /// store offsets) are deleted: their offsets and metadata get tombstones, and the group goes
+    /// once they are written. Each group is a write of its own shard.
     pub fn delete_groups(&self, storage: &dyn OffsetsStorage, group_ids: &[String]) -> Vec<i16> {
         let now = now_ms();
-        let mut st = self.lock();
-        let mut out = Vec::with_capacity(group_ids.len());
-        for id in group_ids {
-            if let Err(code) = self.check(&st, id, true) {
-                out.push(code);
-                continue;
-            }
-            let state = st.groups.get(id).map(Group::state);
-            let known = state.is_some() || st.offsets.contains_key(id);
-            match state {
-                _ if !known => out.push(errors::GROUP_ID_NOT_FOUND),
-                Some(GroupState::Dead) => out.push(errors::GROUP_ID_NOT_FOUND),
-                Some(GroupState::Stable | GroupState::PreparingRebalance | GroupState::CompletingRebalance) => {
-                    out.push(errors::NON_EMPTY_GROUP)
-                }
-                _ => {
-                    let mut records: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::new();
-                    for (topic, p) in
-                        st.offsets.get(id).map(|m| m.keys().cloned().collect::<Vec<_>>()).unwrap_or_default()
-                    {
-                        if let Ok(key) = OffsetCommitKey::new(id.clone(), topic, p).encode() {
+        group_ids
+            .iter()
+            .map(|id| {
+                let compute = |st: &mut ShardState, changes: &mut Changes| {
+                    self.check(st, id, true)?;
+                    let state = st.groups.get(id).map(Group::state);
+                    let known = state.is_some() || st.offsets.contains_key(id);
+                    match state {
+                        _ if !known => return Err(errors::GROUP_ID_NOT_FOUND),
+                        Some(GroupState::Dead) => return Err(errors::GROUP_ID_NOT_FOUND),
+                        Some(GroupState::Stable | GroupState::PreparingRebalance | GroupState::CompletingRebalance) => {
+                            return Err(errors::NON_EMPTY_GROUP)
+                        }
+                        _ => {}
+                    }
+                    let mut records: Vec<Record> = Vec::new();
+                    for (topic, p) in st.offsets.get(id).into_iter().flat_map(BTreeMap::keys) {
+                        if let Ok(key) = OffsetCommitKey::new(id.clone(), topic.clone(), *p).encode() {
                             records.push((key, None));
                         }
                     }
                     if let Ok(key) = GroupMetadataKey::new(id.clone()).encode() {
                         records.push((key, None));
                     }
-                    match storage.append(self.partition_for(id), records, now) {
-                        Ok(()) => {
-                            st.offsets.remove(id);
-                            if let Some(mut g) = st.groups.remove(id) {
-                                g.mark_dead(now);
-                            }
-                            out.push(errors::NONE);
-                        }
-                        Err((code, msg)) => {
-                            tracing::warn!(group = %id, "deleting the group failed ({code}): {msg}");
-                            out.push(code);
-                        }
-                    }
-                }
-            }
-        }
-        drop(st);
-        self.changed.notify_all();
-        out
+                    let before = st.groups.get(id).map(Group::answers_made);
+                    changes.write(id, before, records, Effect::Delete);
+                    Ok(())
+                };
+                let finish = |_: &mut ShardState, computed: Result<(), i16>, results: &[StoreResult]| match computed {
+                    Err(code) => code,
+                    Ok(()) => match results.first() {
+                        Some(Err((code, _))) => *code,
+                        _ => errors::NONE,
+                    },
+                };
+                self.write_op(storage, self.shard(id), now, compute, finish)
+            })
+            .collect()
     }
 
     /// The timer loop of the coordinator (run on its own thread until [`Self::shutdown`]):
     /// fires group deadlines (sessions, pending members, rebalance and initial delays), writes
-    /// what they changed, and expires offsets every `offsets.retention.check.interval.ms`.
+    /// what they changed, and expires offsets every `offsets.retention.check.interval.ms`;
+    /// between passes it sleeps until the earliest deadline (an earlier one armed meanwhile
+    /// wakes it).
     pub fn run_timers(&self, storage: &dyn OffsetsStorage) {
-        let mut st = self.lock();
-        loop {
-            if st.shutting_down {
-                return;
-            }
-            let now = now_ms();
-            let mut fired = false;
-            if !st.loading {
-                let due: Vec<String> = st
-                    .groups
-                    .iter()
-                    .filter(|(_, g)| g.next_deadline().is_some_and(|d| d <= now))
-                    .map(|(id, _)| id.clone())
-                    .collect();
-                for id in due {
-                    if let Some(g) = st.groups.get_mut(&id) {
-                        g.tick(now);
-                        if let Err((code, msg)) = self.persist_group(storage, g, now) {
-                            tracing::warn!(group = %id, "storing group metadata failed ({code}): {msg}");
-                        }
-                        fired = true;
-                    }
-                }
-                if now >= st.next_retention_check {
-                    st.next_retention_check = now + self.config.offsets_retention_check_interval_ms;
-                    self.expire_offsets(&mut st, storage, now);
-                }
-            }
-            if fired {
-                self.changed.notify_all();
-            }
-            let next = st.groups.values().filter_map(Group::next_deadline).min().unwrap_or(i64::MAX);
-            let next = next.min(st.next_retention_check);
-            let sleep = (next - now_ms()).clamp(1, 1000) as u64;
-            st = self.changed.wait_timeout(st, Duration::from_millis(sleep)).unwrap_or_else(|p| p.into_inner()).0;
+        while !self.is_shutting_down() {
+            let next = self.timer_pass(storage);
+            self.timer.sleep_until(next, &self.shutting_down, now_ms);
         }
+    }
+
+    /// One pass of the timer over the shards, one at a time: returns the earliest deadline
+    /// left (ms since the epoch; `i64::MAX`: none).
+    fn timer_pass(&self, storage: &dyn OffsetsStorage) -> i64 {
+        self.timer.begin_pass();
+        let now = now_ms();
+        let mut next = i64::MAX;
+        for shard in self.shards.iter() {
+            next = next.min(self.tick_shard(storage, shard, now));
+        }
+        if now >= self.next_retention_check.load(Ordering::SeqCst) {
+            let again = now.saturating_add(self.config.offsets_retention_check_interval_ms);
+            self.next_retention_check.store(again, Ordering::SeqCst);
+            for shard in self.shards.iter() {
+                self.expire_shard(storage, shard, now);
+            }
+        }
+        next.min(self.next_retention_check.load(Ordering::SeqCst))
+    }
+
+    /// Fires the due deadlines of one shard's groups (a writer only when one is due); returns
+    /// the shard's earliest deadline left.
+    fn tick_shard(&self, storage: &dyn OffsetsStorage, shard: &Shard, now: i64) -> i64 {
+        let earliest = |st: &ShardState| st.groups.values().filter_map(Group::next_deadline).min().unwrap_or(i64::MAX);
+        {
+            let st = shard.lock();
+            if st.loading || self.is_shutting_down() {
+                return i64::MAX;
+            }
+            if earliest(&st) > now {
+                return earliest(&st);
+            }
+        }
+        let compute = |st: &mut ShardState, changes: &mut Changes| {
+            let due: Vec<String> = st
+                .groups
+                .iter()
+                .filter(|(_, g)| g.next_deadline().is_some_and(|d| d <= now))
+                .map(|(id, _)| id.clone())
+                .collect();
+            for id in due {
+                let Some(g) = st.groups.get_mut(&id) else { continue };
+                let before = Some(g.answers_made());
+                g.tick(now);
+                if let Some(records) = Self::store_request(g, now) {
+                    changes.write(&id, before, records, Effect::Group);
+                }
+                changes.wakes.note(st, &id, before);
+            }
+        };
+        self.write_op(storage, shard, now, compute, |st, (), _| earliest(st))
     }
 
     /// Runs one offset expiration pass at `now` (what the timer loop does every
     /// `offsets.retention.check.interval.ms`).
     pub fn expire_offsets_now(&self, storage: &dyn OffsetsStorage, now: i64) {
-        let mut st = self.lock();
-        self.expire_offsets(&mut st, storage, now);
+        for shard in self.shards.iter() {
+            self.expire_shard(storage, shard, now);
+        }
     }
 
-    /// Kafka's `cleanupGroupMetadata` / `removeExpiredOffsets` (KIP-211): offsets with an
-    /// explicit expiry past `now` go; the offsets of a group that is Empty (or has no group
-    /// management) go `offsets.retention.minutes` after it became Empty (or after the commit).
-    /// An Empty group left without offsets is deleted (tombstone). Stable groups keep theirs.
-    fn expire_offsets(&self, st: &mut State, storage: &dyn OffsetsStorage, now: i64) {
+    /// Kafka's `cleanupGroupMetadata` / `removeExpiredOffsets` (KIP-211) for one shard:
+    /// offsets with an explicit expiry past `now` go; the offsets of a group that is Empty (or
+    /// has no group management) go `offsets.retention.minutes` after it became Empty (or after
+    /// the commit). An Empty group left without offsets is deleted (tombstone). Stable groups
+    /// keep theirs. Each group's tombstones are one write; what they remove goes once written.
+    fn expire_shard(&self, storage: &dyn OffsetsStorage, shard: &Shard, now: i64) {
         let retention = self.config.offsets_retention_ms;
-        let group_ids: Vec<String> = st.offsets.keys().cloned().collect();
-        for id in group_ids {
-            let group_state = st.groups.get(&id).map(|g| (g.state(), g.state_timestamp()));
-            let Some(offsets) = st.offsets.get(&id) else { continue };
-            let expired: Vec<(String, i32)> = offsets
-                .iter()
-                .filter(|(_, c)| match (c.expire_timestamp, group_state) {
-                    (Some(t), _) => now >= t,
-                    (None, Some((GroupState::Empty, since))) => now - since.max(0) >= retention,
-                    (None, None) => now - c.commit_timestamp >= retention,
-                    (None, Some(_)) => false,
-                })
-                .map(|(k, _)| k.clone())
-                .collect();
-            if expired.is_empty() {
-                continue;
+        let compute = |st: &mut ShardState, changes: &mut Changes| {
+            if st.loading {
+                return;
             }
-            let mut records: Vec<(Vec<u8>, Option<Vec<u8>>)> = expired
-                .iter()
-                .filter_map(|(t, p)| OffsetCommitKey::new(id.clone(), t.clone(), *p).encode().ok().map(|k| (k, None)))
-                .collect();
-            let left = offsets.len() - expired.len();
-            let delete_group = left == 0 && matches!(group_state, None | Some((GroupState::Empty, _)));
-            if delete_group {
-                if let Ok(k) = GroupMetadataKey::new(id.clone()).encode() {
-                    records.push((k, None));
+            for (id, offsets) in &st.offsets {
+                let group_state = st.groups.get(id).map(|g| (g.state(), g.state_timestamp()));
+                let expired: Vec<(String, i32)> = offsets
+                    .iter()
+                    .filter(|(_, c)| match (c.expire_timestamp, group_state) {
+                        (Some(t), _) => now >= t,
+                        (None, Some((GroupState::Empty, since))) => now - since.max(0) >= retention,
+                        (None, None) => now - c.commit_timestamp >= retention,
+                        (None, Some(_)) => false,
+                    })
+                    .map(|(k, _)| k.clone())
+                    .collect();
+                if expired.is_empty() {
+                    continue;
                 }
-            }
-            match storage.append(self.partition_for(&id), records, now) {
-                Ok(()) => {
-                    tracing::info!(group = %id, expired = expired.len(), "expired committed offsets");
-                    if let Some(m) = st.offsets.get_mut(&id) {
-                        for k in &expired {
-                            m.remove(k);
-                        }
-                    }
-                    if delete_group {
-                        st.offsets.remove(&id);
-                        if let Some(mut g) = st.groups.remove(&id) {
-                            g.mark_dead(now);
-                        }
+                let mut records: Vec<Record> = expired
+                    .iter()
+                    .filter_map(|(t, p)| {
+                        OffsetCommitKey::new(id.clone(), t.clone(), *p).encode().ok().map(|k| (k, None))
+                    })
+                    .collect();
+                let left = offsets.len() - expired.len();
+                let delete_group = left == 0 && matches!(group_state, None | Some((GroupState::Empty, _)));
+                if delete_group {
+                    if let Ok(k) = GroupMetadataKey::new(id.clone()).encode() {
+                        records.push((k, None));
                     }
                 }
-                Err((code, msg)) => tracing::warn!(group = %id, "expiring offsets failed ({code}): {msg}"),
+                let before = st.groups.get(id).map(Group::answers_made);
+                changes.write(id, before, records, Effect::Expire { expired, delete_group });
             }
-        }
+        };
+        self.write_op(storage, shard, now, compute, |_, (), _| ())
+    }
+
+    /// Holds the lock of shard `partition` until the guard is dropped (tests: nothing else may
+    /// need it).
+    #[cfg(test)]
+    fn hold_shard(&self, partition: i32) -> MutexGuard<'_, ShardState> {
+        self.shards[partition as usize].lock()
+    }
+
+    /// Whether the lock of shard `partition` is free now (tests).
+    #[cfg(test)]
+    fn shard_is_free(&self, partition: i32) -> bool {
+        self.shards[partition as usize].state.try_lock().is_ok()
+    }
+
+    /// Whether the write-order mutex of shard `partition` is held now (tests).
+    #[cfg(test)]
+    fn write_order_is_held(&self, partition: i32) -> bool {
+        self.shards[partition as usize].write_order.try_lock().is_err()
     }
 }
 
@@ -922,15 +1370,24 @@ fn random_uuid() -> uuid::Uuid {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::cell::RefCell;
+    use std::collections::HashMap;
+    use std::sync::mpsc;
 
     /// (partition, key, value) of every record appended.
     type Appended = Vec<(i32, Vec<u8>, Option<Vec<u8>>)>;
 
     #[derive(Default)]
     struct MemStorage {
-        records: RefCell<Appended>,
+        records: Mutex<Appended>,
         fail: Option<i16>,
+        /// Yield inside each append (widens the windows of concurrent tests).
+        yield_in_append: bool,
+    }
+
+    impl MemStorage {
+        fn records(&self) -> MutexGuard<'_, Appended> {
+            self.records.lock().unwrap()
+        }
     }
 
     impl OffsetsStorage for MemStorage {
@@ -943,14 +1400,20 @@ mod tests {
             if let Some(code) = self.fail {
                 return Err((code, "injected".into()));
             }
-            self.records.borrow_mut().extend(records.into_iter().map(|(k, v)| (partition, k, v)));
+            if self.yield_in_append {
+                std::thread::yield_now();
+            }
+            self.records().extend(records.into_iter().map(|(k, v)| (partition, k, v)));
+            if self.yield_in_append {
+                std::thread::yield_now();
+            }
             Ok(())
         }
     }
 
     fn replay(storage: &MemStorage) -> GroupCoordinator {
         let c = GroupCoordinator::new(CoordinatorConfig::default());
-        let recs = storage.records.borrow();
+        let recs = storage.records();
         for p in 0..50 {
             let mine = recs
                 .iter()
@@ -1009,8 +1472,8 @@ mod tests {
             &entries,
         );
         assert_eq!(codes, vec![errors::NONE, errors::NONE, errors::OFFSET_METADATA_TOO_LARGE]);
-        assert_eq!(storage.records.borrow().len(), 2);
-        assert!(storage.records.borrow().iter().all(|(p, _, _)| *p == partition_for("g", 50)));
+        assert_eq!(storage.records().len(), 2);
+        assert!(storage.records().iter().all(|(p, _, _)| *p == partition_for("g", 50)));
         let fetched = c.fetch_offsets("g", Some(vec![("t".into(), vec![0, 1, 2])])).unwrap();
         let got: Vec<(i32, Option<i64>)> =
             fetched[0].1.iter().map(|(p, o)| (*p, o.as_ref().map(|o| o.offset))).collect();
@@ -1140,8 +1603,332 @@ mod tests {
         assert_eq!(c.fetch_offsets("g", None).unwrap(), vec![]);
         assert_eq!(c.describe_group("g").state, "Dead", "an Empty group without offsets is deleted");
         // Tombstones were written for both offsets and both groups, and a replay agrees.
-        let tombstones = storage.records.borrow().iter().filter(|(_, _, v)| v.is_none()).count();
+        let tombstones = storage.records().iter().filter(|(_, _, v)| v.is_none()).count();
         assert_eq!(tombstones, 4);
         assert_eq!(replay(&storage).fetch_offsets("g", None).unwrap(), vec![]);
+    }
+
+    // ---- Shards, write order and wakeups (issue 15) ----
+
+    const SIMPLE: MemberRef<'static> = MemberRef { member_id: "", group_instance_id: None, generation_id: -1 };
+
+    fn join_request(client: &str) -> JoinRequest {
+        JoinRequest {
+            client_id: client.into(),
+            client_host: "/127.0.0.1".into(),
+            rebalance_timeout_ms: 10_000,
+            session_timeout_ms: 10_000,
+            protocol_type: "consumer".into(),
+            protocols: vec![("range".into(), Bytes::from_static(b"sub"))],
+            ..JoinRequest::default()
+        }
+    }
+
+    /// A group id whose partition is (`same`) or is not that of `of`.
+    fn group_in(c: &GroupCoordinator, of: &str, same: bool) -> String {
+        (0..1000)
+            .map(|i| format!("{of}-{i}"))
+            .find(|g| (c.partition_for(g) == c.partition_for(of)) == same)
+            .expect("some group id fits")
+    }
+
+    /// The answer of a parked request that must be there now.
+    fn ready(c: &GroupCoordinator, parked: &Parked) -> Completion {
+        match c.poll_parked(parked, now_ms()) {
+            ParkedPoll::Ready(answer) => answer,
+            other => panic!("no answer for {parked:?}: {other:?}"),
+        }
+    }
+
+    /// Forms `group` with one member on this thread (the test drives the timer): its member id.
+    fn stable_group(c: &GroupCoordinator, storage: &dyn OffsetsStorage, group: &str) -> String {
+        let Answer::Parked(parked) = c.begin_join(storage, group, join_request("c")) else { panic!("joined at once") };
+        c.timer.schedule(c.timer_pass(storage)); // the initial delay (0) passes
+        let Completion::Join(r) = ready(c, &parked) else { panic!() };
+        let request = SyncRequest {
+            member: MemberRef { member_id: &r.member_id, group_instance_id: None, generation_id: r.generation_id },
+            protocol_type: None,
+            protocol_name: None,
+            assignments: vec![(r.member_id.clone(), Bytes::from_static(b"asg"))],
+        };
+        let Answer::Now(s) = c.begin_sync(storage, group, request) else { panic!("the leader's sync waited") };
+        assert_eq!(s.error, errors::NONE);
+        assert_eq!(c.describe_group(group).state, "Stable");
+        r.member_id
+    }
+
+    #[test]
+    fn groups_of_other_shards_progress_while_a_shard_lock_is_held() {
+        let c = GroupCoordinator::new(config());
+        c.finish_loading();
+        let storage = MemStorage::default();
+        let a = "a";
+        let b = group_in(&c, a, false);
+        let entry = [("t".to_string(), 0, 5, -1, None, -1)];
+        let held = c.hold_shard(c.partition_for(a));
+        std::thread::scope(|s| {
+            let (c, storage, b, entry) = (&c, &storage, &b, &entry);
+            let blocked = s.spawn(move || c.commit_offsets(storage, a, SIMPLE, -1, entry));
+            let (tx, rx) = mpsc::channel();
+            s.spawn(move || {
+                let codes = c.commit_offsets(storage, b, SIMPLE, -1, entry);
+                let fetched = c.fetch_offsets(b, None).map(|t| t.len());
+                let heartbeat = c.heartbeat(b, MemberRef { member_id: "m", group_instance_id: None, generation_id: 1 });
+                let state = c.describe_group(b).state;
+                let deleted = c.delete_groups(storage, std::slice::from_ref(b));
+                tx.send((codes, fetched, heartbeat, state, deleted)).unwrap();
+            });
+            let got = rx.recv_timeout(Duration::from_secs(60));
+            let a_went_through = blocked.is_finished();
+            drop(held);
+            let got = got.expect("group b waited for the lock of group a's shard");
+            assert_eq!(got, (vec![errors::NONE], Ok(1), errors::UNKNOWN_MEMBER_ID, "Empty", vec![errors::NONE]));
+            assert!(!a_went_through, "group a's commit did not need its shard's lock");
+            assert_eq!(blocked.join().unwrap(), vec![errors::NONE]);
+        });
+        assert_eq!(c.fetch_offsets(a, None).unwrap().len(), 1);
+    }
+
+    /// Checks at every append that the shard's lock is free and its write-order mutex held.
+    struct CheckingStorage<'a> {
+        c: &'a GroupCoordinator,
+        inner: MemStorage,
+        checked: Mutex<Vec<i32>>,
+        violations: Mutex<Vec<String>>,
+    }
+
+    impl OffsetsStorage for CheckingStorage<'_> {
+        fn append(&self, partition: i32, records: Vec<Record>, now: i64) -> Result<(), (i16, String)> {
+            if !self.c.shard_is_free(partition) {
+                self.violations.lock().unwrap().push(format!("shard {partition}'s lock is held during its append"));
+            }
+            if !self.c.write_order_is_held(partition) {
+                self.violations.lock().unwrap().push(format!("shard {partition}'s write order is not held"));
+            }
+            self.checked.lock().unwrap().push(partition);
+            self.inner.append(partition, records, now)
+        }
+    }
+
+    #[test]
+    fn appends_happen_after_the_shard_lock_is_released() {
+        let c = GroupCoordinator::new(config());
+        c.finish_loading();
+        let storage = CheckingStorage {
+            c: &c,
+            inner: MemStorage::default(),
+            checked: Mutex::default(),
+            violations: Mutex::default(),
+        };
+        // Every kind of write: a commit, the leader's assignment, the Empty group after a leave,
+        // a deletion, expired offsets.
+        let entry = [("t".to_string(), 0, 5, -1, None, -1)];
+        assert_eq!(c.commit_offsets(&storage, "g1", SIMPLE, -1, &entry), vec![errors::NONE]);
+        let member = stable_group(&c, &storage, "g2");
+        assert_eq!(c.leave_group(&storage, "g2", &[(member, None)]), (errors::NONE, vec![errors::NONE]));
+        assert_eq!(c.delete_groups(&storage, &["g2".into()]), vec![errors::NONE]);
+        c.expire_offsets_now(&storage, now_ms() + c.config.offsets_retention_ms + 1);
+        assert_eq!(c.fetch_offsets("g1", None).unwrap(), vec![]);
+        assert_eq!(storage.violations.lock().unwrap().as_slice(), &[] as &[String]);
+        let checked = storage.checked.lock().unwrap().clone();
+        assert_eq!(checked.len(), 5, "one append per write: {checked:?}");
+        let replayed = replay(&storage.inner);
+        assert_eq!(replayed.describe_group("g2").state, "Dead");
+        assert_eq!(replayed.fetch_offsets("g1", None).unwrap(), vec![]);
+    }
+
+    /// Counts the group changes it is told of.
+    #[derive(Debug, Default)]
+    struct RecordingWaiters {
+        calls: Mutex<HashMap<String, u64>>,
+    }
+
+    impl RecordingWaiters {
+        fn calls(&self, group: &str) -> u64 {
+            self.calls.lock().unwrap().get(group).copied().unwrap_or(0)
+        }
+        fn total(&self) -> u64 {
+            self.calls.lock().unwrap().values().sum()
+        }
+    }
+
+    impl GroupWaiters for RecordingWaiters {
+        fn group_changed(&self, group_id: &str) {
+            *self.calls.lock().unwrap().entry(group_id.to_string()).or_default() += 1;
+        }
+        fn all_changed(&self) {}
+    }
+
+    #[test]
+    fn a_heartbeat_wakes_no_other_groups_waiters_nor_the_timer() {
+        let c = GroupCoordinator::new(config());
+        c.finish_loading();
+        let recorded = Arc::new(RecordingWaiters::default());
+        c.set_waiters(recorded.clone());
+        let storage = MemStorage::default();
+        let x_member = stable_group(&c, &storage, "x");
+        let y = "y";
+        std::thread::scope(|s| {
+            // Y's JoinGroup parks its thread until the timer fires the initial delay.
+            let waiter = s.spawn(|| c.join_group(&storage, y, join_request("cy")));
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
+            while c.parked.waiting(y) == 0 && std::time::Instant::now() < deadline {
+                std::thread::yield_now();
+            }
+            assert_eq!(c.parked.waiting(y), 1, "Y's JoinGroup never parked");
+            let (delivered, recorded_total, timer) = (c.parked.delivered_total(), recorded.total(), c.timer.notified());
+            let x_changes = recorded.calls("x");
+            for _ in 0..100 {
+                let me = MemberRef { member_id: &x_member, group_instance_id: None, generation_id: 1 };
+                assert_eq!(c.heartbeat("x", me), errors::NONE);
+            }
+            assert_eq!(c.parked.delivered(y), 0, "a heartbeat of X unparked Y's waiter");
+            assert_eq!(c.parked.delivered_total(), delivered, "a heartbeat unparked a waiter");
+            assert_eq!(recorded.calls(y), 0, "Y was notified before it changed");
+            assert_eq!(recorded.total(), recorded_total, "a heartbeat notified a group");
+            assert_eq!(c.timer.notified(), timer, "a heartbeat woke the timer");
+            assert!(!waiter.is_finished());
+            // Y's own change wakes Y's waiter, and only it.
+            c.timer_pass(&storage);
+            assert_eq!(recorded.calls(y), 1);
+            assert_eq!(recorded.calls("x"), x_changes, "Y's change notified X");
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
+            while !waiter.is_finished() && std::time::Instant::now() < deadline {
+                std::thread::yield_now();
+            }
+            if !waiter.is_finished() {
+                c.shutdown();
+                panic!("Y's waiter was not woken by Y's completed join");
+            }
+            let r = waiter.join().unwrap();
+            assert_eq!((r.error, r.generation_id), (errors::NONE, 1));
+            assert!(c.parked.delivered(y) >= 1);
+        });
+    }
+
+    #[test]
+    fn an_earlier_deadline_wakes_the_timer() {
+        let c = GroupCoordinator::new(CoordinatorConfig {
+            group: GroupConfig { initial_rebalance_delay_ms: 3000, ..GroupConfig::default() },
+            ..config()
+        });
+        c.finish_loading();
+        let storage = MemStorage::default();
+        let before = c.timer.notified();
+        let retention_check = c.timer.next();
+        assert!(retention_check > now_ms(), "the first retention check is one interval after the load");
+        let Answer::Parked(_) = c.begin_join(&storage, "g", join_request("c")) else { panic!() };
+        assert_eq!(c.timer.notified(), before + 1, "the join timer is earlier than the retention check");
+        assert!(c.timer.next() <= now_ms() + 3000);
+    }
+
+    /// The offset of the last commit of (`group`, `t`, 0) in the log.
+    fn last_logged(storage: &MemStorage, group: &str) -> Option<i64> {
+        storage.records().iter().rev().find_map(|(_, k, v)| match decode_record(Some(k), v.as_deref()) {
+            Ok(OffsetsRecord::OffsetCommit { key, value: Some(v) }) if key.group == group => Some(v.offset),
+            _ => None,
+        })
+    }
+
+    #[test]
+    fn concurrent_commits_to_one_shard_reach_the_log_in_the_order_they_are_cached() {
+        const THREADS: i64 = 8;
+        const ROUNDS: i64 = 200;
+        let c = GroupCoordinator::new(config());
+        c.finish_loading();
+        let storage = MemStorage { yield_in_append: true, ..MemStorage::default() };
+        let groups = ["g".to_string(), group_in(&c, "g", true)];
+        let barrier = std::sync::Barrier::new(THREADS as usize);
+        let mismatches = Mutex::new(Vec::new());
+        std::thread::scope(|s| {
+            for t in 0..THREADS {
+                let (c, storage, barrier, groups, mismatches) = (&c, &storage, &barrier, &groups, &mismatches);
+                s.spawn(move || {
+                    for round in 0..ROUNDS {
+                        // Every thread commits the same partition of one of the two groups at once...
+                        barrier.wait();
+                        let entries = [("t".to_string(), 0, round * 1000 + t, -1, None, -1)];
+                        let group = &groups[(t % 2) as usize];
+                        assert_eq!(c.commit_offsets(storage, group, SIMPLE, -1, &entries), vec![errors::NONE]);
+                        barrier.wait();
+                        // ...then the cache must hold what the log has last.
+                        if t == 0 {
+                            for g in groups {
+                                let cached =
+                                    c.fetch_offsets(g, Some(vec![("t".into(), vec![0])])).unwrap()[0].1[0].1.clone();
+                                let logged = last_logged(storage, g);
+                                if cached.as_ref().map(|o| o.offset) != logged {
+                                    mismatches.lock().unwrap().push((
+                                        round,
+                                        g.clone(),
+                                        cached.map(|o| o.offset),
+                                        logged,
+                                    ));
+                                }
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        assert_eq!(mismatches.into_inner().unwrap(), vec![], "(round, group, cached, last in the log)");
+        assert_eq!(storage.records().len(), (THREADS * ROUNDS) as usize);
+        let replayed = replay(&storage);
+        for g in &groups {
+            assert_eq!(replayed.fetch_offsets(g, None).unwrap(), c.fetch_offsets(g, None).unwrap());
+        }
+    }
+
+    /// An append that waits for the test to let it fail.
+    struct GatedFailingStorage {
+        entered: Mutex<mpsc::Sender<()>>,
+        release: Mutex<mpsc::Receiver<()>>,
+    }
+
+    impl OffsetsStorage for GatedFailingStorage {
+        fn append(&self, _: i32, _: Vec<Record>, _: i64) -> Result<(), (i16, String)> {
+            self.entered.lock().unwrap().send(()).unwrap();
+            self.release.lock().unwrap().recv_timeout(Duration::from_secs(60)).unwrap();
+            Err((errors::NOT_COORDINATOR, "injected".into()))
+        }
+    }
+
+    #[test]
+    fn a_follower_waits_for_the_leaders_append_and_gets_its_failure() {
+        let c = GroupCoordinator::new(config());
+        c.finish_loading();
+        let storage = MemStorage::default();
+        let Answer::Parked(leader) = c.begin_join(&storage, "s", join_request("l")) else { panic!() };
+        let Answer::Parked(follower) = c.begin_join(&storage, "s", join_request("f")) else { panic!() };
+        c.timer_pass(&storage);
+        let (Completion::Join(l), Completion::Join(f)) = (ready(&c, &leader), ready(&c, &follower)) else { panic!() };
+        assert_eq!((l.leader.as_str(), l.generation_id, f.generation_id), (l.member_id.as_str(), 1, 1));
+        let sync = |member_id, assignments| SyncRequest {
+            member: MemberRef { member_id, group_instance_id: None, generation_id: 1 },
+            protocol_type: None,
+            protocol_name: None,
+            assignments,
+        };
+        let Answer::Parked(parked) = c.begin_sync(&storage, "s", sync(&f.member_id, vec![])) else { panic!() };
+        let (entered_tx, entered) = mpsc::channel();
+        let (release, release_rx) = mpsc::channel();
+        let gated = GatedFailingStorage { entered: Mutex::new(entered_tx), release: Mutex::new(release_rx) };
+        std::thread::scope(|s| {
+            let assignments =
+                vec![(l.member_id.clone(), Bytes::from_static(b"a")), (f.member_id.clone(), Bytes::from_static(b"b"))];
+            let leader = s.spawn(|| c.begin_sync(&gated, "s", sync(&l.member_id, assignments)));
+            entered.recv_timeout(Duration::from_secs(60)).expect("the leader's assignment was not appended");
+            // During the append: the shard serves (a heartbeat), the follower's answer is held.
+            let me = MemberRef { member_id: &f.member_id, group_instance_id: None, generation_id: 1 };
+            assert_eq!(c.heartbeat("s", me), errors::NONE);
+            let during = c.poll_parked(&parked, now_ms());
+            release.send(()).unwrap();
+            assert!(matches!(during, ParkedPoll::Pending), "the follower took an unwritten assignment: {during:?}");
+            let Answer::Now(r) = leader.join().unwrap() else { panic!("the leader's sync parked") };
+            assert_eq!(r.error, errors::COORDINATOR_NOT_AVAILABLE);
+        });
+        let Completion::Sync(r) = ready(&c, &parked) else { panic!() };
+        assert_eq!((r.error, r.assignment.len()), (errors::NOT_COORDINATOR, 0));
+        assert_eq!(c.describe_group("s").state, "PreparingRebalance");
     }
 }
