@@ -35,8 +35,8 @@
 //!   the `encode` helper.
 //! - [`handler`]: the dispatch (Kafka's `KafkaApis`) and one file per API.
 //! - [`coordinator`]: the group coordinator: group state machine, runtime (groups and committed
-//!   offsets behind one lock, timers), the group APIs' handlers, and `__consumer_offsets` storage
-//!   in the broker's log.
+//!   offsets sharded by `__consumer_offsets` partition, a lock each, timers), per-group wakeups,
+//!   the group APIs' handlers, and `__consumer_offsets` storage in the broker's log.
 //! - [`delayed_fetch`]: long polling (Kafka's `DelayedFetch`): a Fetch short of data parks its
 //!   connection thread on [`delayed_fetch::FetchWakeup`], holding no log lock; every append
 //!   wakes it at once.
@@ -75,16 +75,19 @@
 //!
 //! Locks, in the order they may be taken (never the reverse):
 //!
-//! 1. the group coordinator's lock ([`coordinator::runtime`]); a parked JoinGroup / SyncGroup
-//!    waits on its condition variable, releasing it;
+//! 1. a group coordinator shard's write-order mutex ([`coordinator::runtime`], one per
+//!    `__consumer_offsets` partition): held by that shard's writers from computing a change to
+//!    applying its append's result; under it, briefly, the shard's lock (a leaf: the coordinator
+//!    holds no shard lock across an append, and a parked JoinGroup / SyncGroup waits holding
+//!    none; the wakeups of [`coordinator::wakeup`] are leaves too), then the locks below;
 //! 2. the log directory's locks, in their own order (see [`crate::log::manager`]): the creation
 //!    lock, the producer id lock, the map lock, then one partition's lock. A group record
 //!    appended to `__consumer_offsets` ([`coordinator::storage`]) takes its partition's lock
-//!    under the coordinator's; nothing that holds a partition's lock takes the map lock, another
-//!    partition's lock or the coordinator's;
+//!    under the shard's write-order mutex; nothing that holds a partition's lock takes the map
+//!    lock, another partition's lock or a coordinator lock;
 //! 3. the long-poll wakeup's mutex ([`delayed_fetch::FetchWakeup`]): notified after the
-//!    partition locks are released (by produce, and by the coordinator's appends, under its own
-//!    lock); a parked Fetch waits on it holding no other lock.
+//!    partition locks are released (by produce, and by the coordinator's appends, under the
+//!    write-order mutex); a parked Fetch waits on it holding no other lock.
 //!
 //! The connection counts and the Fetch latency histograms have mutexes of their own, each taken
 //! alone for one short update.
