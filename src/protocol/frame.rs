@@ -235,6 +235,123 @@ pub fn read_frame<R: Read>(reader: &mut R, max_bytes: usize) -> Result<Option<By
     Ok(Some(Bytes::from(payload)))
 }
 
+/// Bytes [`FrameReceive`] reads at most at once into a payload buffer: the buffer follows the
+/// bytes actually received, not the size announced (it grows as a `Vec` does, so it holds at most
+/// about twice the bytes received plus this much: a peer that announces 100 MiB and sends 10
+/// bytes costs about 128 KiB).
+pub const RECEIVE_CHUNK_BYTES: usize = 64 * 1024;
+
+/// What one [`FrameReceive::read_from`] call got.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReceiveProgress {
+    /// A whole frame: its payload, without the 4-byte size. The receive is ready for the next
+    /// frame; nothing after this frame was read.
+    Frame(Bytes),
+    /// The reader has no more bytes now (it returned `WouldBlock`); call again when it is
+    /// readable. The bytes received so far are kept.
+    Pending,
+    /// End of file at a frame boundary (no byte of a next frame received): the peer closed.
+    Closed,
+}
+
+/// One frame being received from a non-blocking reader, a piece at a time (Kafka's
+/// `NetworkReceive`): the 4-byte size first, checked against `socket.request.max.bytes` before
+/// anything is allocated (the errors of [`check_frame`]), then the payload, into a buffer that
+/// grows with the bytes received ([`RECEIVE_CHUNK_BYTES`] at most per read). Reads stop at the end of the frame, so a
+/// pipelined next request stays in the socket until the caller asks for it.
+#[derive(Debug, Default)]
+pub struct FrameReceive {
+    size: [u8; SIZE_PREFIX_BYTES],
+    size_read: usize,
+    /// The payload length, once the size is read and checked.
+    payload_len: Option<usize>,
+    payload: Vec<u8>,
+}
+
+impl FrameReceive {
+    /// A receive waiting for the first byte of a frame.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Bytes of the current frame received so far, its size prefix included (0 between frames).
+    pub fn received(&self) -> usize {
+        self.size_read + self.payload.len()
+    }
+
+    /// Reads from `reader` until a whole frame is in, the reader would block, or it ends.
+    ///
+    /// Errors (the frame cannot be resumed: close the connection):
+    /// [`ProtocolError::NegativeSize`], [`ProtocolError::FrameTooLarge`] (raised as soon as the 4
+    /// size bytes are in, before the payload is allocated or read), [`ProtocolError::Truncated`]
+    /// (end of file inside a frame), [`ProtocolError::Io`] (any read error but `WouldBlock`,
+    /// which is [`ReceiveProgress::Pending`], and `Interrupted`, which is retried).
+    pub fn read_from<R: Read>(&mut self, reader: &mut R, max_bytes: usize) -> Result<ReceiveProgress, ProtocolError> {
+        loop {
+            let Some(payload_len) = self.payload_len else {
+                let n = match read_some(reader, &mut self.size[self.size_read..])? {
+                    Some(n) => n,
+                    None => return Ok(ReceiveProgress::Pending),
+                };
+                if n == 0 {
+                    if self.size_read == 0 {
+                        return Ok(ReceiveProgress::Closed);
+                    }
+                    return Err(ProtocolError::Truncated { expected: SIZE_PREFIX_BYTES, received: self.size_read });
+                }
+                self.size_read += n;
+                if self.size_read == SIZE_PREFIX_BYTES {
+                    let len = checked_size(i32::from_be_bytes(self.size), max_bytes)?;
+                    self.payload_len = Some(len);
+                    self.payload = Vec::with_capacity(len.min(RECEIVE_CHUNK_BYTES));
+                }
+                continue;
+            };
+            let have = self.payload.len();
+            if have == payload_len {
+                let payload = std::mem::take(&mut self.payload);
+                *self = FrameReceive::default();
+                return Ok(ReceiveProgress::Frame(Bytes::from(payload)));
+            }
+            let chunk = (payload_len - have).min(RECEIVE_CHUNK_BYTES);
+            self.payload.resize(have + chunk, 0);
+            let got = read_some(reader, &mut self.payload[have..]);
+            let n = match got {
+                Ok(Some(n)) => n,
+                Ok(None) => 0,
+                Err(e) => {
+                    self.payload.truncate(have);
+                    return Err(e);
+                }
+            };
+            self.payload.truncate(have + n);
+            match got {
+                Ok(None) => return Ok(ReceiveProgress::Pending),
+                Ok(Some(0)) => {
+                    return Err(ProtocolError::Truncated {
+                        expected: SIZE_PREFIX_BYTES + payload_len,
+                        received: SIZE_PREFIX_BYTES + have,
+                    })
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// One read: `Some(n)` (0 at end of file), `None` when the reader would block; `Interrupted`
+/// retried.
+fn read_some<R: Read>(reader: &mut R, buf: &mut [u8]) -> Result<Option<usize>, ProtocolError> {
+    loop {
+        match reader.read(buf) {
+            Ok(n) => return Ok(Some(n)),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+            Err(source) => return Err(ProtocolError::Io { source }),
+        }
+    }
+}
+
 /// Fills `buf` as far as the reader allows; returns the bytes read (less than `buf.len()` only
 /// at end of file). Retries on `Interrupted`.
 fn read_full<R: Read>(reader: &mut R, buf: &mut [u8]) -> Result<usize, ProtocolError> {
@@ -593,6 +710,99 @@ mod tests {
             .with_correlation_id(7);
         let frame = encode_request(&header, &body).unwrap().freeze();
         (frame.slice(SIZE_PREFIX_BYTES..), body)
+    }
+
+    /// A reader that hands out `chunks` one read at a time, `WouldBlock` between them when
+    /// `stalls`, then end of file.
+    struct Trickle {
+        chunks: std::collections::VecDeque<Vec<u8>>,
+        stall_next: bool,
+        stalls: bool,
+    }
+
+    impl Read for Trickle {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            if self.stalls {
+                self.stall_next = !self.stall_next;
+                if self.stall_next {
+                    return Err(io::ErrorKind::WouldBlock.into());
+                }
+            }
+            let Some(chunk) = self.chunks.front_mut() else { return Ok(0) };
+            let n = chunk.len().min(buf.len());
+            buf[..n].copy_from_slice(&chunk[..n]);
+            chunk.drain(..n);
+            if chunk.is_empty() {
+                self.chunks.pop_front();
+            }
+            Ok(n)
+        }
+    }
+
+    fn trickle(bytes: &[u8], piece: usize, stalls: bool) -> Trickle {
+        Trickle { chunks: bytes.chunks(piece).map(<[u8]>::to_vec).collect(), stall_next: false, stalls }
+    }
+
+    #[test]
+    fn a_frame_received_in_pieces_is_whole_and_the_next_one_waits() {
+        let mut wire = Vec::new();
+        for payload in [&b"hello"[..], b"", b"world!"] {
+            wire.extend_from_slice(&(payload.len() as i32).to_be_bytes());
+            wire.extend_from_slice(payload);
+        }
+        for piece in [1, 3, 100] {
+            let mut reader = trickle(&wire, piece, true);
+            let mut receive = FrameReceive::new();
+            let mut frames = Vec::new();
+            loop {
+                match receive.read_from(&mut reader, 100).unwrap() {
+                    ReceiveProgress::Frame(p) => frames.push(p),
+                    ReceiveProgress::Pending => {}
+                    ReceiveProgress::Closed => break,
+                }
+            }
+            assert_eq!(frames, [&b"hello"[..], b"", b"world!"], "pieces of {piece}");
+        }
+    }
+
+    #[test]
+    fn the_size_is_checked_before_the_payload_is_read_and_eof_inside_is_truncated() {
+        let mut receive = FrameReceive::new();
+        let mut reader = trickle(&[0, 0, 1, 0, 9, 9], 6, false);
+        let err = receive.read_from(&mut reader, 255).unwrap_err();
+        assert!(matches!(err, ProtocolError::FrameTooLarge { size: 256, limit: 255 }), "{err}");
+        let mut reader = trickle(&(-1i32).to_be_bytes(), 4, false);
+        let err = FrameReceive::new().read_from(&mut reader, 255).unwrap_err();
+        assert!(matches!(err, ProtocolError::NegativeSize { size: -1 }), "{err}");
+        // Two bytes of the size, then end of file.
+        let mut reader = trickle(&[0, 0], 2, false);
+        let err = FrameReceive::new().read_from(&mut reader, 255).unwrap_err();
+        assert!(matches!(err, ProtocolError::Truncated { expected: 4, received: 2 }), "{err}");
+        // A payload cut short.
+        let mut reader = trickle(&[0, 0, 0, 5, 1, 2], 6, false);
+        let err = FrameReceive::new().read_from(&mut reader, 255).unwrap_err();
+        assert!(matches!(err, ProtocolError::Truncated { expected: 9, received: 6 }), "{err}");
+    }
+
+    #[test]
+    fn a_large_announced_frame_allocates_with_the_bytes_received() {
+        let mut wire = (100_000_000i32).to_be_bytes().to_vec();
+        wire.extend_from_slice(&[7; 10]);
+        let mut reader = trickle(&wire, 14, false);
+        let mut receive = FrameReceive::new();
+        assert!(matches!(
+            receive.read_from(&mut reader, DEFAULT_SOCKET_REQUEST_MAX_BYTES),
+            Err(ProtocolError::Truncated { .. })
+        ));
+        let mut reader = trickle(&wire, 14, true);
+        let mut receive = FrameReceive::new();
+        while receive.received() < 14 {
+            assert_eq!(
+                receive.read_from(&mut reader, DEFAULT_SOCKET_REQUEST_MAX_BYTES).unwrap(),
+                ReceiveProgress::Pending
+            );
+        }
+        assert!(receive.payload.capacity() <= 2 * RECEIVE_CHUNK_BYTES, "{}", receive.payload.capacity());
     }
 
     #[test]
