@@ -45,6 +45,19 @@ pub struct BrokerConfig {
     /// address; a connection past it is closed at once with a warning, as Kafka's
     /// `ConnectionQuotas` does (`TooManyConnectionsException`).
     pub max_connections_per_ip: usize,
+    /// `num.network.threads` (Kafka default 3): network threads, each reading the requests and
+    /// noticing the hang-ups of its share of the connections (Kafka's `SocketServer` processors).
+    pub num_network_threads: usize,
+    /// `num.io.threads` (Kafka default 8): io threads, which decode and handle requests and write
+    /// their responses (Kafka's `KafkaRequestHandlerPool`); each makes its own read path.
+    pub num_io_threads: usize,
+    /// `queued.max.requests` (Kafka default 500): requests read and waiting for an io thread; a
+    /// network thread that finds the queue full waits (and reads nothing) until there is room.
+    pub queued_max_requests: usize,
+    /// `connections.max.idle.ms` (Kafka default 600000 = 10 min): a connection with no complete
+    /// request and no response in flight for this long is closed, one stuck inside a frame too;
+    /// `None` (a negative value) never closes one, as in Kafka.
+    pub connections_max_idle_ms: Option<u64>,
     /// `group.initial.rebalance.delay.ms` (Kafka default 3000): how long the group coordinator
     /// waits for more members before the first rebalance of an empty group.
     pub group_initial_rebalance_delay_ms: i32,
@@ -101,8 +114,6 @@ pub(crate) const NOT_APPLICABLE_KEYS: &[(&str, &str)] = &[
     ("inter.broker.listener.name", "no other brokers"),
     ("listener.security.protocol.map", "only PLAINTEXT is served"),
     ("security.inter.broker.protocol", "no other brokers"),
-    ("num.network.threads", "one thread per connection"),
-    ("num.io.threads", "requests run on their connection's thread"),
     ("num.replica.fetchers", "no replication"),
     ("socket.send.buffer.bytes", "kernel defaults are used"),
     ("socket.receive.buffer.bytes", "kernel defaults are used"),
@@ -146,6 +157,10 @@ impl BrokerConfig {
             socket_request_max_bytes: DEFAULT_SOCKET_REQUEST_MAX_BYTES,
             max_connections: i32::MAX as usize,
             max_connections_per_ip: i32::MAX as usize,
+            num_network_threads: 3,
+            num_io_threads: 8,
+            queued_max_requests: 500,
+            connections_max_idle_ms: Some(600_000),
             group_initial_rebalance_delay_ms: 3000,
             group_min_session_timeout_ms: 6000,
             group_max_session_timeout_ms: 1_800_000,
@@ -167,6 +182,9 @@ impl BrokerConfig {
     ///   `max.connections`, `max.connections.per.ip`;
     /// - the log scheduler's `log.flush.scheduler.interval.ms` (also the `flush.ms` synonym),
     ///   `log.flush.offset.checkpoint.interval.ms`, `log.flush.start.offset.checkpoint.interval.ms`;
+    /// - the threads and queues: `num.network.threads`, `num.io.threads`, `queued.max.requests`
+    ///   (each at least 1), `connections.max.idle.ms` (a 64-bit count of milliseconds; negative:
+    ///   never);
     /// - the group coordinator's `group.initial.rebalance.delay.ms`,
     ///   `group.min.session.timeout.ms`, `group.max.session.timeout.ms`, `group.max.size`,
     ///   `offsets.topic.num.partitions`, `offsets.retention.minutes`,
@@ -208,6 +226,13 @@ impl BrokerConfig {
                 "socket.request.max.bytes" => self.socket_request_max_bytes = int(key, value, 1)? as usize,
                 "max.connections" => self.max_connections = int(key, value, 0)? as usize,
                 "max.connections.per.ip" => self.max_connections_per_ip = int(key, value, 0)? as usize,
+                "num.network.threads" => self.num_network_threads = int(key, value, 1)? as usize,
+                "num.io.threads" => self.num_io_threads = int(key, value, 1)? as usize,
+                "queued.max.requests" => self.queued_max_requests = int(key, value, 1)? as usize,
+                "connections.max.idle.ms" => {
+                    let ms: i64 = value.trim().parse().map_err(|_| bad(key, value, "expected a 64-bit integer"))?;
+                    self.connections_max_idle_ms = u64::try_from(ms).ok();
+                }
                 "group.initial.rebalance.delay.ms" => self.group_initial_rebalance_delay_ms = int(key, value, 0)?,
                 "group.min.session.timeout.ms" => self.group_min_session_timeout_ms = int(key, value, 0)?,
                 "group.max.session.timeout.ms" => self.group_max_session_timeout_ms = int(key, value, 0)?,

@@ -20,6 +20,16 @@ pub enum BrokerError {
         #[source]
         source: io::Error,
     },
+    /// A thread of the broker (acceptor, network, io, purgatory timer, group coordinator) could
+    /// not be started.
+    #[error("starting the {what} thread(s): {source}")]
+    Thread {
+        /// Which threads.
+        what: &'static str,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
     /// Opening or closing the log directory failed.
     #[error("log directory: {source}")]
     Log {

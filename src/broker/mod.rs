@@ -1,45 +1,69 @@
 //! A single-node Kafka broker on the wire protocol.
 //!
-//! One node, node id 0, leader of every partition with leader epoch 0 ([`node`]). A thread
-//! accepts connections on the listen address; each connection gets its own thread, which reads a
-//! frame, decodes it, runs the handler and writes the response before reading the next frame, so
-//! the responses on one connection are in request order (as Kafka's `SocketServer` mutes a
-//! channel while a request is in flight).
+//! One node, node id 0, leader of every partition with leader epoch 0 ([`node`]).
+//!
+//! ## Threads (Kafka's `SocketServer` + `KafkaRequestHandlerPool`)
+//!
+//! A fixed number, whatever the connections: 1 acceptor + `num.network.threads` (3) network
+//! threads + `num.io.threads` (8) io threads + the purgatory's timer + the group coordinator's
+//! thread. (Until the group coordinator's waits become purgatory operations, each JoinGroup /
+//! SyncGroup also runs on a short-lived thread of its own, see [`handler::dispatch`].)
 //!
 //! ```text
-//! server: TcpListener --accept (connection limits)--> connection::serve (one thread per connection)
-//!   connection: protocol::frame::read_frame (size limit) -> protocol::frame::decode_request
-//!            -> handler::dispatch -> handler::{api_versions, metadata, create_topics, produce, fetch,
-//!                                              list_offsets, offset_for_leader_epoch, init_producer_id}
-//!                                  | coordinator::handlers (the group APIs)
-//!            <- response::Response: an encoded frame | FetchResponseFrame::write_to(read path) | none | close
+//! acceptor: TcpListener --accept (max.connections, max.connections.per.ip)--> network thread (round robin)
+//! network thread (mio::Poll, one per thread): FrameReceive (MSG_DONTWAIT, size checked first)
+//!     -> whole frame: MUTE the connection -> request queue (queued.max.requests; waits when full)
+//!     | hang-up while muted -> peer gone -> purgatory drops its waiting request
+//!     | no request for connections.max.idle.ms (stuck inside a frame too) -> close
+//! io thread: protocol::frame::decode_request -> Responder -> handler::dispatch
+//!     -> handler::{api_versions, metadata, create_topics, produce, fetch, list_offsets,
+//!                  offset_for_leader_epoch, init_producer_id} | coordinator::handlers (group APIs)
+//!     -> Responder::send: write (blocking socket, SO_SNDTIMEO; Fetch slices through this io
+//!        thread's read path) -> record Fetch latency -> UNMUTE (the network thread reads the next)
+//!     | Fetch short of min_bytes -> DelayedFetch in the purgatory (no thread held) ->
+//!        completed on an io thread by check_and_complete(partition) after an append, by the
+//!        timer at max_wait_ms, or dropped when its client hung up
 //! ```
+//!
+//! A connection is muted from the moment a whole request is read until its response is written,
+//! so the responses on one connection are in request order (as Kafka's `SocketServer` mutes a
+//! channel). Bad input affects only its own connection (the table in [`connection`]).
 //!
 //! ## Files
 //!
 //! This file is a facade (module declarations, re-exports, these docs); every item lives in its
 //! own file, and files import from the defining file, one way (no two files import each other):
 //!
-//! - [`server`]: [`Broker::start`] (open the log directory and start its scheduler thread, bind,
-//!   start the accept and group coordinator threads), the accept loop with the connection limits, and the running
+//! - [`server`]: [`Broker::start`] (open the log directory, bind, start the threads, the log
+//!   scheduler's among them), the accept loop with the connection limits, and the running
 //!   [`BrokerHandle`] (Fetch latency, fetches in flight, shutdown).
 //! - [`config`]: [`BrokerConfig`] with Kafka's names, `server.properties` parsing
 //!   ([`BrokerConfig::apply_props`]), [`NOT_APPLICABLE_KEYS`](config::NOT_APPLICABLE_KEYS), [`DEFAULT_LISTEN`], and the
 //!   coordinator's configuration derived from it.
 //! - [`error`]: [`BrokerError`], the errors of starting, configuring and stopping the broker.
 //! - [`node`]: [`NODE_ID`](node::NODE_ID), [`CLUSTER_ID`](node::CLUSTER_ID) (leader epoch 0).
-//! - [`shared`]: [`Shared`](shared::Shared), the state every connection and handler gets (the locks below), and
-//!   the Fetch latency histograms ([`FetchLatencies`]).
-//! - [`connection`]: one client connection: read, decode, dispatch, write, time the Fetches.
-//! - [`response`]: [`Response`](response::Response), what a handler hands the connection, and
-//!   the `encode` helper.
+//! - [`shared`]: [`Shared`](shared::Shared), the state every thread and handler gets (the locks
+//!   below, the io pool, the purgatory, the Fetch metrics).
+//! - [`connection`]: one client connection as its threads share it
+//!   ([`Connection`](connection::Connection)), the network threads' inboxes, and what happens to
+//!   bad input.
+//! - [`network`]: the network threads (read, mute, hang-ups, idle connections).
+//! - [`io_pool`]: the request queue and the io threads ([`IoPool`](io_pool::IoPool)).
+//! - [`request_handler`]: what an io thread does with a request (decode, Responder, dispatch).
+//! - [`responder`]: [`Responder`](responder::Responder), the right to answer one request; the io
+//!   threads' read paths.
+//! - [`response`]: [`Response`](response::Response), what a handler answers, and the `encode` /
+//!   `fetch` framing helpers.
+//! - [`purgatory`]: [`Purgatory`](purgatory::Purgatory), requests that wait holding no thread
+//!   (Kafka's `DelayedOperationPurgatory`), watched by [`WatchKey`](purgatory::WatchKey).
+//! - [`delayed_fetch`]: long polling (Kafka's `DelayedFetch`): a Fetch short of `min_bytes`
+//!   waits in the purgatory, watching its partitions; only an append to one of them tries it.
+//! - [`request_metrics`]: the Fetch latency histograms, one per io thread, merged when taken
+//!   ([`FetchLatencies`]), and the Fetch requests in flight.
 //! - [`handler`]: the dispatch (Kafka's `KafkaApis`) and one file per API.
 //! - [`coordinator`]: the group coordinator: group state machine, runtime (groups and committed
 //!   offsets sharded by `__consumer_offsets` partition, a lock each, timers), per-group wakeups,
 //!   the group APIs' handlers, and `__consumer_offsets` storage in the broker's log.
-//! - [`delayed_fetch`]: long polling (Kafka's `DelayedFetch`): a Fetch short of data parks its
-//!   connection thread on [`delayed_fetch::FetchWakeup`], holding no log lock; every append
-//!   wakes it at once.
 //! - [`topics`]: topic lookup (by name or topic id) and creation, for CreateTopics, Metadata's
 //!   auto-create and `__consumer_offsets`.
 //! - [`errors`]: the Kafka error codes, and the mapping of log errors to them (one place).
@@ -58,7 +82,7 @@
 //! - Fetch reads the high watermark and log start offset without any lock (atomics) and holds the
 //!   partition's lock, for reading, only while it looks up the [`FileSlice`](crate::log::FileSlice)
 //!   (no record bytes are read then); the slices keep their segment files open, and the bytes
-//!   move after the lock is released, through the connection's own
+//!   move after the lock is released, through the io thread's own
 //!   [`ReadPath`](crate::read_path::ReadPath). ListOffsets latest/earliest and Metadata's leader
 //!   epochs take no partition lock at all.
 //! - Produce validates every partition's records first, with no lock (CRC-32C, decompression, the
@@ -78,33 +102,40 @@
 //! 1. a group coordinator shard's write-order mutex ([`coordinator::runtime`], one per
 //!    `__consumer_offsets` partition): held by that shard's writers from computing a change to
 //!    applying its append's result; under it, briefly, the shard's lock (a leaf: the coordinator
-//!    holds no shard lock across an append, and a parked JoinGroup / SyncGroup waits holding
-//!    none; the wakeups of [`coordinator::wakeup`] are leaves too), then the locks below;
-//! 2. the log directory's locks, in their own order (see [`crate::log::manager`]): the creation
+//!    holds no shard lock across an append, and a waiting JoinGroup / SyncGroup holds none; the
+//!    wakeups of [`coordinator::wakeup`] are leaves too), then the locks below;
+//! 2. a delayed operation's own lock ([`purgatory`]), held while it tries to complete (which
+//!    builds a Fetch response: the partition locks below, then the write, holding no other lock);
+//! 3. the log directory's locks, in their own order (see [`crate::log::manager`]): the creation
 //!    lock, the producer id lock, the map lock, then one partition's lock. A group record
 //!    appended to `__consumer_offsets` ([`coordinator::storage`]) takes its partition's lock
 //!    under the shard's write-order mutex; nothing that holds a partition's lock takes the map
 //!    lock, another partition's lock or a coordinator lock;
-//! 3. the long-poll wakeup's mutex ([`delayed_fetch::FetchWakeup`]): notified after the
-//!    partition locks are released (by produce, and by the coordinator's appends, under the
-//!    write-order mutex); a parked Fetch waits on it holding no other lock.
+//! 4. the purgatory's watch-list shards and its timer's mutex, each taken alone for a short update
+//!    (by `check_and_complete` after the partition locks are released, by produce and by the
+//!    coordinator's appends under the write-order mutex), never while an operation is tried;
+//! 5. the io pool's queue mutex and each network thread's inbox mutex, taken alone, innermost.
 //!
-//! The connection counts and the Fetch latency histograms have mutexes of their own, each taken
-//! alone for one short update.
+//! The connection counts and each io thread's Fetch latency slot have mutexes of their own, each
+//! taken alone for one short update (a slot by its io thread, and by
+//! [`BrokerHandle::take_fetch_latency`]).
 //!
 //! ## Limits, signals, metrics
 //!
 //! Connection limits (Kafka's `ConnectionQuotas`): `max.connections` and
 //! `max.connections.per.ip`; a connection past either is closed at once, before it is read, with
 //! a warning naming the limit; open connections are unaffected and a closed one frees its place.
-//! Signals are handled by `fetchbench serve` (SIGINT/SIGTERM -> [`BrokerHandle::shutdown`]).
+//! Idle connections close after `connections.max.idle.ms` (Kafka's default 10 min). Memory per
+//! connection is bounded: one request in flight, its frame buffer growing with the bytes that
+//! arrived (at most `socket.request.max.bytes`). Signals are handled by `fetchbench serve`
+//! (SIGINT/SIGTERM -> [`BrokerHandle::shutdown`]).
 //!
 //! Fetch latency, the broker's own view (Kafka's
 //! `kafka.network:type=RequestMetrics,name=TotalTimeMs,request=FetchConsumer`): every consumer
 //! Fetch answered is timed from the moment its request frame was completely read to the moment
-//! its response was completely written (long-poll waits included) and recorded in one shared
-//! histogram ([`crate::metrics::Latency`]), taken and reset by
-//! [`BrokerHandle::take_fetch_latency`].
+//! its response was completely written (queue and long-poll waits included) and recorded by the
+//! io thread that wrote it in its own histogram ([`crate::metrics::Latency`]), merged, taken and
+//! reset by [`BrokerHandle::take_fetch_latency`].
 //!
 //! Not here: fetch sessions (KIP-227: every Fetch is a full fetch, see [`handler::fetch`]),
 //! transactions (InitProducerId serves idempotent producers only), the KIP-848 consumer group
@@ -121,7 +152,13 @@ pub(crate) mod delayed_fetch;
 pub(crate) mod error;
 pub mod errors;
 pub(crate) mod handler;
+pub(crate) mod io_pool;
+pub(crate) mod network;
 pub(crate) mod node;
+pub(crate) mod purgatory;
+pub(crate) mod request_handler;
+pub(crate) mod request_metrics;
+pub(crate) mod responder;
 pub(crate) mod response;
 pub(crate) mod server;
 pub(crate) mod shared;
@@ -130,5 +167,5 @@ pub(crate) mod topics;
 
 pub use config::{BrokerConfig, DEFAULT_LISTEN};
 pub use error::BrokerError;
+pub use request_metrics::FetchLatencies;
 pub use server::{Broker, BrokerHandle};
-pub use shared::FetchLatencies;

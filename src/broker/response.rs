@@ -1,12 +1,13 @@
-//! [`Response`]: what a handler produced for one request, for the connection to write, and
-//! [`encode`], which frames a `kafka-protocol` response body as one. Handlers return it;
-//! [`connection`](super::connection) writes it (an encoded frame, a Fetch response through the
-//! read path, nothing, or a close), so handlers never depend on the connection.
+//! [`Response`]: what a handler produced for one request, for its
+//! [`Responder`](super::responder::Responder) to write; [`encode`], which frames a
+//! `kafka-protocol` response body as one, and [`fetch`], which frames a Fetch response. The
+//! Responder writes it (an encoded frame, a Fetch response through the io thread's read path,
+//! nothing, or a close), so handlers never touch the socket.
 
 use bytes::BytesMut;
 use kafka_protocol::messages::{ApiKey, ResponseKind};
 
-use crate::protocol::fetch_response::FetchResponseFrame;
+use crate::protocol::fetch_response::{FetchResponse, FetchResponseFrame};
 use crate::protocol::frame;
 
 /// What a handler produced for one request.
@@ -29,6 +30,18 @@ pub(crate) fn encode(api_key: ApiKey, version: i16, correlation_id: i32, body: &
         Ok(bytes) => Response::Encoded(bytes),
         Err(e) => {
             tracing::error!("{e}; closing");
+            Response::Close
+        }
+    }
+}
+
+/// Frames a Fetch response at `version`; an encoding failure (a bug) is logged and closes the
+/// connection.
+pub(crate) fn fetch(response: FetchResponse, version: i16, correlation_id: i32) -> Response {
+    match response.encode(version, correlation_id) {
+        Ok(frame) => Response::Fetch(frame),
+        Err(e) => {
+            tracing::error!("encoding Fetch v{version} (correlation id {correlation_id}): {e}; closing");
             Response::Close
         }
     }

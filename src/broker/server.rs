@@ -1,20 +1,30 @@
-//! [`Broker::start`] and the running [`BrokerHandle`]: open the log directory and start its
-//! scheduler thread ([`LogScheduler`]: background fsyncs and checkpoints), bind the listen
-//! address, start the group coordinator's thread (replay of `__consumer_offsets`, then its
-//! timers) and the accept thread, which enforces the connection limits and gives each
-//! connection its own thread ([`connection::serve`]); [`BrokerHandle::shutdown`] stops them and
-//! shuts the log directory down cleanly. Kafka's `BrokerServer` with its `SocketServer` acceptor.
+//! [`Broker::start`] and the running [`BrokerHandle`]: open the log directory, bind the listen
+//! address, start the broker's threads (among them the log directory's scheduler,
+//! [`LogScheduler`]: background fsyncs and checkpoints), and stop them
+//! ([`BrokerHandle::shutdown`]). Kafka's
+//! `BrokerServer` with its `SocketServer` acceptor.
+//!
+//! Threads, a fixed number whatever the connections (see the [broker docs](super)): the acceptor
+//! (the accept loop below: connection limits, then each connection to a network thread, round
+//! robin), `num.network.threads` network threads ([`network`]), `num.io.threads` io threads
+//! ([`IoPool`](super::io_pool::IoPool)), the purgatory's timer
+//! ([`Purgatory`](super::purgatory::Purgatory)) and the group coordinator's thread (replay of
+//! `__consumer_offsets`, then its timers).
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use mio::Token;
+
 use super::config::BrokerConfig;
-use super::connection;
+use super::connection::{Connection, Inbox, InboxMessage, SEND_TIMEOUT};
 use super::coordinator::runtime::GroupCoordinator;
 use super::coordinator::storage::{self, LogStorage};
 use super::error::BrokerError;
-use super::shared::{FetchLatencies, Shared};
+use super::network::{self, NetworkControl};
+use super::request_metrics::FetchLatencies;
+use super::shared::Shared;
 use super::test_support::TestSupport;
 use crate::log::manager::LogManager;
 use crate::log::scheduler::LogScheduler;
@@ -26,10 +36,13 @@ pub struct Broker;
 
 impl Broker {
     /// Opens the log directory (recovering it after an unclean shutdown), checks that the read
-    /// path can run, binds the listen address and starts accepting connections on a thread.
+    /// path can run, binds the listen address and starts the broker's threads: the acceptor,
+    /// `num.network.threads` network threads, `num.io.threads` io threads, the purgatory's timer
+    /// and the group coordinator's thread.
     ///
     /// Errors: [`BrokerError::Log`], [`BrokerError::ReadPath`] (the path's probe failed: never
-    /// a fallback), [`BrokerError::Bind`].
+    /// a fallback), [`BrokerError::Bind`], [`BrokerError::Thread`] (threads already started
+    /// are stopped).
     pub fn start(config: BrokerConfig) -> Result<BrokerHandle, BrokerError> {
         config.read_path.probe().map_err(|e| BrokerError::ReadPath { source: e.into() })?;
         let (logs, report) = LogManager::open(&config.log_dir, config.log_config.clone(), |_| None, false)?;
@@ -46,34 +59,72 @@ impl Broker {
         let scheduler = LogScheduler::start(Arc::clone(&logs), config.scheduler_config())?;
         let local_addr = listener.local_addr().map_err(|source| BrokerError::Bind { addr: config.listen, source })?;
         let coordinator = GroupCoordinator::new(config.coordinator_config());
+        let network_threads = config.num_network_threads.max(1);
         let shared = Arc::new(Shared::new(config, local_addr, logs, coordinator));
-        let accept_shared = Arc::clone(&shared);
-        let accept = std::thread::Builder::new()
-            .name("fetchbench-accept".into())
-            .spawn(move || accept_loop(listener, accept_shared))
-            .map_err(|source| BrokerError::Bind { addr: local_addr, source })?;
-        // The coordinator replays __consumer_offsets (COORDINATOR_LOAD_IN_PROGRESS until done),
-        // then its timer thread fires session, rebalance and retention deadlines.
-        let coordinator_shared = Arc::clone(&shared);
-        std::thread::Builder::new()
-            .name("fetchbench-group-coordinator".into())
-            .spawn(move || {
-                storage::load(&coordinator_shared);
-                coordinator_shared.coordinator().run_timers(&LogStorage { shared: &coordinator_shared });
-            })
-            .map_err(|source| BrokerError::Bind { addr: local_addr, source })?;
+        let control = Arc::new(NetworkControl::new(network_threads));
+        let mut inboxes = Vec::new();
+        let started = (|| {
+            shared.io_pool().start("fetchbench-io").map_err(|source| BrokerError::Thread { what: "io", source })?;
+            let timer = shared
+                .purgatory()
+                .start_timer()
+                .map_err(|source| BrokerError::Thread { what: "purgatory timer", source })?;
+            for index in 0..network_threads {
+                let (inbox, _thread) = network::start(index, Arc::clone(&shared), Arc::clone(&control))
+                    .map_err(|source| BrokerError::Thread { what: "network", source })?;
+                inboxes.push(inbox);
+            }
+            let accept_shared = Arc::clone(&shared);
+            let accept_inboxes = inboxes.clone();
+            let accept = std::thread::Builder::new()
+                .name("fetchbench-accept".into())
+                .spawn(move || accept_loop(listener, accept_shared, accept_inboxes))
+                .map_err(|source| BrokerError::Thread { what: "acceptor", source })?;
+            // The coordinator replays __consumer_offsets (COORDINATOR_LOAD_IN_PROGRESS until done),
+            // then its timer thread fires session, rebalance and retention deadlines.
+            let coordinator_shared = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name("fetchbench-group-coordinator".into())
+                .spawn(move || {
+                    storage::load(&coordinator_shared);
+                    coordinator_shared.coordinator().run_timers(&LogStorage { shared: &coordinator_shared });
+                })
+                .map_err(|source| BrokerError::Thread { what: "group coordinator", source })?;
+            Ok((timer, accept))
+        })();
+        let (timer, accept) = match started {
+            Ok(threads) => threads,
+            Err(e) => {
+                // Whatever started ends: no connection was accepted yet.
+                shared.begin_shutdown();
+                shared.purgatory().shutdown();
+                shared.coordinator().shutdown();
+                control.stop();
+                inboxes.iter().for_each(|inbox| inbox.wake());
+                shared.io_pool().close();
+                return Err(e);
+            }
+        };
         tracing::info!("broker listening on {local_addr}");
         Ok(BrokerHandle {
             shared,
             accept: Some(accept),
             scheduler: Some(scheduler),
+            timer: Some(timer),
+            control,
+            inboxes,
             had_clean_shutdown: report.had_clean_shutdown,
             partitions_loaded: report.partitions.len(),
         })
     }
 }
 
-fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+/// Accepts connections until shutdown: a connection past `max.connections` or
+/// `max.connections.per.ip` is closed at once, unread, with a warning naming the limit; the others
+/// get `TCP_NODELAY` and [`SEND_TIMEOUT`] (the socket stays blocking, for the io threads'
+/// writes) and go to the network threads in turn.
+fn accept_loop(listener: TcpListener, shared: Arc<Shared>, inboxes: Vec<Arc<Inbox>>) {
+    let mut next_token = 0usize;
     for stream in listener.incoming() {
         if shared.is_shutting_down() {
             break;
@@ -102,30 +153,29 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
                 continue;
             }
         };
-        let conn_shared = Arc::clone(&shared);
-        let spawned = std::thread::Builder::new().name("fetchbench-conn".into()).spawn(move || {
-            // Freed when the connection ends, however it ends.
-            let _slot = slot;
-            let served =
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| connection::serve(stream, &conn_shared)));
-            if served.is_err() {
-                conn_shared.count_connection_panic();
-                tracing::error!("connection from {peer} panicked (a bug); closed");
-            }
-        });
-        if let Err(e) = spawned {
-            tracing::warn!("no thread for connection from {peer}: {e}; closed");
+        let _ = stream.set_nodelay(true);
+        if let Err(e) = stream.set_write_timeout(Some(SEND_TIMEOUT)) {
+            tracing::warn!("connection from {peer}: setting SO_SNDTIMEO failed ({e}); closed");
+            continue;
         }
+        let inbox = &inboxes[next_token % inboxes.len()];
+        let token = Token(next_token);
+        next_token = next_token.wrapping_add(1) % (usize::MAX - 1);
+        let conn = Connection::new(stream, peer, token, Arc::clone(inbox), slot);
+        inbox.send(InboxMessage::Accepted(Arc::new(conn)));
     }
 }
 
-/// A running broker. Dropping it without [`BrokerHandle::shutdown`] leaves the accept thread
-/// running until the process exits.
+/// A running broker. Dropping it without [`BrokerHandle::shutdown`] leaves its threads running
+/// until the process exits.
 #[derive(Debug)]
 pub struct BrokerHandle {
     shared: Arc<Shared>,
     accept: Option<JoinHandle<()>>,
     scheduler: Option<LogScheduler>,
+    timer: Option<JoinHandle<()>>,
+    control: Arc<NetworkControl>,
+    inboxes: Vec<Arc<Inbox>>,
     had_clean_shutdown: bool,
     partitions_loaded: usize,
 }
@@ -165,12 +215,15 @@ impl BrokerHandle {
     /// is negative, i.e. from a consumer, once its response is written, including responses
     /// carrying errors (an unknown topic, `OFFSET_OUT_OF_RANGE`, ...). Not counted: follower
     /// fetches (`replica_id` >= 0), and requests never answered (a version not served, an
-    /// encoding failure, a write that failed: the peer reset the connection). A peer that merely
-    /// closed its end (FIN) while its Fetch was parked cannot be told apart before the write,
-    /// which then succeeds, so that Fetch is counted.
+    /// encoding failure, a write that failed: the peer reset the connection).
     ///
-    /// A Fetch is recorded by its connection thread just after the write of its last byte
-    /// returns, so a client that has just read a whole response may, for a few microseconds,
+    /// Also counted: a Fetch answered while its client was hanging up (the write succeeded). Not
+    /// counted: a Fetch that waited in the purgatory when its client hung up: it is dropped
+    /// unanswered.
+    ///
+    /// A Fetch is recorded (in the histograms of the io thread that wrote it; this merges every
+    /// io thread's) just after the write of its last byte returns and before its connection is
+    /// read again, so a client that has just read a whole response may, for a few microseconds,
     /// see it missing here; any later response on the same connection guarantees it is in.
     pub fn take_fetch_latency(&self) -> Latency {
         self.shared.take_fetch_latency()
@@ -186,8 +239,9 @@ impl BrokerHandle {
     /// Fetch requests received and not yet answered now (read and decoded; the response not
     /// yet completely written), parked long polls included: what a client's pipelined Fetch
     /// still holds on the broker. A Fetch leaves the count when its response's last write
-    /// returns (a client may have read the whole response a few microseconds before), or when
-    /// its connection gives it up unanswered.
+    /// returns (a client may have read the whole response a few microseconds before), or when it
+    /// is given up unanswered: its connection closed, or its client hung up while it waited in
+    /// the purgatory (dropped within a second, normally at once).
     pub fn fetches_in_flight(&self) -> u64 {
         self.shared.fetches_in_flight()
     }
@@ -200,21 +254,30 @@ impl BrokerHandle {
         }
     }
 
-    /// Stops accepting, then stops the log scheduler and shuts the log directory down cleanly
-    /// (Kafka's `LogManager.shutdown`): each partition after the append in flight on it, logs
-    /// flushed, checkpoints and the `.kafka_cleanshutdown` marker written, the directory's lock
-    /// released. Connections still open get retriable errors (`NOT_LEADER_OR_FOLLOWER` for
-    /// produce) or are closed on their next request.
+    /// Stops accepting, answers the requests waiting in the purgatory (with what there is), stops
+    /// the log scheduler, then shuts the log directory down cleanly (each partition after the
+    /// append in flight on it, logs flushed, checkpoints and the
+    /// `.kafka_cleanshutdown` marker written: Kafka's `LogManager.shutdown`). Connections still
+    /// open get errors (retriable ones for produce) until their clients close them: the network
+    /// and io threads serve them, and end once the last one is gone.
     ///
     /// Errors: [`BrokerError::Log`].
     pub fn shutdown(mut self) -> Result<(), BrokerError> {
         self.shared.begin_shutdown();
-        // Parked fetches answer now.
-        self.shared.fetch_wakeup().notify();
+        // Waiting fetches answer now, on the io threads; the timer thread ends.
+        self.shared.purgatory().shutdown();
         self.shared.coordinator().shutdown();
         // Wake the accept thread so it sees the flag.
         let _ = TcpStream::connect(self.shared.local_addr);
         if let Some(t) = self.accept.take() {
+            let _ = t.join();
+        }
+        // No connection comes any more: network threads end with their last connection.
+        self.control.stop();
+        for inbox in &self.inboxes {
+            inbox.wake();
+        }
+        if let Some(t) = self.timer.take() {
             let _ = t.join();
         }
         if let Some(scheduler) = self.scheduler.take() {

@@ -1,8 +1,9 @@
-//! [`Shared`]: the broker state every connection thread and handler gets, holding every lock of
-//! the broker (their order is in the [module docs](super)): the log directory ([`LogManager`],
-//! shared: its partitions have their own locks), the group coordinator (with its own lock), the long-poll wakeup, the
-//! connection counts of `max.connections` / `max.connections.per.ip`, and the Fetch latency
-//! histograms ([`FetchLatencies`]) with the count of Fetch requests in flight.
+//! [`Shared`]: the broker state every thread and handler gets, holding every lock of the broker
+//! (their order is in the [module docs](super)): the log directory ([`LogManager`], shared:
+//! its partitions have their own locks), the group coordinator (with its own lock), the io pool ([`IoPool`]: the request queue
+//! and the io threads), the [`Purgatory`] of delayed operations, the connection counts of
+//! `max.connections` / `max.connections.per.ip`, and the Fetch metrics ([`FetchMetrics`]: the
+//! per-io-thread latency histograms and the count of Fetch requests in flight).
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -12,7 +13,9 @@ use std::time::Duration;
 
 use super::config::BrokerConfig;
 use super::coordinator::runtime::GroupCoordinator;
-use super::delayed_fetch::FetchWakeup;
+use super::io_pool::IoPool;
+use super::purgatory::Purgatory;
+use super::request_metrics::{FetchInFlight, FetchLatencies, FetchMetrics};
 use crate::log::manager::LogManager;
 use crate::metrics::Latency;
 
@@ -25,7 +28,7 @@ fn host_name() -> String {
         .unwrap_or_else(|| "localhost".into())
 }
 
-/// State shared by every connection thread.
+/// State shared by every thread of the broker.
 #[derive(Debug)]
 pub(crate) struct Shared {
     /// The configuration the broker started with.
@@ -37,55 +40,13 @@ pub(crate) struct Shared {
     logs: Arc<LogManager>,
     shutting_down: AtomicBool,
     connection_panics: AtomicU64,
-    fetch_wakeup: FetchWakeup,
+    io_pool: Arc<IoPool>,
+    purgatory: Arc<Purgatory>,
     connections: Mutex<ConnectionCounts>,
     coordinator: GroupCoordinator,
-    /// Total times of consumer Fetches answered since the last take, split by whether the
-    /// response carried record bytes (see [`Shared::take_fetch_latencies`]); locked once per
-    /// Fetch response.
-    fetch_latency: Mutex<FetchLatencies>,
-    /// Fetch requests read and not yet answered (see [`Shared::fetches_in_flight`]).
-    fetches_in_flight: AtomicU64,
-}
-
-/// The broker-side consumer Fetch latencies since the last take, in nanoseconds (see
-/// [`BrokerHandle::take_fetch_latency`] for what each value measures), split by the response.
-///
-/// [`BrokerHandle::take_fetch_latency`]: crate::broker::server::BrokerHandle::take_fetch_latency
-#[derive(Debug, Default)]
-pub struct FetchLatencies {
-    /// Fetches whose response carried record bytes.
-    pub with_records: Latency,
-    /// Fetches whose response carried none: long polls that expired at the log end (waiting
-    /// `fetch.max.wait.ms`), fetches that woke with nothing for them, and error answers.
-    pub without_records: Latency,
-}
-
-impl FetchLatencies {
-    /// Both histograms merged: every consumer Fetch answered.
-    pub fn all(&self) -> Latency {
-        let mut all = self.with_records.clone();
-        all.merge(&self.without_records);
-        all
-    }
-}
-
-/// One Fetch request counted in [`Shared::fetches_in_flight`] from the moment it was read to
-/// the drop of this guard: after its response was written, when the connection closes it
-/// unanswered, or when the connection thread unwinds.
-pub(crate) struct FetchInFlight<'a>(&'a AtomicU64);
-
-impl<'a> FetchInFlight<'a> {
-    pub(crate) fn new(counter: &'a AtomicU64) -> Self {
-        counter.fetch_add(1, Ordering::SeqCst);
-        FetchInFlight(counter)
-    }
-}
-
-impl Drop for FetchInFlight<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
-    }
+    /// Total times of consumer Fetches answered since the last take (per io thread) and the
+    /// Fetch requests in flight (see [`Shared::take_fetch_latencies`]).
+    fetch_metrics: FetchMetrics,
 }
 
 /// Open connections, counted against `max.connections` and `max.connections.per.ip`.
@@ -118,24 +79,27 @@ impl Drop for ConnectionSlot {
 
 impl Shared {
     /// The state of a broker that has opened `logs` and bound `local_addr`, with no connection
-    /// yet and empty Fetch latency histograms.
+    /// yet and empty Fetch latency histograms. The io pool (`num.io.threads`,
+    /// `queued.max.requests`) and the purgatory are made here, their threads not started.
     pub(crate) fn new(
         config: BrokerConfig,
         local_addr: SocketAddr,
         logs: Arc<LogManager>,
         coordinator: GroupCoordinator,
     ) -> Shared {
+        let io_pool = IoPool::new(config.num_io_threads, config.queued_max_requests);
+        let purgatory = Purgatory::new(Arc::clone(&io_pool));
         Shared {
+            fetch_metrics: FetchMetrics::new(io_pool.threads()),
             config,
             local_addr,
             logs,
             shutting_down: AtomicBool::new(false),
             connection_panics: AtomicU64::new(0),
-            fetch_wakeup: FetchWakeup::default(),
+            io_pool,
+            purgatory,
             connections: Mutex::new(ConnectionCounts::default()),
             coordinator,
-            fetch_latency: Mutex::new(FetchLatencies::default()),
-            fetches_in_flight: AtomicU64::new(0),
         }
     }
 
@@ -144,7 +108,7 @@ impl Shared {
         self.shutting_down.store(true, Ordering::SeqCst);
     }
 
-    /// Counts one connection whose thread panicked ([`Self::connection_panics`]).
+    /// Counts one panic caught on a network thread ([`Self::connection_panics`]).
     pub(crate) fn count_connection_panic(&self) {
         self.connection_panics.fetch_add(1, Ordering::SeqCst);
     }
@@ -166,15 +130,22 @@ impl Shared {
         &self.logs
     }
 
-    /// Connections whose thread panicked (a bug: bad input must get an error or a close, never a
-    /// panic). The panic is caught, logged and closes only that connection; tests assert 0.
+    /// Panics caught on the broker's threads (a bug: bad input must get an error or a close,
+    /// never a panic): network threads ([`Self::count_connection_panic`]) and io threads
+    /// ([`IoPool::panics`]). Each is logged and closes only its connection; tests assert 0.
     pub(crate) fn connection_panics(&self) -> u64 {
-        self.connection_panics.load(Ordering::SeqCst)
+        self.connection_panics.load(Ordering::SeqCst) + self.io_pool.panics()
     }
 
-    /// What parked fetches wait on; produce notifies it after an append (long polling).
-    pub(crate) fn fetch_wakeup(&self) -> &FetchWakeup {
-        &self.fetch_wakeup
+    /// The request queue and the io threads: [`IoPool::submit`] runs a job there.
+    pub(crate) fn io_pool(&self) -> &Arc<IoPool> {
+        &self.io_pool
+    }
+
+    /// The delayed operations (long-polling fetches): produce calls its
+    /// [`Purgatory::check_and_complete`] after an append.
+    pub(crate) fn purgatory(&self) -> &Arc<Purgatory> {
+        &self.purgatory
     }
 
     /// The (host, port) clients are told to connect to (Metadata, FindCoordinator): see
@@ -217,40 +188,27 @@ impl Shared {
 
     /// As [`Self::take_fetch_latency`], split by whether the response carried record bytes.
     pub(crate) fn take_fetch_latencies(&self) -> FetchLatencies {
-        // Allocate the empty histograms before locking: connection threads record meanwhile.
-        let mut taken = FetchLatencies::default();
-        std::mem::swap(&mut *self.fetch_latency_guard(), &mut taken);
-        taken
+        self.fetch_metrics.take()
     }
 
     /// Fetch requests (any replica id) whose frame was read and decoded and whose response is
-    /// not yet completely written: parked long polls included. A Fetch closed unanswered, or
-    /// whose connection failed, leaves the count when its connection thread gives it up.
+    /// not yet completely written: parked long polls included. A Fetch given up unanswered (its
+    /// connection closed, its client gone) leaves the count when its `Responder` is dropped.
     pub(crate) fn fetches_in_flight(&self) -> u64 {
-        self.fetches_in_flight.load(Ordering::SeqCst)
+        self.fetch_metrics.in_flight()
     }
 
     /// Counts one Fetch request in [`Self::fetches_in_flight`] until the guard is dropped.
-    pub(crate) fn fetch_in_flight(&self) -> FetchInFlight<'_> {
-        FetchInFlight::new(&self.fetches_in_flight)
+    pub(crate) fn fetch_in_flight(&self) -> FetchInFlight {
+        self.fetch_metrics.track()
     }
 
-    /// Records one consumer Fetch's total time (frame read -> response written), called by the
-    /// connection thread once the response's last byte was written; `with_records` says whether
-    /// the response carried record bytes. Clamped to 1 us ..= 60 s by [`Latency::record_ns`].
+    /// Records one consumer Fetch's total time (frame read -> response written), called once the
+    /// response's last byte was written, in the calling io thread's own histograms (no lock
+    /// shared with another io thread); `with_records` says whether the response carried record
+    /// bytes. Clamped to 1 us ..= 60 s by [`Latency::record_ns`].
     pub(crate) fn record_fetch_latency(&self, total: Duration, with_records: bool) {
-        let ns = u64::try_from(total.as_nanos()).unwrap_or(u64::MAX);
-        let mut l = self.fetch_latency_guard();
-        if with_records {
-            l.with_records.record_ns(ns);
-        } else {
-            l.without_records.record_ns(ns);
-        }
-    }
-
-    fn fetch_latency_guard(&self) -> MutexGuard<'_, FetchLatencies> {
-        // Recording never panics; a poisoned lock still holds valid histograms.
-        self.fetch_latency.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.fetch_metrics.record(self.io_pool.current_thread(), total, with_records);
     }
 
     fn connection_counts(&self) -> MutexGuard<'_, ConnectionCounts> {

@@ -5,8 +5,9 @@
 //! [`TestSupport::hold_partition_lock`]. For tests only: not a stable API, and
 //! nothing in the crate or `main.rs` uses it.
 //!
-//! - [`TestSupport::connection_panics`]: connection threads that panicked (tests assert 0);
+//! - [`TestSupport::connection_panics`]: panics caught on network and io threads (tests assert 0);
 //! - [`TestSupport::open_connections`]: connections counted against `max.connections`;
+//! - [`TestSupport::delayed_operations`]: requests waiting in the purgatory (parked fetches);
 //! - [`TestSupport::coordinator`]: the group coordinator's queries (`describe_group`,
 //!   `fetch_offsets`, `is_loading`, `partition_for`);
 //! - [`TestSupport::create_topic`]: setup, a topic made in the log directory as CreateTopics does;
@@ -35,8 +36,8 @@ impl<'a> TestSupport<'a> {
         TestSupport { shared }
     }
 
-    /// Connections whose thread panicked (a bug: bad input must get an error or a close, never
-    /// a panic); see [`Shared::connection_panics`].
+    /// Panics caught on the broker's network and io threads (a bug: bad input must get an error
+    /// or a close, never a panic); see [`Shared::connection_panics`].
     pub fn connection_panics(&self) -> u64 {
         self.shared.connection_panics()
     }
@@ -44,6 +45,11 @@ impl<'a> TestSupport<'a> {
     /// Client connections open now (those counted against `max.connections`).
     pub fn open_connections(&self) -> usize {
         self.shared.open_connections()
+    }
+
+    /// Requests waiting in the purgatory now (long-polling fetches short of `min_bytes`).
+    pub fn delayed_operations(&self) -> usize {
+        self.shared.purgatory().delayed()
     }
 
     /// The group coordinator, for its queries (`describe_group`, `fetch_offsets`, `is_loading`,

@@ -392,6 +392,18 @@ fn serve_config_applies_kafka_server_properties() {
     assert_eq!(config.group_max_size, i32::MAX);
     assert_eq!(config.offsets_topic_num_partitions, 50);
     assert_eq!((config.max_connections, config.max_connections_per_ip), (i32::MAX as usize, i32::MAX as usize));
+    // The file's thread counts; Kafka's defaults for the queue and the idle timeout.
+    assert_eq!((config.num_network_threads, config.num_io_threads), (3, 8));
+    assert_eq!((config.queued_max_requests, config.connections_max_idle_ms), (500, Some(600_000)));
+    config
+        .apply_props(&props(
+            "num.network.threads=1\nnum.io.threads=2\nqueued.max.requests=7\nconnections.max.idle.ms=300\n",
+        ))
+        .unwrap();
+    assert_eq!((config.num_network_threads, config.num_io_threads, config.queued_max_requests), (1, 2, 7));
+    assert_eq!(config.connections_max_idle_ms, Some(300));
+    config.apply_props(&props("connections.max.idle.ms=-1\n")).unwrap();
+    assert_eq!(config.connections_max_idle_ms, None, "negative: never");
 
     let three = format!("{KAFKA_4_SERVER_PROPERTIES}{KAFKA_3_KRAFT_EXTRA}offsets.topic.num.partitions=4\n");
     config.apply_props(&props(&three)).unwrap();
@@ -411,6 +423,8 @@ fn serve_config_applies_kafka_server_properties() {
         ("num.partitions=1\nlog.retention.horus=1\n", "log.retention.horus"),
         ("listeners=SSL://:9093\n", "listeners"),
         ("max.connections=-1\n", "max.connections"),
+        ("num.io.threads=0\n", "num.io.threads"),
+        ("connections.max.idle.ms=soon\n", "connections.max.idle.ms"),
         ("group.min.session.timeout.ms=9\ngroup.max.session.timeout.ms=8\n", "group.min.session.timeout.ms"),
     ] {
         let err = config.apply_props(&props(bad)).unwrap_err().to_string();
@@ -435,8 +449,12 @@ fn serve_config_file_with_x_overrides_runs_the_broker() {
     );
     assert_eq!(broker.addr.ip().to_string(), "127.0.0.1");
     let stderr = broker.stderr();
-    for key in ["process.roles", "node.id", "num.network.threads", "offsets.topic.replication.factor"] {
+    // num.network.threads and num.io.threads are applied now (issue 15): no warning for them.
+    for key in ["process.roles", "node.id", "socket.send.buffer.bytes", "offsets.topic.replication.factor"] {
         assert_eq!(stderr.matches(&format!("broker config {key}=")).count(), 1, "one warning for {key}:\n{stderr}");
+    }
+    for key in ["num.network.threads", "num.io.threads"] {
+        assert_eq!(stderr.matches(&format!("broker config {key}=")).count(), 0, "{key} is applied:\n{stderr}");
     }
     let mut c = Client::connect(broker.addr);
     // -X num.partitions=3 wins over the file's num.partitions=1.

@@ -40,13 +40,14 @@ use crate::broker::node::NODE_ID;
 use crate::broker::shared::Shared;
 
 thread_local! {
-    /// The peer of the connection this thread serves (one thread per connection), as Kafka
+    /// The peer of the connection whose request this thread handles (set for each request by
+    /// the io thread, or the group request's own thread), as Kafka
     /// reports a member's `client_host` (`/127.0.0.1`).
     static CLIENT_HOST: RefCell<String> = const { RefCell::new(String::new()) };
 }
 
-/// Records the peer address of the connection served by the calling thread (called once by
-/// the connection thread), for JoinGroup's `client_host`.
+/// Records the peer address of the connection whose request the calling thread handles (called
+/// before each request is dispatched), for JoinGroup's `client_host`.
 pub(crate) fn set_client_host(peer: Option<std::net::SocketAddr>) {
     let host = peer.map(|p| format!("/{}", p.ip())).unwrap_or_default();
     CLIENT_HOST.with(|h| *h.borrow_mut() = host);

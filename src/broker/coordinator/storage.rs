@@ -8,6 +8,7 @@
 use std::sync::Arc;
 
 use super::runtime::OffsetsStorage;
+use crate::broker::purgatory::WatchKey;
 use crate::broker::shared::Shared;
 use crate::broker::{errors, topics};
 use crate::log::batch::mixed::MixedBatches;
@@ -67,8 +68,8 @@ impl OffsetsStorage for LogStorage<'_> {
             };
             (code, e.to_string())
         })?;
-        // Someone may be consuming __consumer_offsets (long polling).
-        self.shared.fetch_wakeup().notify();
+        // Someone may be consuming __consumer_offsets (long polling): its fetches are tried.
+        self.shared.purgatory().check_and_complete(&WatchKey::Partition(OFFSETS_TOPIC.to_string(), partition));
         Ok(())
     }
 }

@@ -23,8 +23,9 @@
 //! The response's `max_bytes` and `min_bytes` are capped at [`FETCH_MAX_BYTES`], Kafka's default
 //! broker `fetch.max.bytes` (55 MiB).
 //!
-//! Long polling: a fetch that finds fewer than `min_bytes` bytes (and no error) is parked for
-//! up to `max_wait_ms` and rebuilt when a produce appends ([`delayed_fetch`]).
+//! Long polling: a fetch that finds fewer than `min_bytes` bytes (and no error) waits in the
+//! purgatory for up to `max_wait_ms`, holding no thread, and is rebuilt when one of its
+//! partitions is appended to ([`delayed_fetch`]).
 //!
 //! Versions v4-v18. From v13 topics are named by topic id (KIP-516): the id is resolved to the
 //! topic through the partitions' `partition.metadata` ([`topics::name_by_id`]); an unknown (or
@@ -45,14 +46,17 @@
 //! fetches; a full fetch (session epoch 0 or -1) is answered whatever session it names, as Kafka
 //! answers one, and an incremental fetch (any other epoch) gets `FETCH_SESSION_ID_NOT_FOUND`).
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use kafka_protocol::messages::FetchRequest;
 
+use crate::broker::delayed_fetch::{self, available_bytes, has_error, DelayedFetch};
 use crate::broker::handler::offset_for_leader_epoch::check_current_leader_epoch;
-use crate::broker::response::Response;
+use crate::broker::responder::Responder;
+use crate::broker::response;
 use crate::broker::shared::Shared;
-use crate::broker::{delayed_fetch, errors, topics};
+use crate::broker::{errors, topics};
 use crate::log::Partition;
 use crate::protocol::fetch_response::{FetchResponse, FetchableTopic, PartitionData, FIRST_TOPIC_ID_VERSION};
 
@@ -66,34 +70,28 @@ pub(crate) const FETCH_MAX_BYTES: i32 = 57_671_680;
 /// `isolation_level` of a `read_committed` fetch (KIP-98).
 const READ_COMMITTED: i8 = 1;
 
-/// Builds the Fetch response for `request` and returns it ready to be written through the
-/// connection's read path. With fewer than `min_bytes` bytes available and no error, the
-/// calling (connection) thread waits for an append or `max_wait_ms`, without holding any log
-/// lock, and the response is rebuilt ([`delayed_fetch`]). An encoding failure (a bug) closes
-/// the connection.
-pub(crate) fn handle(shared: &Shared, request: &FetchRequest, version: i16, correlation_id: i32) -> Response {
+/// Answers `request` through `responder`: at once when the response holds `min_bytes` (capped
+/// at [`FETCH_MAX_BYTES`], as Kafka's `KafkaApis.handleFetchRequest` caps it), carries an error,
+/// `max_wait_ms` is not positive or the broker is shutting down; otherwise the Fetch waits in the
+/// purgatory ([`DelayedFetch`], watching its partitions) and this returns at once, holding no
+/// thread and no log lock. An encoding failure (a bug) closes the connection.
+pub(crate) fn handle(shared: &Arc<Shared>, request: FetchRequest, version: i16, responder: Responder) {
     let deadline = delayed_fetch::deadline(Instant::now(), request.max_wait_ms);
-    let mut seen = shared.fetch_wakeup().generation();
-    let mut response = build(shared, request, version);
-    // Kafka caps `fetch.min.bytes` like `max_bytes` (`KafkaApis.handleFetchRequest`).
+    let response = build(shared, &request, version);
     let min_bytes = request.min_bytes.min(FETCH_MAX_BYTES);
-    while delayed_fetch::should_park(available_bytes(&response), min_bytes, request.max_wait_ms)
-        && !has_error(&response)
-        && !shared.is_shutting_down()
-        && Instant::now() < deadline
+    if !delayed_fetch::should_park(available_bytes(&response), min_bytes, request.max_wait_ms)
+        || has_error(&response)
+        || shared.is_shutting_down()
     {
-        // Drop the slices (and their open segment files) while parked.
-        drop(response);
-        seen = shared.fetch_wakeup().wait_past(seen, deadline);
-        response = build(shared, request, version);
+        let correlation_id = responder.correlation_id();
+        responder.send(response::fetch(response, version, correlation_id));
+        return;
     }
-    match response.encode(version, correlation_id) {
-        Ok(frame) => Response::Fetch(frame),
-        Err(e) => {
-            tracing::error!("encoding Fetch v{version} (correlation id {correlation_id}): {e}; closing");
-            Response::Close
-        }
-    }
+    let keys = delayed_fetch::watch_keys(&response);
+    // The slices (and their open segment files) are not kept while waiting.
+    drop(response);
+    let op = DelayedFetch::new(request, version, min_bytes, deadline, build, responder);
+    shared.purgatory().try_complete_else_watch(Arc::new(op), &keys);
 }
 
 /// The response before encoding (exposed for tests and benches). `version` decides how topics
@@ -171,17 +169,6 @@ pub(crate) fn build(shared: &Shared, request: &FetchRequest, version: i16) -> Fe
         response.topics.push(out);
     }
     response
-}
-
-/// Record bytes in the response, across its partitions.
-fn available_bytes(response: &FetchResponse) -> u64 {
-    let partitions = response.topics.iter().flat_map(|t| t.partitions.iter());
-    partitions.filter_map(|p| p.records.as_ref()).map(|slice| slice.len).sum()
-}
-
-/// Whether the response or any partition carries an error (answered at once, as Kafka does).
-fn has_error(response: &FetchResponse) -> bool {
-    response.error_code != 0 || response.topics.iter().flat_map(|t| t.partitions.iter()).any(|p| p.error_code != 0)
 }
 
 /// High watermark, last stable offset (= high watermark, no transactions) and log start offset,

@@ -29,6 +29,7 @@ use kafka_protocol::protocol::StrBytes;
 use std::sync::Arc;
 
 use crate::broker::errors;
+use crate::broker::purgatory::WatchKey;
 use crate::broker::shared::Shared;
 use crate::log::batch::{BatchBoundaries, BatchHeader};
 use crate::log::config::{LogConfig, TimestampType};
@@ -104,7 +105,8 @@ pub(crate) fn handle(shared: &Shared, request: &ProduceRequest, version: i16) ->
         .collect();
     // Phase 2: each append holds its own partition's lock only.
     let mut any_error = false;
-    let mut appended = false;
+    // Partitions appended to: their waiting fetches are checked after the log lock is released.
+    let mut appended = Vec::new();
     let mut topics = Vec::with_capacity(request.topic_data.len());
     for (topic, (name, partitions)) in request.topic_data.iter().zip(prepared) {
         let mut responses = Vec::with_capacity(partitions.len());
@@ -117,7 +119,7 @@ pub(crate) fn handle(shared: &Shared, request: &ProduceRequest, version: i16) ->
             let result = prepared.and_then(|(partition, config, records)| append(&partition, &config, records, now));
             match result {
                 Ok((base_offset, log_append_time_ms, log_start_offset)) => {
-                    appended = true;
+                    appended.push(WatchKey::Partition(name.to_string(), data.index));
                     resp = resp
                         .with_base_offset(base_offset)
                         .with_log_append_time_ms(log_append_time_ms)
@@ -135,9 +137,9 @@ pub(crate) fn handle(shared: &Shared, request: &ProduceRequest, version: i16) ->
             TopicProduceResponse::default().with_name(topic.name.clone()).with_topic_id(topic.topic_id);
         topics.push(topic_response.with_partition_responses(responses));
     }
-    if appended {
-        // Wake parked fetches at once (long polling), after the partition locks are released.
-        shared.fetch_wakeup().notify();
+    // Long polling: the fetches waiting on these partitions (only those) are tried again.
+    for key in &appended {
+        shared.purgatory().check_and_complete(key);
     }
     match acks {
         0 if any_error => Outcome::Close,

@@ -1,0 +1,47 @@
+//! What an io thread does with one request read by a network thread (Kafka's
+//! `KafkaRequestHandler`): decode it, make its [`Responder`], dispatch it to its handler. The
+//! handler answers through the Responder, at once or later from the purgatory; either way the
+//! connection stays muted until the answer is written.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use kafka_protocol::messages::ApiKey;
+
+use super::connection::Connection;
+use super::coordinator::handlers::set_client_host;
+use super::handler::api_versions;
+use super::handler::dispatch::dispatch;
+use super::responder::Responder;
+use super::shared::Shared;
+use crate::protocol::frame::{self, ProtocolError};
+
+/// Handles the request `payload` (a whole frame's payload) read from `conn` at `received`, on the
+/// calling io thread. A request whose client hung up meanwhile is still handled: its answer is
+/// written if the socket takes it, and a request that would wait is dropped instead.
+pub(crate) fn handle(shared: &Arc<Shared>, conn: Arc<Connection>, payload: Bytes, received: Instant) {
+    if conn.is_closed() {
+        return;
+    }
+    let peer = conn.peer();
+    match frame::decode_request(payload) {
+        Ok(request) => {
+            // JoinGroup's `client_host`: the peer of the connection this request came on.
+            set_client_host(Some(peer));
+            let responder = Responder::new(shared, conn, &request, received);
+            dispatch(shared, request, responder);
+        }
+        Err(ProtocolError::UnsupportedVersion { api_key, api_version, correlation_id, .. })
+            if api_key == ApiKey::ApiVersions as i16 =>
+        {
+            tracing::info!("{peer}: ApiVersions v{api_version} not supported; answering with v0");
+            let responder = Responder::for_correlation_id(shared, conn, correlation_id, received);
+            responder.send(api_versions::unsupported_version_response(correlation_id));
+        }
+        Err(e) => {
+            tracing::warn!("{peer}: {e}; closing");
+            conn.close();
+        }
+    }
+}

@@ -1,0 +1,250 @@
+//! [`Responder`]: the right to answer one request on one connection, and the io threads' read
+//! paths.
+//!
+//! The io thread that decodes a request makes its Responder and hands it to the handler
+//! ([`dispatch`](super::handler::dispatch::dispatch)). A handler that can answer at once calls
+//! [`Responder::send`]; one that must wait (a Fetch short of `min_bytes`) parks the Responder
+//! in the [`purgatory`](super::purgatory) and returns, and whichever io thread completes the
+//! operation sends it. Sending writes the response on the calling thread (always an io thread:
+//! completions run on the io pool), records the Fetch metrics, then unmutes the connection so its
+//! next request is read. Dropping a Responder unsent closes the connection (a handler that
+//! panicked, a waiting request whose client went away).
+//!
+//! ## Read paths per io thread
+//!
+//! A Fetch response's record sets move through the calling io thread's own
+//! [`AnyReadPath`] of the configured kind, made at the first Fetch that thread answers (never a
+//! fallback: a path that cannot be made closes that connection, with the reason logged, and the
+//! next Fetch tries again). A path's resources, e.g. `uring-splice`'s ring and pipe, are thus
+//! held per io thread (`num.io.threads` of them), no longer per connection.
+//!
+//! ## Writes
+//!
+//! The connection is muted, so its io thread is the only one touching the socket, which is
+//! blocking with `SO_SNDTIMEO` = [`SEND_TIMEOUT`]: a write that moves no byte for that long fails
+//! (`TimedOut`) and the connection is closed. A peer that hung up while its request was handled
+//! still gets the write (it may only have shut down its sending side), and the requests it sent
+//! before are still read and answered; its end of stream then closes the connection.
+
+use std::cell::RefCell;
+use std::io::{self, Write};
+use std::sync::Arc;
+use std::time::Instant;
+
+use kafka_protocol::messages::RequestKind;
+
+use super::connection::{is_disconnect, Connection, SEND_TIMEOUT};
+use super::io_pool::Job;
+use super::request_metrics::FetchInFlight;
+use super::response::Response;
+use super::shared::Shared;
+use crate::protocol::frame::DecodedRequest;
+use crate::read_path::AnyReadPath;
+
+thread_local! {
+    /// This io thread's read path, made at its first Fetch response.
+    static READ_PATH: RefCell<Option<AnyReadPath>> = const { RefCell::new(None) };
+}
+
+/// The right to answer ONE request on one connection (see the [module docs](self)).
+#[derive(Debug)]
+pub(crate) struct Responder {
+    shared: Arc<Shared>,
+    conn: Arc<Connection>,
+    correlation_id: i32,
+    api_version: i16,
+    /// When the request's frame was completely read (Kafka's TotalTimeMs starts there).
+    received: Instant,
+    /// A Fetch from a consumer: its total time is recorded.
+    consumer_fetch: bool,
+    /// Set for every Fetch: counted in flight until answered or given up.
+    in_flight: Option<FetchInFlight>,
+    sent: bool,
+}
+
+/// How a response write ended short of success.
+enum WriteEnd {
+    Close,
+    Io(io::Error),
+}
+
+impl Responder {
+    /// The Responder of `request`, read from `conn` at `received`. A Fetch is counted in
+    /// flight from now on.
+    pub(crate) fn new(
+        shared: &Arc<Shared>,
+        conn: Arc<Connection>,
+        request: &DecodedRequest,
+        received: Instant,
+    ) -> Responder {
+        let mut responder = Responder::for_correlation_id(shared, conn, request.correlation_id(), received);
+        responder.api_version = request.api_version();
+        if matches!(request.body, RequestKind::Fetch(_)) {
+            responder.consumer_fetch = is_consumer_fetch(request);
+            responder.in_flight = Some(shared.fetch_in_flight());
+        }
+        responder
+    }
+
+    /// The Responder of a request known only by its correlation id (one that could not be
+    /// decoded but is answered, as ApiVersions at an unknown version).
+    pub(crate) fn for_correlation_id(
+        shared: &Arc<Shared>,
+        conn: Arc<Connection>,
+        correlation_id: i32,
+        received: Instant,
+    ) -> Responder {
+        Responder {
+            shared: Arc::clone(shared),
+            conn,
+            correlation_id,
+            api_version: 0,
+            received,
+            consumer_fetch: false,
+            in_flight: None,
+            sent: false,
+        }
+    }
+
+    /// The correlation id to echo.
+    pub(crate) fn correlation_id(&self) -> i32 {
+        self.correlation_id
+    }
+
+    /// The client's address.
+    pub(crate) fn peer(&self) -> std::net::SocketAddr {
+        self.conn.peer()
+    }
+
+    /// The broker this request came to.
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// Whether the connection is gone: its peer hung up (the network thread noticed) or the
+    /// broker closed it. A waiting request of such a connection is dropped, not answered.
+    #[allow(dead_code)] // the DESIGN contract; the coordinator's delayed operations use it
+    pub(crate) fn is_closed(&self) -> bool {
+        self.conn.is_gone()
+    }
+
+    /// A handle that tells whether this Responder's connection is gone ([`Self::is_closed`])
+    /// without holding the Responder (for a delayed operation that keeps its Responder behind a
+    /// lock).
+    pub(crate) fn connection_probe(&self) -> ConnectionProbe {
+        ConnectionProbe(Arc::clone(&self.conn))
+    }
+
+    /// Runs `job` on the io pool of `shared` (completions of delayed operations).
+    #[allow(dead_code)] // the DESIGN contract; the coordinator's delayed operations use it
+    pub(crate) fn submit(shared: &Shared, job: Job) {
+        shared.io_pool().submit(job);
+    }
+
+    /// Writes `response` (nothing for [`Response::None`], a close for [`Response::Close`]) on
+    /// the calling thread, records the Fetch metrics, and unmutes the connection; on a write
+    /// error, or when the peer hung up, closes it instead. Errors are logged with the peer.
+    pub(crate) fn send(mut self, response: Response) {
+        self.sent = true;
+        let conn = Arc::clone(&self.conn);
+        let peer = conn.peer();
+        if conn.is_closed() {
+            tracing::debug!("{peer}: connection closed before the response to correlation id {}", self.correlation_id);
+            return;
+        }
+        let answers = !matches!(response, Response::None | Response::Close);
+        let with_records = matches!(&response, Response::Fetch(f) if f.record_bytes() > 0);
+        let written = write_response(&self.shared, &conn, response);
+        if self.consumer_fetch && answers && written.is_ok() {
+            self.shared.record_fetch_latency(self.received.elapsed(), with_records);
+        }
+        // Out of flight before the next request can be read.
+        self.in_flight = None;
+        match written {
+            // Also when the peer hung up: what it sent before is still read, then its end.
+            Ok(()) => conn.unmute(),
+            Err(WriteEnd::Close) => {
+                tracing::info!("{peer}: closing after a request that cannot be answered");
+                conn.close();
+            }
+            // A client that goes away mid-answer (a closed consumer) is routine.
+            Err(WriteEnd::Io(e)) if is_disconnect(&e) => {
+                tracing::debug!("{peer}: writing a response: {e}; closing");
+                conn.close();
+            }
+            Err(WriteEnd::Io(e)) => {
+                tracing::warn!("{peer}: writing a response: {e}; closing");
+                conn.close();
+            }
+        }
+    }
+}
+
+impl Drop for Responder {
+    fn drop(&mut self) {
+        if !self.sent {
+            if !self.conn.is_gone() {
+                tracing::debug!(
+                    "{}: the request with correlation id {} was given up unanswered; closing",
+                    self.conn.peer(),
+                    self.correlation_id
+                );
+            }
+            self.conn.close();
+        }
+    }
+}
+
+/// Tells whether a connection is gone (see [`Responder::connection_probe`]).
+#[derive(Debug, Clone)]
+pub(crate) struct ConnectionProbe(Arc<Connection>);
+
+impl ConnectionProbe {
+    /// Whether the peer hung up or the broker closed the connection.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.0.is_gone()
+    }
+}
+
+/// Whether `request` is a Fetch from a consumer: `replica_id` (below v15) and
+/// `replica_state.replica_id` (v15+, KIP-903) both negative. The field a version does not carry
+/// decodes as its default, -1, so one test covers every version (Kafka's `FetchRequest.isFromFollower`
+/// and the `FetchConsumer` / `FetchFollower` split of `RequestMetrics`).
+fn is_consumer_fetch(request: &DecodedRequest) -> bool {
+    match &request.body {
+        RequestKind::Fetch(r) => r.replica_id.0 < 0 && r.replica_state.replica_id.0 < 0,
+        _ => false,
+    }
+}
+
+fn write_response(shared: &Shared, conn: &Connection, response: Response) -> Result<(), WriteEnd> {
+    let timed_out = |e: io::Error| {
+        if e.kind() == io::ErrorKind::WouldBlock {
+            io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("the peer took no byte for {}s (SO_SNDTIMEO)", SEND_TIMEOUT.as_secs()),
+            )
+        } else {
+            e
+        }
+    };
+    match response {
+        Response::None => Ok(()),
+        Response::Close => Err(WriteEnd::Close),
+        Response::Encoded(bytes) => {
+            let mut stream = conn.stream();
+            stream.write_all(&bytes).map_err(|e| WriteEnd::Io(timed_out(e)))
+        }
+        Response::Fetch(frame) => READ_PATH.with_borrow_mut(|path| {
+            if path.is_none() {
+                let created = shared.config.read_path.create(&shared.config.read_path_config).map_err(|e| {
+                    tracing::error!("cannot create read path {}: {e}", shared.config.read_path);
+                    WriteEnd::Close
+                })?;
+                *path = Some(created);
+            }
+            let path = path.as_mut().expect("created above");
+            frame.write_to(conn.fd(), path).map(|_| ()).map_err(|e| WriteEnd::Io(timed_out(e)))
+        }),
+    }
+}
