@@ -12,6 +12,7 @@ mod bench_run;
 mod broker;
 mod broker_apis;
 mod broker_metrics;
+mod broker_threads;
 mod common;
 mod consume_cli;
 mod consumer;
