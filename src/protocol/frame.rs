@@ -21,7 +21,9 @@
 //! The size of a frame is checked before anything is allocated: negative sizes and sizes above
 //! `socket.request.max.bytes` ([`DEFAULT_SOCKET_REQUEST_MAX_BYTES`]) are errors, as in Kafka's
 //! `NetworkReceive.readFrom` (`InvalidReceiveException`). A frame that has not fully arrived is
-//! [`FrameCheck::Incomplete`], never an error. No input makes these functions panic.
+//! [`FrameCheck::Incomplete`] (or, read from a non-blocking socket by [`FrameReceive`], as the
+//! broker's network threads read, [`ReceiveProgress::Pending`]), never an error. No input makes
+//! these functions panic.
 //!
 //! `kafka-protocol` 0.17 pre-allocates arrays with `Vec::with_capacity(count)` using the count
 //! read from the wire (upstream kafka-protocol-rs PRs #152, #161 and #200, open): a few bytes

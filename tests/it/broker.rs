@@ -916,8 +916,8 @@ fn r19_produce_during_shutdown_gets_a_retriable_error() {
 /// process may hold `fs.pipe-user-pages-soft` pages (16384 = 64 MiB) of pipe buffers. Each
 /// connection made its path when it opened, so from about the 64th concurrent connection on,
 /// every new one was closed before its first request (even ApiVersions). Fixed: the path is made
-/// at the connection's first Fetch response, so connections that never fetch hold no pipe
-/// (consumers still need one each: 64 concurrent fetching connections unprivileged). Root is
+/// at the first Fetch response, so connections that never fetch hold no pipe; since issue 15 a
+/// path belongs to an io thread (`num.io.threads` of them), not to a connection. Root is
 /// exempt from the limit, so the old failure shows only when run unprivileged, e.g.
 /// `setpriv --reuid=65534 --regid=65534 --clear-groups target/debug/deps/it-* broker::r22`.
 #[test]

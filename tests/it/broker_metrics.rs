@@ -2,9 +2,9 @@
 //! `RequestMetrics` `TotalTimeMs` for `FetchConsumer`): what is counted, reset on take, and
 //! long-poll waits included.
 //!
-//! A Fetch is recorded by its connection thread just after its response is written, so each test
-//! sends one more (non-Fetch) request on the same connection before taking the histogram: its
-//! answer proves the recording is done.
+//! A Fetch is recorded by the io thread that wrote its response, just after the write and before
+//! the connection is read again, so each test sends one more (non-Fetch) request on the same
+//! connection before taking the histogram: its answer proves the recording is done.
 
 use std::io::Write;
 use std::net::TcpStream;
@@ -162,8 +162,9 @@ fn errors_count_followers_and_unanswered_fetches_do_not() {
     broker.shutdown().unwrap();
 }
 
-/// Waits (up to 10 s) until `n` client connections are open: closed connections' threads have
-/// ended. Answers on other connections are not ordered after another connection's end.
+/// Waits (up to 10 s) until `n` client connections are open: closed connections have been
+/// dropped by the broker. Answers on other connections are not ordered after another
+/// connection's end.
 fn wait_for_open_connections(broker: &BrokerHandle, n: usize) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while broker.test_support().open_connections() > n && Instant::now() < deadline {
@@ -238,7 +239,7 @@ fn long_polls_are_split_from_data_fetches_and_parked_fetches_are_in_flight() {
     assert_eq!(broker.fetches_in_flight(), 0);
     assert_eq!(broker.take_fetch_latency().count(), 1, "take_fetch_latency merges both kinds");
 
-    // A parked Fetch whose client resets the connection leaves the count when its thread ends.
+    // A parked Fetch whose client resets the connection leaves the count when it is dropped.
     let mut r = Client::connect(broker.local_addr());
     r.send(
         ApiKey::Fetch,
