@@ -68,6 +68,11 @@ impl ServeProcess {
         }
     }
 
+    /// The process id of the running `fetchbench serve`.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
     pub(crate) fn stderr(&self) -> String {
         std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
     }
@@ -108,7 +113,7 @@ impl Drop for ServeProcess {
     }
 }
 
-fn serve_args(log_dir: &Path) -> Vec<String> {
+pub(crate) fn serve_args(log_dir: &Path) -> Vec<String> {
     vec!["--listen".into(), "127.0.0.1:0".into(), "--log-dir".into(), log_dir.display().to_string()]
 }
 
