@@ -363,3 +363,42 @@ impl BrokerConfig {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn props(text: &str) -> BTreeMap<String, String> {
+        crate::log::config::parse_properties(text)
+    }
+
+    #[test]
+    fn log_scheduler_settings_have_kafkas_names_and_defaults() {
+        let mut config = BrokerConfig::new("127.0.0.1:1".parse().unwrap(), "/nowhere", ReadPathKind::Copy);
+        let defaults = config.scheduler_config();
+        assert_eq!(defaults, SchedulerConfig::default(), "Long.MAX_VALUE, 60000, 60000");
+        assert_eq!(defaults.flush_check_interval(), std::time::Duration::from_secs(1), "flush.ms checked every second");
+        config
+            .apply_props(&props(
+                "log.flush.scheduler.interval.ms=200\nlog.flush.offset.checkpoint.interval.ms=5000\n\
+                 log.flush.start.offset.checkpoint.interval.ms=0\n",
+            ))
+            .unwrap();
+        let s = config.scheduler_config();
+        assert_eq!(
+            (
+                s.flush_scheduler_interval_ms,
+                s.recovery_point_checkpoint_interval_ms,
+                s.log_start_offset_checkpoint_interval_ms
+            ),
+            (200, 5000, 0)
+        );
+        assert_eq!(s.flush_check_interval(), std::time::Duration::from_millis(200));
+        // Also Kafka's broker synonym of flush.ms (after log.flush.interval.ms).
+        assert_eq!(config.log_config.flush_ms, 200);
+        for bad in ["log.flush.scheduler.interval.ms=-1\n", "log.flush.offset.checkpoint.interval.ms=x\n"] {
+            let err = config.apply_props(&props(bad)).unwrap_err().to_string();
+            assert!(err.contains(bad.split('=').next().unwrap()), "{bad:?}: {err}");
+        }
+    }
+}

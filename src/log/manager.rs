@@ -722,4 +722,66 @@ mod tests {
         drop(again);
         assert!(tmp.path().join(LOCK_FILE).is_file());
     }
+
+    fn batch(n: usize) -> Vec<u8> {
+        let mut b = crate::log::batch::BatchBuilder::new(0, crate::log::batch::Compression::None);
+        for i in 0..n {
+            b.append(i as i64, Some(b"k"), Some(b"v"), &[]);
+        }
+        b.build().unwrap()
+    }
+
+    #[test]
+    fn shutdown_waits_for_the_append_in_flight_then_refuses_appends() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (mgr, _) = LogManager::open(tmp.path(), LogConfig::default(), |_| None, false).unwrap();
+        let p = mgr.get_or_create("t", 0, None).unwrap();
+        p.append(&batch(2), 0).unwrap();
+        let (held_tx, held_rx) = std::sync::mpsc::channel();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        std::thread::scope(|s| {
+            // An append in flight: its partition's lock taken before the shutdown begins.
+            let in_flight = Arc::clone(&p);
+            let appender = s.spawn(move || {
+                let mut log = in_flight.log_mut();
+                held_tx.send(()).unwrap();
+                go_rx.recv().unwrap();
+                log.append(&batch(3), 0).unwrap()
+            });
+            held_rx.recv().unwrap();
+            let shutdown = s.spawn(|| mgr.shutdown());
+            go_tx.send(()).unwrap();
+            assert_eq!(appender.join().unwrap().first_offset, 2);
+            shutdown.join().unwrap().unwrap();
+        });
+        assert!(mgr.is_shut_down());
+        assert!(matches!(p.append(&batch(1), 0), Err(LogError::Closed { .. })), "appends after the close");
+        assert!(matches!(mgr.get_or_create("u", 0, None), Err(LogError::Closed { .. })), "no creation after");
+        assert!(mgr.partition("t", 0).is_none(), "the partitions left the map");
+        mgr.shutdown().unwrap();
+        // The directory's lock is released at shutdown, while the manager still lives.
+        let (again, report) = LogManager::open(tmp.path(), LogConfig::default(), |_| None, false).unwrap();
+        assert!(report.had_clean_shutdown);
+        assert_eq!(again.partition("t", 0).unwrap().log_end_offset(), 5, "the in-flight append is kept");
+        drop(mgr);
+    }
+
+    #[test]
+    fn concurrent_creators_agree_on_one_partition_and_one_topic_id() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (mgr, _) = LogManager::open(tmp.path(), LogConfig::default(), |_| None, false).unwrap();
+        let results: Vec<(usize, TopicId)> = std::thread::scope(|s| {
+            let threads: Vec<_> = (0..8)
+                .map(|_| {
+                    s.spawn(|| {
+                        let p = mgr.get_or_create("c", 0, None).unwrap();
+                        (Arc::as_ptr(&p) as usize, mgr.ensure_topic_id("c").unwrap())
+                    })
+                })
+                .collect();
+            threads.into_iter().map(|t| t.join().unwrap()).collect()
+        });
+        assert!(results.windows(2).all(|w| w[0] == w[1]), "{results:?}");
+        assert_eq!(mgr.partition_count(), 1);
+    }
 }

@@ -324,3 +324,85 @@ impl Partition {
         requested && !was
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::log::batch::{BatchBuilder, Compression, RecordBatch};
+    use crate::log::partition::OpenOptions;
+
+    fn partition(config: LogConfig) -> (tempfile::TempDir, Partition) {
+        let tmp = tempfile::tempdir().unwrap();
+        let (log, _) = PartitionLog::open(&tmp.path().join("t-0"), config, OpenOptions::default()).unwrap();
+        (tmp, Partition::new(log))
+    }
+
+    fn batch(n: usize) -> Vec<u8> {
+        let mut b = BatchBuilder::new(0, Compression::Zstd);
+        for i in 0..n {
+            b.append(1_700_000_000_000 + i as i64, Some(b"k"), Some(&[7u8; 100]), &[]);
+        }
+        b.build().unwrap()
+    }
+
+    #[test]
+    fn validation_needs_no_lock() {
+        let (_tmp, p) = partition(LogConfig::default());
+        let records = batch(50);
+        // Another thread holds the partition's lock, as an append would ...
+        let held = p.log_mut();
+        let (tx, rx) = mpsc::channel();
+        std::thread::scope(|s| {
+            s.spawn(|| tx.send(p.validate(&records, 0).map(|v| v.batch_count())).unwrap());
+            // ... and the validation (CRC, decompression, record walk) completes meanwhile.
+            let done = rx.recv_timeout(Duration::from_secs(30));
+            drop(held);
+            assert_eq!(done.expect("validated while the lock was held").unwrap(), 1);
+        });
+        // Lock-free reads too.
+        let held = p.log_mut();
+        assert_eq!((p.log_end_offset(), p.high_watermark(), p.log_start_offset()), (0, 0, 0));
+        drop(held);
+    }
+
+    #[test]
+    fn offsets_are_assigned_under_the_lock_in_append_order() {
+        let mut config = LogConfig::default();
+        config.set("message.timestamp.type", "LogAppendTime").unwrap();
+        let (_tmp, p) = partition(config);
+        let first = p.validate(&batch(3), 1_000).unwrap();
+        let second = p.validate(&batch(2), 2_000).unwrap();
+        // Validated in one order, appended in the other: offsets follow the appends.
+        assert_eq!(p.append_validated(second, 2_000).unwrap().first_offset, 0);
+        assert_eq!(p.append_validated(first, 1_000).unwrap().first_offset, 2);
+        assert_eq!((p.log_end_offset(), p.high_watermark()), (5, 5), "published on the guard's drop");
+        let bytes = p.read(0, 1 << 20, true).unwrap().read_to_vec().unwrap();
+        let a = RecordBatch::parse(&bytes).unwrap();
+        a.verify_crc().unwrap();
+        assert_eq!((a.base_offset(), a.header().max_timestamp), (0, 2_000), "LogAppendTime stamped in validation");
+        let b = RecordBatch::parse(&bytes[a.as_bytes().len()..]).unwrap();
+        b.verify_crc().unwrap();
+        assert_eq!((b.base_offset(), b.header().max_timestamp), (2, 1_000), "base offset rewritten outside the CRC");
+        // A corrupt batch is refused by the validation and never reaches the log.
+        let mut bad = batch(1);
+        let last = bad.len() - 1;
+        bad[last] ^= 0xff;
+        assert!(matches!(p.validate(&bad, 0), Err(LogError::Batch { .. })));
+        assert_eq!(p.log_end_offset(), 5);
+    }
+
+    #[test]
+    fn a_closed_partition_refuses_appends_and_serves_reads() {
+        let (_tmp, p) = partition(LogConfig::default());
+        p.append(&batch(2), 0).unwrap();
+        p.close().unwrap();
+        assert!(matches!(p.append(&batch(1), 0), Err(LogError::Closed { .. })));
+        assert_eq!(p.log_end_offset(), 2);
+        assert_eq!(p.recovery_point(), 2, "closing fsyncs");
+        assert!(p.read(0, 1 << 20, true).unwrap().len > 0);
+        p.close().unwrap();
+    }
+}
