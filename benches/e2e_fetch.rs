@@ -6,7 +6,7 @@
 //!
 //! Setup, once: a backlog of 32 MiB of 1 KiB values (32,768 records) over 4 partitions of topic
 //! `bench-0`, written straight into a temp log directory through the public log API
-//! ([`LogManager`], [`BatchBuilder`], `PartitionLog::append`) as the harness's
+//! ([`LogManager`], [`BatchBuilder`], `Partition::append`) as the harness's
 //! `bench::backlog::generate` does: uncompressed batches of about 16 KiB (15 records), null keys
 //! spread round-robin, each value starting with its write time (8-byte big-endian ns). Then, per
 //! read path (copy, mmap, sendfile, uring-splice; `null` and `direct` are left out, a path whose

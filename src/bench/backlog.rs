@@ -3,7 +3,7 @@
 //!
 //! [`generate`] writes `backlog / record_size` records of `record_size` bytes over `topics` x
 //! `partitions` straight into the log through [`LogManager`] /
-//! [`PartitionLog::append`](crate::log::PartitionLog::append) of [`BatchBuilder`] batches (no
+//! [`Partition::append`](crate::log::Partition::append) of [`BatchBuilder`] batches (no
 //! network): batches of about 16 KiB (the producer's default `batch.size`), each value
 //! starting with its write time (8-byte big-endian ns since the Unix epoch, as
 //! `fetchbench produce`); null keys spread round-robin, keys by Kafka's murmur2 partitioner.
