@@ -330,9 +330,9 @@ mod tests {
     use std::sync::mpsc;
     use std::time::Duration;
 
+    use super::super::loader::OpenOptions;
     use super::*;
     use crate::log::batch::{BatchBuilder, Compression, RecordBatch};
-    use crate::log::partition::OpenOptions;
 
     fn partition(config: LogConfig) -> (tempfile::TempDir, Partition) {
         let tmp = tempfile::tempdir().unwrap();
