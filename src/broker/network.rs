@@ -175,11 +175,16 @@ impl Processor {
     }
 
     fn on_event(&mut self, token: Token, hung_up: bool) {
-        let Some(served) = self.connections.get_mut(&token) else { return };
+        let Some(served) = self.connections.get(&token) else { return };
         if !served.muted {
             self.read(token);
-            return;
+            // The hang-up came with the request just read (a client that sends a Fetch and
+            // closes at once): no later event will tell of it, so it is noted now.
+            if !hung_up || !self.connections.get(&token).is_some_and(|s| s.muted) {
+                return;
+            }
         }
+        let Some(served) = self.connections.get(&token) else { return };
         if hung_up && !served.conn.is_peer_gone() {
             served.conn.set_peer_gone();
             tracing::debug!("{}: the peer hung up while a request of it was in flight", served.conn.peer());

@@ -99,6 +99,19 @@ fn a_closed_clients_parked_fetch_releases_its_resources_within_a_second() {
     }
     // Nothing was answered for the dropped fetches.
     assert_eq!(broker.take_fetch_latency().count(), 0);
+    // Connect, Fetch, close at once (the hang-up may arrive with the request): 200 times.
+    for _ in 0..200 {
+        let mut client = TcpStream::connect(broker.local_addr()).unwrap();
+        client.write_all(&fetch_frame("gone", 0, i32::MAX, 1)).unwrap();
+    }
+    let took = within(Duration::from_secs(10), || broker.fetches_in_flight() == 0 && support.open_connections() == 1);
+    assert!(
+        took.is_some_and(|t| t < Duration::from_secs(1)),
+        "after 200 connect-fetch-close: {} fetches in flight, {} connections, after {took:?}",
+        broker.fetches_in_flight(),
+        support.open_connections()
+    );
+    assert_eq!(support.delayed_operations(), 0);
     assert_eq!(support.connection_panics(), 0);
     broker.shutdown().unwrap();
 }
