@@ -15,7 +15,9 @@
 //! Every decoder is bounded: [`Compression::decompress`] never produces (or allocates an output
 //! buffer for) more than `max_output` bytes, so a decompression bomb fails with
 //! [`io::ErrorKind::InvalidData`] instead of exhausting memory. Garbage input is an error, never a
-//! panic.
+//! panic. [`Compression::decompressor`] reads the same formats as a stream, in memory bounded by
+//! the codec's state (a window, a block) rather than by the output, for walks that do not keep the
+//! records (the produce validation's, `record_stream.rs`).
 //!
 //! The codec of an attributes id, [`Compression::from_id`], is decoded beside the attributes in
 //! `header.rs` (an unknown id is a [`BatchError`](super::BatchError)).
@@ -170,14 +172,69 @@ impl Compression {
                 }
                 Ok(input.to_vec())
             }
-            Compression::Gzip => read_bounded(JavaGzip::new(input), self, max_output, input.len().saturating_mul(4)),
-            Compression::Snappy => snappy_decompress(input, max_output),
-            Compression::Lz4 => lz4_decompress(input, magic, max_output),
+            c => read_bounded(c.decompressor(input, magic, max_output)?, c, max_output, input.len().saturating_mul(4)),
+        }
+    }
+
+    /// A streaming decoder of `input` written with message format `magic`: the same format
+    /// handling as [`Compression::decompress_for_magic`] (which reads it to the end), for walking
+    /// decompressed records with a small buffer, as Kafka's `CompressionType.wrapForInput` streams
+    /// do. Its own memory is bounded by the codec, not by the output: gzip's 32 KiB window; one
+    /// snappy block (xerial blocks are 32 KiB as the Java client writes them; a raw snappy stream,
+    /// librdkafka's, is one block: at most ~21 times its compressed size, and never more than
+    /// `max_output`); one LZ4 block (at most 4 MiB, 64 KiB as Kafka writes them); zstd's frame
+    /// window (2 MiB at Kafka's default level 3; at most `max(max_output, 8 MiB)` and zstd's
+    /// 128 MiB limit, as for zstd-jni). The reader does not count its output against
+    /// `max_output` (except snappy, which checks each block's announced size before allocating):
+    /// the caller does, as [`read_bounded`] does.
+    ///
+    /// Errors: for lz4 and snappy, a frame or stream header Kafka refuses
+    /// ([`io::ErrorKind::InvalidData`]) or a truncated lz4 frame
+    /// ([`io::ErrorKind::UnexpectedEof`]); zstd's context creation. Reading returns the errors
+    /// [`Compression::decompress_for_magic`] lists.
+    pub(crate) fn decompressor<'a>(
+        self,
+        input: &'a [u8],
+        magic: i8,
+        max_output: usize,
+    ) -> io::Result<Decompressor<'a>> {
+        Ok(match self {
+            Compression::None => Decompressor::None(input),
+            Compression::Gzip => Decompressor::Gzip(JavaGzip::new(input)),
+            Compression::Snappy => Decompressor::Snappy(SnappyReader::new(input, max_output)?),
+            Compression::Lz4 => Decompressor::Lz4(lz4_reader(input, magic)?),
             Compression::Zstd => {
                 let mut dec = zstd::stream::read::Decoder::with_buffer(input)?;
                 dec.window_log_max(zstd_window_log_max(max_output))?;
-                read_bounded(dec, self, max_output, input.len().saturating_mul(4))
+                Decompressor::Zstd(Box::new(dec))
             }
+        })
+    }
+}
+
+/// A streaming decoder of one codec over a borrowed compressed buffer, made by
+/// [`Compression::decompressor`]; read it with [`Read`].
+pub(crate) enum Decompressor<'a> {
+    /// Uncompressed: the bytes as they are.
+    None(&'a [u8]),
+    /// gzip members as `GZIPInputStream` reads them.
+    Gzip(JavaGzip<'a>),
+    /// xerial-framed or raw snappy, one block at a time.
+    Snappy(SnappyReader<'a>),
+    /// The first LZ4 frame, checked with Kafka's rules.
+    Lz4(Lz4Reader<'a>),
+    /// zstd frames (boxed: the decoder is large and the other variants small).
+    Zstd(Box<zstd::stream::read::Decoder<'a, &'a [u8]>>),
+}
+
+impl Read for Decompressor<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Decompressor::None(r) => r.read(buf),
+            Decompressor::Gzip(r) => r.read(buf),
+            Decompressor::Snappy(r) => r.read(buf),
+            Decompressor::Lz4(r) => r.read(buf),
+            Decompressor::Zstd(r) => r.read(buf),
         }
     }
 }
@@ -210,7 +267,8 @@ impl FromStr for Compression {
     }
 }
 
-fn limit_exceeded(codec: Compression, max_output: usize) -> io::Error {
+/// The error of a decoder whose output would exceed `max_output` bytes ([`io::ErrorKind::InvalidData`]).
+pub(crate) fn limit_exceeded(codec: Compression, max_output: usize) -> io::Error {
     io::Error::new(
         io::ErrorKind::InvalidData,
         format!("{codec} output exceeds the limit of {max_output} bytes (max_output)"),
@@ -253,7 +311,7 @@ fn read_bounded<R: Read>(mut r: R, codec: Compression, max_output: usize, size_h
 
 /// gzip as `java.util.zip.GZIPInputStream` reads it: one member, then further members as long as
 /// what follows starts with the gzip magic (`1f 8b`); other trailing bytes are ignored.
-struct JavaGzip<'a> {
+pub(crate) struct JavaGzip<'a> {
     rest: &'a [u8],
     member: Option<flate2::bufread::GzDecoder<&'a [u8]>>,
     started: bool,
@@ -334,77 +392,155 @@ fn xerial_header_at(input: &[u8]) -> Option<Result<(), io::Error>> {
     Some(Ok(()))
 }
 
-fn snappy_decompress(input: &[u8], max_output: usize) -> io::Result<Vec<u8>> {
-    match xerial_header_at(input) {
-        None => {
-            // Raw snappy (librdkafka, or anything without the xerial header).
-            let mut out = Vec::new();
-            snappy_block_into(input, &mut out, max_output)?;
-            Ok(out)
-        }
-        Some(Err(e)) => Err(e),
-        Some(Ok(())) => {
-            let mut out = Vec::new();
-            let mut pos = XERIAL_HEADER_SIZE;
-            // snappy-java stops when fewer than 4 bytes are left for a block length.
-            while input.len() - pos >= 4 {
-                let len = u32::from_be_bytes(input[pos..pos + 4].try_into().expect("4 bytes"));
-                if len == u32::from_be_bytes(XERIAL_MAGIC[..4].try_into().expect("4 bytes")) {
-                    // A concatenated stream: another header follows (snappy-java skips it).
-                    match xerial_header_at(&input[pos..]) {
-                        Some(Ok(())) => {
-                            pos += XERIAL_HEADER_SIZE;
-                            continue;
-                        }
-                        Some(Err(e)) => return Err(e),
-                        None => return Err(invalid(format!("corrupt xerial snappy header at byte {pos}"))),
-                    }
-                }
-                if len > i32::MAX as u32 {
-                    return Err(invalid(format!("negative xerial snappy block length at byte {pos}")));
-                }
-                pos += 4;
-                let len = len as usize;
-                if len > input.len() - pos {
-                    return Err(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        format!(
-                            "xerial snappy block of {len} bytes at byte {} exceeds the {} bytes left",
-                            pos - 4,
-                            input.len() - pos
-                        ),
-                    ));
-                }
-                snappy_block_into(&input[pos..pos + len], &mut out, max_output)?;
-                pos += len;
+/// The most output one raw snappy block can produce per compressed byte, rounded up: a 3-byte copy
+/// element (2-byte offset) writes at most 64 bytes, every other element less per byte. A block
+/// announcing more than 22 times its size cannot be valid, and is refused before its output is
+/// allocated.
+const SNAPPY_MAX_EXPANSION: usize = 22;
+
+/// Reads snappy as snappy-java's `SnappyInputStream` does (see
+/// [`Compression::decompress_for_magic`]), one block at a time: a stream starting with a xerial
+/// header is read block by block (`[u32 BE length][raw snappy block]`, further concatenated headers
+/// skipped, 1-3 trailing bytes ignored); anything else is one raw snappy block. Each block's
+/// announced size is checked against what is left of `max_output` (and against what its compressed
+/// size can produce) before its buffer is allocated.
+pub(crate) struct SnappyReader<'a> {
+    input: &'a [u8],
+    /// Next byte of `input` to read (xerial).
+    pos: usize,
+    /// Whether `input` is xerial-framed.
+    xerial: bool,
+    /// A raw stream's one block was decoded.
+    raw_done: bool,
+    max_output: usize,
+    /// Bytes decoded so far, all blocks.
+    produced: usize,
+    /// The current block's output and how much of it was read.
+    block: Vec<u8>,
+    block_pos: usize,
+}
+
+impl<'a> SnappyReader<'a> {
+    /// Errors: a xerial header with a version below 1.
+    fn new(input: &'a [u8], max_output: usize) -> io::Result<Self> {
+        let xerial = match xerial_header_at(input) {
+            None => false,
+            Some(Err(e)) => return Err(e),
+            Some(Ok(())) => true,
+        };
+        let pos = if xerial { XERIAL_HEADER_SIZE } else { 0 };
+        Ok(SnappyReader {
+            input,
+            pos,
+            xerial,
+            raw_done: false,
+            max_output,
+            produced: 0,
+            block: Vec::new(),
+            block_pos: 0,
+        })
+    }
+
+    /// Decodes the next block into `self.block`; `Ok(false)` at the end of the stream.
+    fn next_block(&mut self) -> io::Result<bool> {
+        let input = self.input;
+        if !self.xerial {
+            // Raw snappy (librdkafka, or anything without the xerial header): one block (an
+            // empty input too: an error, a block has at least its length varint).
+            if self.raw_done {
+                return Ok(false);
             }
-            Ok(out)
+            self.raw_done = true;
+            self.decode_block(input)?;
+            return Ok(true);
         }
+        // snappy-java stops when fewer than 4 bytes are left for a block length.
+        while input.len() - self.pos >= 4 {
+            let pos = self.pos;
+            let len = u32::from_be_bytes(input[pos..pos + 4].try_into().expect("4 bytes"));
+            if len == u32::from_be_bytes(XERIAL_MAGIC[..4].try_into().expect("4 bytes")) {
+                // A concatenated stream: another header follows (snappy-java skips it).
+                match xerial_header_at(&input[pos..]) {
+                    Some(Ok(())) => {
+                        self.pos += XERIAL_HEADER_SIZE;
+                        continue;
+                    }
+                    Some(Err(e)) => return Err(e),
+                    None => return Err(invalid(format!("corrupt xerial snappy header at byte {pos}"))),
+                }
+            }
+            if len > i32::MAX as u32 {
+                return Err(invalid(format!("negative xerial snappy block length at byte {pos}")));
+            }
+            let start = pos + 4;
+            let len = len as usize;
+            if len > input.len() - start {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!(
+                        "xerial snappy block of {len} bytes at byte {pos} exceeds the {} bytes left",
+                        input.len() - start
+                    ),
+                ));
+            }
+            self.pos = start + len;
+            self.decode_block(&input[start..start + len])?;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// Decodes one raw snappy block into `self.block`, checking its announced length against
+    /// what is left of `max_output` (and what `block.len()` bytes can produce) before allocating.
+    fn decode_block(&mut self, block: &[u8]) -> io::Result<()> {
+        let n = snap::raw::decompress_len(block).map_err(|e| invalid(format!("snappy: {e}")))?;
+        if n > self.max_output - self.produced {
+            return Err(limit_exceeded(Compression::Snappy, self.max_output));
+        }
+        if n > block.len().saturating_mul(SNAPPY_MAX_EXPANSION) {
+            return Err(invalid(format!(
+                "snappy: a block of {} bytes cannot produce the {n} bytes it announces",
+                block.len()
+            )));
+        }
+        self.block.clear();
+        self.block.resize(n, 0);
+        self.block_pos = 0;
+        let written = snap::raw::Decoder::new()
+            .decompress(block, &mut self.block)
+            .map_err(|e| invalid(format!("snappy: {e}")))?;
+        if written != n {
+            return Err(invalid(format!("snappy block announced {n} bytes but produced {written}")));
+        }
+        self.produced += n;
+        Ok(())
     }
 }
 
-/// Appends one raw snappy block to `out`, checking its announced length against what is left of
-/// `max_output` before allocating.
-fn snappy_block_into(block: &[u8], out: &mut Vec<u8>, max_output: usize) -> io::Result<()> {
-    let n = snap::raw::decompress_len(block).map_err(|e| invalid(format!("snappy: {e}")))?;
-    if n > max_output - out.len() {
-        return Err(limit_exceeded(Compression::Snappy, max_output));
+impl Read for SnappyReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        loop {
+            if self.block_pos < self.block.len() {
+                let n = buf.len().min(self.block.len() - self.block_pos);
+                buf[..n].copy_from_slice(&self.block[self.block_pos..self.block_pos + n]);
+                self.block_pos += n;
+                return Ok(n);
+            }
+            if !self.next_block()? {
+                return Ok(0);
+            }
+        }
     }
-    let start = out.len();
-    out.reserve_exact(n);
-    out.resize(start + n, 0);
-    let written =
-        snap::raw::Decoder::new().decompress(block, &mut out[start..]).map_err(|e| invalid(format!("snappy: {e}")))?;
-    if written != n {
-        return Err(invalid(format!("snappy block announced {n} bytes but produced {written}")));
-    }
-    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------
 // lz4
 
-/// Decodes the first LZ4 frame of `input` as `KafkaLZ4BlockInputStream` does.
+/// The first LZ4 frame of `input` as `KafkaLZ4BlockInputStream` reads it: a streaming decoder.
+/// Holds one block (at most 4 MiB) and its output at a time.
 ///
 /// The frame is checked here with Kafka's rules (header, then a walk over the block headers to the
 /// end mark), and a normalized copy of the header (content size and content checksum dropped, a
@@ -412,7 +548,10 @@ fn snappy_block_into(block: &[u8], out: &mut Vec<u8>, max_output: usize) -> io::
 /// decompresses the blocks and verifies block checksums. This gives Kafka's behaviour exactly:
 /// magic 0's broken header checksum is ignored, unverified fields Kafka skips are skipped, and
 /// trailing bytes after the end mark are ignored.
-fn lz4_decompress(input: &[u8], magic: i8, max_output: usize) -> io::Result<Vec<u8>> {
+/// `lz4_flex`'s frame decoder over a normalized 7-byte frame header followed by the frame's blocks.
+pub(crate) type Lz4Reader<'a> = lz4_flex::frame::FrameDecoder<io::Chain<io::Cursor<[u8; 7]>, &'a [u8]>>;
+
+fn lz4_reader(input: &[u8], magic: i8) -> io::Result<Lz4Reader<'_>> {
     let eof = |what: &str| io::Error::new(io::ErrorKind::UnexpectedEof, format!("lz4 frame truncated: {what}"));
     if input.len() < 7 {
         return Err(eof("header"));
@@ -486,8 +625,7 @@ fn lz4_decompress(input: &[u8], magic: i8, max_output: usize) -> io::Result<Vec<
     header[4] = flg & !(LZ4_FLG_CONTENT_SIZE | LZ4_FLG_CONTENT_CHECKSUM);
     header[5] = bd;
     header[6] = (xxh32(&header[4..6], 0) >> 8) as u8;
-    let decoder = lz4_flex::frame::FrameDecoder::new(io::Read::chain(&header[..], blocks));
-    read_bounded(decoder, Compression::Lz4, max_output, input.len().saturating_mul(4))
+    Ok(lz4_flex::frame::FrameDecoder::new(io::Read::chain(io::Cursor::new(header), blocks)))
 }
 
 /// xxHash32 (the checksum of LZ4 frames), little-endian lanes.
@@ -711,6 +849,48 @@ mod tests {
         assert_eq!(Compression::Snappy.decompress(&v, 14).unwrap().len(), 14);
         // Header only = empty.
         assert!(Compression::Snappy.decompress(&v[..16], MAX).unwrap().is_empty());
+    }
+
+    #[test]
+    fn snappy_refuses_block_sizes_its_bytes_cannot_produce() {
+        // A raw block announcing 100 000 bytes with 3 bytes of elements: refused before allocating.
+        let mut v = Vec::new();
+        let mut n = 100_000u32;
+        while n >= 0x80 {
+            v.push((n as u8) | 0x80);
+            n >>= 7;
+        }
+        v.push(n as u8);
+        v.extend_from_slice(&[0x00, b'a', 0x00]);
+        let e = Compression::Snappy.decompress(&v, MAX).unwrap_err();
+        assert!(e.to_string().contains("cannot produce the 100000 bytes"), "{e}");
+        // The most compressible input snappy has (runs of copies of 64 bytes) stays within the
+        // bound, raw and xerial-framed.
+        let zeros = vec![0u8; 1 << 20];
+        let raw = snap::raw::Encoder::new().compress_vec(&zeros).unwrap();
+        assert!(raw.len() * SNAPPY_MAX_EXPANSION >= zeros.len() && raw.len() * 21 < zeros.len(), "{}", raw.len());
+        assert_eq!(Compression::Snappy.decompress(&raw, MAX).unwrap(), zeros);
+        let framed = Compression::Snappy.compress(&zeros).unwrap();
+        assert_eq!(Compression::Snappy.decompress(&framed, MAX).unwrap(), zeros);
+    }
+
+    #[test]
+    fn decompressor_streams_what_decompress_returns() {
+        let input = sample(300_000);
+        for c in Compression::ALL {
+            let z = c.compress(&input).unwrap();
+            let mut r = c.decompressor(&z, 2, MAX).unwrap();
+            let mut out = Vec::new();
+            let mut buf = [0u8; 1000];
+            loop {
+                let n = r.read(&mut buf).unwrap();
+                if n == 0 {
+                    break;
+                }
+                out.extend_from_slice(&buf[..n]);
+            }
+            assert!(out == input, "{c}");
+        }
     }
 
     #[test]
