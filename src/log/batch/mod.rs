@@ -9,6 +9,7 @@
 //! | `error` | `CorruptRecordException`, `InvalidRecordException` | [`BatchError`] |
 //! | `record_batch` | `DefaultRecordBatch` | [`RecordBatch`] (a batch viewed in place, CRC-32C) and its [`Records`] |
 //! | [`record`] | `DefaultRecord` | one record: varint layout, [`Record`], [`Header`] |
+//! | `record_stream` | `DefaultRecordBatch.skipKeyValueIterator`, `PartialDefaultRecord` | [`RecordStream`]: a batch's records walked from a streaming decompressor in bounded memory, as [`PartialRecord`]s |
 //! | `boundaries` | `FileRecords.batches()` | [`BatchBoundaries`]: walking batches of any magic by their length field |
 //! | [`compression`] | `CompressionType` | the codecs, bounded decompression |
 //! | [`builder`] | `MemoryRecordsBuilder` | [`BatchBuilder`]: writing v2 batches |
@@ -28,6 +29,7 @@ pub mod legacy;
 pub mod mixed;
 pub mod record;
 mod record_batch;
+mod record_stream;
 
 pub use boundaries::{BatchBoundaries, Boundary};
 pub use builder::BatchBuilder;
@@ -40,6 +42,7 @@ pub use header::{
 };
 pub use record::{Header, Record};
 pub use record_batch::{RecordBatch, Records};
+pub use record_stream::{PartialRecord, RecordStream};
 
 /// Tests across the files: a crafted header refused by the header parser, the batch view and the
 /// mixed-magic decoder alike.
