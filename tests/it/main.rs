@@ -31,6 +31,7 @@ mod index_corpus;
 mod kcat;
 mod layering;
 mod log_engine;
+mod log_engine_bomb;
 mod producer;
 mod protocol_corpus;
 mod python_clients;

@@ -8,7 +8,10 @@
 use std::path::Path;
 
 use crate::log::batch::builder::{set_base_offset, set_partition_leader_epoch};
-use crate::log::batch::{BatchBoundaries, BatchError, BatchHeader, RecordBatch, ATTRIBUTES_OFFSET, CRC_OFFSET};
+use crate::log::batch::{
+    BatchBoundaries, BatchError, BatchHeader, RecordBatch, RecordStream, ATTRIBUTES_OFFSET, CRC_OFFSET,
+    DEFAULT_MAX_UNCOMPRESSED,
+};
 use crate::log::config::{LogConfig, TimestampType};
 use crate::log::error::LogError;
 
@@ -201,25 +204,23 @@ fn validate_client_batch(batch: &RecordBatch<'_>, compact: bool) -> Result<(), B
             format!("invalid sequence number {} for producer id {}", h.base_sequence, h.producer_id),
         ));
     }
-    let records = batch.records()?;
-    let mut consumed = 0;
-    for (i, rec) in records.iter().enumerate() {
-        let rec = rec?;
-        consumed += rec.size_in_bytes;
+    // Streamed, in bounded memory however much the batch inflates (Kafka's skipKeyValueIterator).
+    let remaining = RecordStream::new(batch, DEFAULT_MAX_UNCOMPRESSED)?.walk(|i, rec| {
         // Record offsets are checked on decoding (base offset + delta fits), so this subtraction
         // gives back the delta exactly.
         let delta = rec.offset - h.base_offset;
         if delta != i as i64 {
             return Err(invalid(i, format!("offset delta {delta} where {i} was expected")));
         }
-        if compact && rec.key.is_none() {
+        if compact && !rec.has_key() {
             return Err(invalid(i, "a compacted topic cannot accept a record without a key".into()));
         }
-    }
-    if consumed != records.data().len() {
+        Ok(())
+    })?;
+    if remaining != 0 {
         return Err(invalid(
             h.records_count.max(0) as usize,
-            format!("{} bytes remain after the declared {} records", records.data().len() - consumed, h.records_count),
+            format!("{remaining} bytes remain after the declared {} records", h.records_count),
         ));
     }
     Ok(())
