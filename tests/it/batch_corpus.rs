@@ -7,7 +7,9 @@ use std::sync::OnceLock;
 
 use fetchbench::log::batch::compression::XERIAL_MAGIC;
 use fetchbench::log::batch::mixed::{decode_entry, DecodeOptions, DecodedBatch, DecodedRecord, MixedBatches};
-use fetchbench::log::batch::{BatchBoundaries, Compression, RecordBatch};
+use fetchbench::log::batch::{
+    BatchBoundaries, Compression, PartialRecord, RecordBatch, RecordStream, DEFAULT_MAX_UNCOMPRESSED,
+};
 
 use crate::common;
 
@@ -385,4 +387,94 @@ fn kafka_go_fixtures_cover_every_entry_kind() {
     let keys: Vec<(i8, &str)> = kinds.keys().copied().collect();
     assert_eq!(keys, vec![(1, "gzip"), (1, "none"), (2, "gzip"), (2, "none")]);
     assert!(kinds[&(1, "gzip")] >= 10, "{kinds:?}");
+}
+
+/// Every v2 batch of the corpus, each as its own bytes: the segments' (uncompressed and
+/// xerial-snappy) and the kafka-go fixtures' (uncompressed and gzip).
+fn every_v2_batch(corpus: &Path) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    for path in common::files_with_suffix(&corpus.join("kafka-segments"), ".log") {
+        let bytes = std::fs::read(&path).unwrap();
+        for b in BatchBoundaries::new(&bytes) {
+            out.push(bytes[b.position..b.position + b.size].to_vec());
+        }
+    }
+    for path in common::files_with_suffix(&corpus.join("protocol/kafka-go-fixtures"), ".records.bin") {
+        let bytes = std::fs::read(&path).unwrap();
+        for b in MixedBatches::new(&bytes) {
+            let b = b.unwrap();
+            if b.magic == 2 {
+                out.push(bytes[b.position..b.position + b.size].to_vec());
+            }
+        }
+    }
+    out
+}
+
+/// Records and the bytes after them, or the error (Debug), of the whole-buffer walk.
+fn whole_walk(batch: &RecordBatch<'_>) -> Result<(Vec<PartialRecord>, usize), String> {
+    let run = || -> Result<_, fetchbench::log::batch::BatchError> {
+        let records = batch.records()?;
+        let (mut out, mut consumed) = (Vec::new(), 0);
+        for r in records.iter() {
+            let r = r?;
+            consumed += r.size_in_bytes;
+            out.push(PartialRecord::from(&r));
+        }
+        Ok((out, records.data().len() - consumed))
+    };
+    run().map_err(|e| format!("{e:?}"))
+}
+
+/// The same from the streaming walk the produce validation uses.
+fn streaming_walk(batch: &RecordBatch<'_>) -> Result<(Vec<PartialRecord>, usize), String> {
+    let mut out = Vec::new();
+    RecordStream::new(batch, DEFAULT_MAX_UNCOMPRESSED)
+        .and_then(|s| {
+            s.walk(|_, r| {
+                out.push(*r);
+                Ok(())
+            })
+        })
+        .map(|left| (out, left))
+        .map_err(|e| format!("{e:?}"))
+}
+
+/// The streaming record walk (produce validation's, bounded memory) and the whole-buffer walk
+/// agree on every real v2 batch: the same records, nothing left over; and on every cut and every
+/// flipped byte of the compressed ones' records sections, the same verdict and error.
+#[test]
+fn streaming_record_walk_agrees_with_the_whole_buffer_walk_on_real_batches() {
+    let Some(corpus) = common::corpus() else { return };
+    let batches = every_v2_batch(&corpus);
+    let mut codecs: BTreeMap<&'static str, usize> = BTreeMap::new();
+    for bytes in &batches {
+        let batch = RecordBatch::parse(bytes).unwrap();
+        let codec = batch.attributes().compression().unwrap();
+        *codecs.entry(codec.name()).or_default() += 1;
+        let whole = whole_walk(&batch);
+        let (records, left) = whole.clone().unwrap();
+        assert_eq!((records.len(), left), (batch.header().records_count as usize, 0));
+        assert_eq!(streaming_walk(&batch), whole, "batch at offset {}", batch.base_offset());
+        if codec == Compression::None {
+            continue;
+        }
+        let section = fetchbench::log::batch::HEADER_SIZE;
+        for cut in section..bytes.len() {
+            let mut cut_bytes = bytes[..cut].to_vec();
+            let length = (cut - fetchbench::log::batch::LOG_OVERHEAD) as i32;
+            cut_bytes[8..12].copy_from_slice(&length.to_be_bytes());
+            let batch = RecordBatch::parse(&cut_bytes).unwrap();
+            assert_eq!(streaming_walk(&batch), whole_walk(&batch), "{codec} cut at {cut}");
+        }
+        for pos in section..bytes.len() {
+            for bit in [0x01u8, 0x20, 0x80] {
+                let mut bad = bytes.clone();
+                bad[pos] ^= bit;
+                let batch = RecordBatch::parse(&bad).unwrap();
+                assert_eq!(streaming_walk(&batch), whole_walk(&batch), "{codec} flip {bit:#x} at {pos}");
+            }
+        }
+    }
+    assert!(codecs["none"] > 4000 && codecs["snappy"] >= 9 && codecs["gzip"] >= 5, "{codecs:?}");
 }
