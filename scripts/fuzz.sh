@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the cargo-fuzz targets (fuzz/fuzz_targets/) for a bounded time each, seeded from the real
-# corpus. Each target only asserts "no panic" (fuzz builds have debug assertions and overflow
-# checks on); a crash leaves its input in fuzz/artifacts/<target>/ and fails this script.
+# corpus. Each target asserts "no panic" (fuzz builds have debug assertions and overflow checks
+# on), record_batch also that the streaming record walk agrees with the whole-buffer one; a crash
+# leaves its input in fuzz/artifacts/<target>/ and fails this script.
 # Usage: scripts/fuzz.sh [TARGET...]     (default: frame record_batch legacy)
 # Env:   FUZZ_SECONDS=N                  time per target (default 20)
 #        FETCHBENCH_CORPUS=DIR           real Kafka data (default ../shared/corpus beside the project)

@@ -2,11 +2,12 @@
 //! header (offset range checked on parse), the CRC, the records with decompression bounded to
 //! 1 MiB, and the walks a segment and a consumer make over concatenated batches. CRCs are also
 //! skipped so mutated batches reach the record decoder. Errors are fine; a panic (an overflow:
-//! fuzz builds have debug assertions on) is a finding.
+//! fuzz builds have debug assertions on) is a finding, and so is a batch the streaming record walk
+//! (produce validation's, `RecordStream`) judges otherwise than the whole-buffer walk.
 #![no_main]
 
 use fetchbench::log::batch::mixed::{DecodeOptions, MixedBatches};
-use fetchbench::log::batch::{BatchBoundaries, BatchHeader, RecordBatch};
+use fetchbench::log::batch::{BatchBoundaries, BatchError, BatchHeader, PartialRecord, RecordBatch, RecordStream};
 use libfuzzer_sys::fuzz_target;
 
 /// Bound on decompressed bytes per batch: hostile input must not allocate more.
@@ -25,6 +26,25 @@ fuzz_target!(|data: &[u8]| {
                 let _ = (r.offset, r.timestamp, r.headers.len());
             }
         }
+        let whole = || -> Result<(Vec<PartialRecord>, usize), BatchError> {
+            let records = batch.records_with_limit(MAX_UNCOMPRESSED)?;
+            let (mut out, mut consumed) = (Vec::new(), 0);
+            for r in records.iter() {
+                let r = r?;
+                consumed += r.size_in_bytes;
+                out.push(PartialRecord::from(&r));
+            }
+            Ok((out, records.data().len() - consumed))
+        };
+        let mut out = Vec::new();
+        let streamed = RecordStream::new(&batch, MAX_UNCOMPRESSED).and_then(|s| {
+            s.walk(|_, r| {
+                out.push(*r);
+                Ok(())
+            })
+        });
+        let streamed = streamed.map(|left| (out, left));
+        assert_eq!(format!("{streamed:?}"), format!("{:?}", whole()), "the streaming walk disagrees");
     }
     // The length walk of a segment (Kafka's FileRecords.batches()).
     let mut walk = BatchBoundaries::new(data);
