@@ -3,10 +3,11 @@
 //! (`log::batch::RecordStream`, Kafka's `skipKeyValueIterator`) instead of inflating the whole
 //! batch into one buffer.
 //!
-//! Each case appends one small zstd batch that inflates to about 250 MiB to a [`PartitionLog`] in a
-//! child process (this test binary run again on this one test, with [`CHILD`] naming the case), so
-//! that the child's peak resident set (`VmHWM` of `/proc/self/status`) measures the append alone.
-//! The bound asserted is generous (a quarter of the inflated size); the figure is printed.
+//! Each case appends one small zstd (or gzip) batch that inflates to 250 MiB to a
+//! [`PartitionLog`] in a child process (this test binary run again on this one test, with
+//! [`CHILD`] naming the case), so that the child's peak resident set (`VmHWM` of
+//! `/proc/self/status`) measures the append alone. The bound asserted is generous (a quarter of
+//! the inflated size); the figures are printed.
 
 use std::io::Write;
 use std::path::Path;
@@ -29,11 +30,32 @@ const VALUE_LEN: usize = 1 << 20;
 /// The most a validation may add to the child's peak resident set: a quarter of the bomb.
 const BOUND: u64 = 64 << 20;
 
-/// A zstd v2 batch of `records` records (offset deltas 0, 1, ...; key `k<i>`, or a null key for
-/// the last record when `null_last_key`), each value `value_len` zero bytes, compressed as a
-/// stream so that the inflated records are never in memory here either.
-fn bomb(records: usize, value_len: usize, null_last_key: bool) -> Vec<u8> {
-    let mut z = zstd::stream::write::Encoder::new(Vec::new(), 3).unwrap();
+/// A streaming compressor of a bomb's records section.
+trait Finish: Write {
+    fn finish(self: Box<Self>) -> Vec<u8>;
+}
+
+impl Finish for zstd::stream::write::Encoder<'_, Vec<u8>> {
+    fn finish(self: Box<Self>) -> Vec<u8> {
+        (*self).finish().unwrap()
+    }
+}
+
+impl Finish for flate2::write::GzEncoder<Vec<u8>> {
+    fn finish(self: Box<Self>) -> Vec<u8> {
+        (*self).finish().unwrap()
+    }
+}
+
+/// A `codec` (zstd or gzip) v2 batch of `records` records (offset deltas 0, 1, ...; key `k<i>`, or
+/// a null key for the last record when `null_last_key`), each value `value_len` zero bytes,
+/// compressed as a stream so that the inflated records are never in memory here either.
+fn bomb(codec: Compression, records: usize, value_len: usize, null_last_key: bool) -> Vec<u8> {
+    let mut z: Box<dyn Finish> = match codec {
+        Compression::Zstd => Box::new(zstd::stream::write::Encoder::new(Vec::new(), 3).unwrap()),
+        Compression::Gzip => Box::new(flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best())),
+        other => panic!("no bomb of {other}"),
+    };
     let zeros = vec![0u8; 64 << 10];
     for i in 0..records {
         let key = (!(null_last_key && i == records - 1)).then(|| format!("k{i}"));
@@ -60,7 +82,7 @@ fn bomb(records: usize, value_len: usize, null_last_key: bool) -> Vec<u8> {
         }
         z.write_all(&[0]).unwrap(); // no headers
     }
-    let section = z.finish().unwrap();
+    let section = z.finish();
     let mut out = vec![0u8; HEADER_SIZE];
     out.extend_from_slice(&section);
     let header = BatchHeader {
@@ -69,7 +91,7 @@ fn bomb(records: usize, value_len: usize, null_last_key: bool) -> Vec<u8> {
         partition_leader_epoch: 0,
         magic: MAGIC_V2,
         crc: 0,
-        attributes: Attributes::default().with_compression(Compression::Zstd),
+        attributes: Attributes::default().with_compression(codec),
         last_offset_delta: records as i32 - 1,
         base_timestamp: 1_700_000_000_000,
         max_timestamp: 1_700_000_000_000 + records as i64 - 1,
@@ -139,30 +161,31 @@ fn run_child(case: &str, batch: &[u8]) -> (u64, String) {
     (after - before, fields.next().unwrap().to_string())
 }
 
-/// A 250 MiB zstd bomb (about 25 KiB on the wire) is accepted, as Kafka accepts it, and one in a
-/// compacted topic whose last record has no key is refused at that record; neither validation
-/// raises the peak resident set by more than [`BOUND`] (the whole-buffer walk raised it by the
-/// inflated size, 250 MiB).
+/// 250 MiB bombs, of zstd (about 12 KiB on the wire) and of gzip (about 250 KiB), are accepted,
+/// as Kafka accepts them, and a zstd one in a compacted topic whose last record has no key is
+/// refused at that record; no validation raises the peak resident set by more than [`BOUND`] (the
+/// whole-buffer walk raised it by the inflated size: 259 MiB for the zstd bomb).
 #[test]
 fn a_decompression_bomb_is_validated_in_bounded_memory() {
     if let Ok(spec) = std::env::var(CHILD) {
         return child(&spec);
     }
-    let accepted = bomb(RECORDS, VALUE_LEN, false);
-    assert!(accepted.len() < 64 << 10, "the bomb is {} bytes", accepted.len());
-    let (peak, outcome) = run_child("accept", &accepted);
-    eprintln!(
-        "accepted bomb ({} bytes, {} MiB inflated): +{} KiB peak RSS, {outcome}",
-        accepted.len(),
-        RECORDS,
-        peak >> 10
-    );
-    assert_eq!(outcome, format!("appended 0..={}", RECORDS - 1));
-    assert!(peak < BOUND, "validating a {RECORDS} MiB bomb raised the peak RSS by {} MiB", peak >> 20);
+    for codec in [Compression::Zstd, Compression::Gzip] {
+        let accepted = bomb(codec, RECORDS, VALUE_LEN, false);
+        assert!(accepted.len() < 512 << 10, "the {codec} bomb is {} bytes", accepted.len());
+        let (peak, outcome) = run_child("accept", &accepted);
+        eprintln!(
+            "{codec} bomb ({} bytes, {RECORDS} MiB inflated): +{} KiB peak RSS, {outcome}",
+            accepted.len(),
+            peak >> 10
+        );
+        assert_eq!(outcome, format!("appended 0..={}", RECORDS - 1));
+        assert!(peak < BOUND, "validating a {RECORDS} MiB {codec} bomb raised the peak RSS by {} MiB", peak >> 20);
+    }
 
-    let keyless = bomb(RECORDS, VALUE_LEN, true);
+    let keyless = bomb(Compression::Zstd, RECORDS, VALUE_LEN, true);
     let (peak, outcome) = run_child("compact", &keyless);
-    eprintln!("keyless bomb in a compacted topic: +{} KiB peak RSS, {outcome}", peak >> 10);
+    eprintln!("keyless zstd bomb in a compacted topic: +{} KiB peak RSS, {outcome}", peak >> 10);
     assert!(
         outcome.starts_with("refused")
             && outcome.contains(&format!("invalid record {}", RECORDS - 1))
