@@ -6,8 +6,9 @@
 //!
 //! A fixed number, whatever the connections: 1 acceptor + `num.network.threads` (3) network
 //! threads + `num.io.threads` (8) io threads + the purgatory's timer + the group coordinator's
-//! thread. (Until the group coordinator's waits become purgatory operations, each JoinGroup /
-//! SyncGroup also runs on a short-lived thread of its own, see [`handler::dispatch`].)
+//! thread. A request that must wait (a Fetch short of `min_bytes`, a JoinGroup waiting for its
+//! rebalance, a follower's SyncGroup waiting for the leader) waits in the purgatory, holding no
+//! thread.
 //!
 //! ```text
 //! acceptor: TcpListener --accept (max.connections, max.connections.per.ip)--> network thread (round robin)
@@ -23,6 +24,10 @@
 //!     | Fetch short of min_bytes -> DelayedFetch in the purgatory (no thread held) ->
 //!        completed on an io thread by check_and_complete(partition) after an append, by the
 //!        timer at max_wait_ms, or dropped when its client hung up
+//!     | JoinGroup / SyncGroup that must wait -> DelayedGroupRequest in the purgatory (no
+//!        thread held) -> completed on an io thread by check_and_complete(group) after a change
+//!        of that group, by the timer at the rebalance timeout (+ margin), or dropped when its
+//!        client hung up (its member stays until its session times out, as in Kafka)
 //! ```
 //!
 //! A connection is muted from the moment a whole request is read until its response is written,
@@ -63,7 +68,8 @@
 //! - [`handler`]: the dispatch (Kafka's `KafkaApis`) and one file per API.
 //! - [`coordinator`]: the group coordinator: group state machine, runtime (groups and committed
 //!   offsets sharded by `__consumer_offsets` partition, a lock each, timers), per-group wakeups,
-//!   the group APIs' handlers, and `__consumer_offsets` storage in the broker's log.
+//!   waiting JoinGroup / SyncGroup requests in the purgatory (`delayed_join`), the group APIs'
+//!   handlers, and `__consumer_offsets` storage in the broker's log.
 //! - [`topics`]: topic lookup (by name or topic id) and creation, for CreateTopics, Metadata's
 //!   auto-create and `__consumer_offsets`.
 //! - [`errors`]: the Kafka error codes, and the mapping of log errors to them (one place).
@@ -102,8 +108,11 @@
 //! 1. a group coordinator shard's write-order mutex ([`coordinator::runtime`], one per
 //!    `__consumer_offsets` partition): held by that shard's writers from computing a change to
 //!    applying its append's result; under it, briefly, the shard's lock (a leaf: the coordinator
-//!    holds no shard lock across an append, and a waiting JoinGroup / SyncGroup holds none; the
-//!    wakeups of [`coordinator::wakeup`] are leaves too), then the locks below;
+//!    holds no shard lock across an append, and a waiting JoinGroup / SyncGroup holds none: it
+//!    waits in the purgatory, holding no lock and no thread, and takes its shard's lock only
+//!    briefly when tried, to look for its answer; the timer alarm of [`coordinator::wakeup`] is a
+//!    leaf too, and a group's change reaches the purgatory (4.) after the shard lock is
+//!    released), then the locks below;
 //! 2. a delayed operation's own lock ([`purgatory`]), held while it tries to complete (which
 //!    builds a Fetch response: the partition locks below, then the write, holding no other lock);
 //! 3. the log directory's locks, in their own order (see [`crate::log::manager`]): the creation

@@ -56,7 +56,6 @@ pub(crate) enum WatchKey {
     Partition(String, i32),
     /// A consumer group (group id): a member joined, synced, left or timed out (Kafka's
     /// `GroupJoinKey` / `GroupSyncKey`).
-    #[allow(dead_code)] // for the coordinator's delayed JoinGroup / SyncGroup (the "coord" work)
     Group(String),
 }
 

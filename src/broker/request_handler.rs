@@ -10,7 +10,6 @@ use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
 
 use super::connection::Connection;
-use super::coordinator::handlers::set_client_host;
 use super::handler::api_versions;
 use super::handler::dispatch::dispatch;
 use super::responder::Responder;
@@ -27,8 +26,6 @@ pub(crate) fn handle(shared: &Arc<Shared>, conn: Arc<Connection>, payload: Bytes
     let peer = conn.peer();
     match frame::decode_request(payload) {
         Ok(request) => {
-            // JoinGroup's `client_host`: the peer of the connection this request came on.
-            set_client_host(Some(peer));
             let responder = Responder::new(shared, conn, &request, received);
             dispatch(shared, request, responder);
         }

@@ -19,6 +19,7 @@ use mio::Token;
 
 use super::config::BrokerConfig;
 use super::connection::{Connection, Inbox, InboxMessage, SEND_TIMEOUT};
+use super::coordinator::delayed_join::PurgatoryWaiters;
 use super::coordinator::runtime::GroupCoordinator;
 use super::coordinator::storage::{self, LogStorage};
 use super::error::BrokerError;
@@ -61,6 +62,8 @@ impl Broker {
         let coordinator = GroupCoordinator::new(config.coordinator_config());
         let network_threads = config.num_network_threads.max(1);
         let shared = Arc::new(Shared::new(config, local_addr, logs, coordinator));
+        // Parked JoinGroup / SyncGroup requests wait in the purgatory: a group's change tries them.
+        shared.coordinator().set_waiters(Arc::new(PurgatoryWaiters(Arc::clone(shared.purgatory()))));
         let control = Arc::new(NetworkControl::new(network_threads));
         let mut inboxes = Vec::new();
         let started = (|| {

@@ -47,7 +47,7 @@
 //!   completes (it cannot heartbeat before that); a member awaiting its JoinGroup or SyncGroup
 //!   answer is kept alive (`MemberMetadata.shouldKeepAlive`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use bytes::Bytes;
 
@@ -118,7 +118,7 @@ impl GroupState {
 
 /// A JoinGroup request, as the state machine needs it (all versions).
 #[derive(Clone, Debug, Default)]
-pub struct JoinRequest {
+pub(crate) struct JoinRequest {
     /// The member id the client has (`""` when it has none yet).
     pub member_id: String,
     /// `group.instance.id` (KIP-345), v5+.
@@ -143,7 +143,7 @@ pub struct JoinRequest {
 
 /// One member as the leader sees it in its JoinGroup response.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct JoinedMember {
+pub(crate) struct JoinedMember {
     /// Member id.
     pub member_id: String,
     /// `group.instance.id`.
@@ -154,7 +154,7 @@ pub struct JoinedMember {
 
 /// The answer to a JoinGroup.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct JoinResult {
+pub(crate) struct JoinResult {
     /// Error code (0 = none).
     pub error: i16,
     /// The member's id (new for a first join).
@@ -175,7 +175,7 @@ pub struct JoinResult {
 
 impl JoinResult {
     /// An error answer for `member_id` (generation -1, no protocol, no members).
-    pub fn error(member_id: &str, error: i16) -> Self {
+    pub(crate) fn error(member_id: &str, error: i16) -> Self {
         JoinResult {
             error,
             member_id: member_id.to_string(),
@@ -191,7 +191,7 @@ impl JoinResult {
 
 /// The answer to a SyncGroup.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SyncResult {
+pub(crate) struct SyncResult {
     /// Error code (0 = none).
     pub error: i16,
     /// The group's protocol type (SyncGroup v5+).
@@ -204,7 +204,7 @@ pub struct SyncResult {
 
 impl SyncResult {
     /// An error answer (no assignment).
-    pub fn error(error: i16) -> Self {
+    pub(crate) fn error(error: i16) -> Self {
         SyncResult { error, protocol_type: None, protocol_name: None, assignment: Bytes::new() }
     }
 }
@@ -222,7 +222,7 @@ pub struct MemberRef<'a> {
 
 /// A SyncGroup request.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SyncRequest<'a> {
+pub(crate) struct SyncRequest<'a> {
     /// The member.
     pub member: MemberRef<'a>,
     /// v5+: the protocol type the member expects (checked).
@@ -338,6 +338,8 @@ pub(crate) struct Group {
     new_member_added: bool,
     join_timer: Option<JoinTimer>,
     completions: HashMap<Ticket, Completion>,
+    /// Tickets whose waiter gave up before their answer was made: the answer is discarded.
+    abandoned: HashSet<Ticket>,
     next_ticket: Ticket,
     store_requested: bool,
     /// How many answers to parked requests were made (only grows; see [`Group::answers_made`]).
@@ -362,6 +364,7 @@ impl Group {
             new_member_added: false,
             join_timer: None,
             completions: HashMap::new(),
+            abandoned: HashSet::new(),
             next_ticket: 1,
             store_requested: false,
             answers_made: 0,
@@ -490,10 +493,16 @@ impl Group {
         self.completions.remove(&ticket)
     }
 
-    /// Drops a parked request's ticket whose waiter gave up (its connection closed): the answer,
-    /// if any comes, is discarded.
+    /// Drops a parked request's ticket whose waiter gave up (its connection closed, its
+    /// deadline passed): the answer, made or to come, is discarded. The member is untouched: as
+    /// in Kafka, whose `DelayedJoin` stays until the rebalance completes whether or not its
+    /// client is still there, a member whose JoinGroup went away still counts as joined, gets
+    /// its (unheard) answer when the rebalance completes, and is removed when its session then
+    /// times out without a heartbeat.
     pub(crate) fn abandon(&mut self, ticket: Ticket) {
-        self.completions.remove(&ticket);
+        if self.completions.remove(&ticket).is_none() && ticket < self.next_ticket {
+            self.abandoned.insert(ticket);
+        }
     }
 
     /// How many answers to parked requests the group has made so far (a counter that only
@@ -506,7 +515,9 @@ impl Group {
     /// Makes the answer of a parked request.
     fn answer(&mut self, ticket: Ticket, completion: Completion) {
         self.answers_made += 1;
-        self.completions.insert(ticket, completion);
+        if !self.abandoned.remove(&ticket) {
+            self.completions.insert(ticket, completion);
+        }
     }
 
     /// Whether the group changed in a way Kafka persists (`storeGroup`): a completed

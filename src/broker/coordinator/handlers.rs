@@ -1,7 +1,11 @@
 //! The group APIs on the wire: each handler turns a `kafka-protocol` request into calls on the
 //! broker's [`GroupCoordinator`](super::runtime::GroupCoordinator) and builds the response of the
 //! request's version (fields a version does not have are left at their defaults, nullable
-//! strings of old versions sent as `""`).
+//! strings of old versions sent as `""`). They run on the io threads; each answers through the
+//! request's [`Responder`]. JoinGroup and SyncGroup answer at once or park their Responder in
+//! the purgatory ([`delayed_join`]), holding no thread; a member's `client_host` is the peer of
+//! the connection its JoinGroup came on (as Kafka reports it, `/127.0.0.1`), which DescribeGroups
+//! shows.
 //!
 //! | API (key)             | versions | notes |
 //! |-----------------------|----------|-------|
@@ -16,7 +20,7 @@
 //! | OffsetFetch (9)       | 1-9      | v2+: all partitions (null topics); v8+: several groups |
 //! | DeleteGroups (42)     | 0-2      | |
 
-use std::cell::RefCell;
+use std::sync::Arc;
 
 use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
 use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
@@ -32,29 +36,21 @@ use kafka_protocol::messages::offset_fetch_response::{
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 
-use super::group::{JoinRequest, MemberRef, SyncRequest};
-use super::runtime::CommittedOffset;
+use super::delayed_join::{self, DelayedGroupRequest};
+use super::group::{Completion, JoinRequest, JoinResult, MemberRef, SyncRequest, SyncResult};
+use super::runtime::{Answer, CommittedOffset};
 use super::storage::LogStorage;
 use crate::broker::errors;
 use crate::broker::node::NODE_ID;
+use crate::broker::responder::Responder;
+use crate::broker::response::encode;
 use crate::broker::shared::Shared;
 
-thread_local! {
-    /// The peer of the connection whose request this thread handles (set for each request by
-    /// the io thread, or the group request's own thread), as Kafka
-    /// reports a member's `client_host` (`/127.0.0.1`).
-    static CLIENT_HOST: RefCell<String> = const { RefCell::new(String::new()) };
-}
-
-/// Records the peer address of the connection whose request the calling thread handles (called
-/// before each request is dispatched), for JoinGroup's `client_host`.
-pub(crate) fn set_client_host(peer: Option<std::net::SocketAddr>) {
-    let host = peer.map(|p| format!("/{}", p.ip())).unwrap_or_default();
-    CLIENT_HOST.with(|h| *h.borrow_mut() = host);
-}
-
-fn client_host() -> String {
-    CLIENT_HOST.with(|h| h.borrow().clone())
+/// A member's `client_host` as Kafka reports it (`/127.0.0.1`): the peer of the connection its
+/// JoinGroup came on (the request's [`Responder`]; the io thread that runs it is any of the
+/// pool's).
+fn client_host(responder: &Responder) -> String {
+    format!("/{}", responder.peer().ip())
 }
 
 fn s(v: &str) -> StrBytes {
@@ -114,27 +110,49 @@ pub(crate) fn find_coordinator(
     }
 }
 
-/// JoinGroup: blocks the connection (as Kafka's purgatory does) until the rebalance completes.
-/// `client_id` is the request header's (the prefix of a new member id).
+/// JoinGroup: answered at once, or parked in the purgatory (holding no thread) until the
+/// rebalance completes ([`delayed_join`]). `client_id` is the request header's (the prefix of a
+/// new member id); `client_host` is the peer of `responder`'s connection.
 pub(crate) fn join_group(
-    shared: &Shared,
+    shared: &Arc<Shared>,
     request: &JoinGroupRequest,
     version: i16,
     client_id: &str,
-) -> JoinGroupResponse {
+    responder: Responder,
+) {
     let join = JoinRequest {
         member_id: request.member_id.to_string(),
         group_instance_id: request.group_instance_id.as_ref().map(|i| i.to_string()),
         require_known_member_id: version >= 4,
         supports_skip_assignment: version >= 9,
         client_id: client_id.to_string(),
-        client_host: client_host(),
+        client_host: client_host(&responder),
         rebalance_timeout_ms: if version >= 1 { request.rebalance_timeout_ms } else { request.session_timeout_ms },
         session_timeout_ms: request.session_timeout_ms,
         protocol_type: request.protocol_type.to_string(),
         protocols: request.protocols.iter().map(|p| (p.name.to_string(), p.metadata.clone())).collect(),
     };
-    let r = shared.coordinator().join_group(&LogStorage { shared }, &request.group_id, join);
+    let correlation_id = responder.correlation_id();
+    let answer = move |r: JoinResult| {
+        let body = ResponseKind::JoinGroup(join_response(r, version));
+        encode(ApiKey::JoinGroup, version, correlation_id, &body)
+    };
+    match shared.coordinator().begin_join(&LogStorage { shared }, &request.group_id, join) {
+        Answer::Now(r) => responder.send(answer(r)),
+        Answer::Parked(parked) => {
+            let asked_member_id = request.member_id.to_string();
+            let encode = Box::new(move |completion: Result<Completion, i16>| match completion {
+                Ok(Completion::Join(r)) => answer(r),
+                Ok(Completion::Sync(_)) => answer(JoinResult::error(&asked_member_id, errors::UNKNOWN_SERVER_ERROR)),
+                Err(code) => answer(JoinResult::error(&asked_member_id, code)),
+            });
+            delayed_join::park(shared, DelayedGroupRequest::new(parked, encode, responder));
+        }
+    }
+}
+
+/// The JoinGroup response of `r` at `version`.
+fn join_response(r: JoinResult, version: i16) -> JoinGroupResponse {
     let name_or_empty = |v: Option<String>| match (v, version >= 7) {
         (Some(v), _) => Some(s(&v)),
         (None, true) => None,
@@ -161,8 +179,10 @@ pub(crate) fn join_group(
         )
 }
 
-/// SyncGroup: a follower blocks until the leader's assignment arrives.
-pub(crate) fn sync_group(shared: &Shared, request: &SyncGroupRequest, version: i16) -> SyncGroupResponse {
+/// SyncGroup: the leader (and a member of a Stable group) is answered at once, a follower parked
+/// in the purgatory (holding no thread) until the leader's assignment is stored
+/// ([`delayed_join`]).
+pub(crate) fn sync_group(shared: &Arc<Shared>, request: &SyncGroupRequest, version: i16, responder: Responder) {
     let assignments = request.assignments.iter().map(|a| (a.member_id.to_string(), a.assignment.clone())).collect();
     let member = MemberRef {
         member_id: &request.member_id,
@@ -175,7 +195,26 @@ pub(crate) fn sync_group(shared: &Shared, request: &SyncGroupRequest, version: i
         protocol_name: request.protocol_name.as_deref(),
         assignments,
     };
-    let r = shared.coordinator().sync_group(&LogStorage { shared }, &request.group_id, sync);
+    let correlation_id = responder.correlation_id();
+    let answer = move |r: SyncResult| {
+        let body = ResponseKind::SyncGroup(sync_response(r, version));
+        encode(ApiKey::SyncGroup, version, correlation_id, &body)
+    };
+    match shared.coordinator().begin_sync(&LogStorage { shared }, &request.group_id, sync) {
+        Answer::Now(r) => responder.send(answer(r)),
+        Answer::Parked(parked) => {
+            let encode = Box::new(move |completion: Result<Completion, i16>| match completion {
+                Ok(Completion::Sync(r)) => answer(r),
+                Ok(Completion::Join(_)) => answer(SyncResult::error(errors::UNKNOWN_SERVER_ERROR)),
+                Err(code) => answer(SyncResult::error(code)),
+            });
+            delayed_join::park(shared, DelayedGroupRequest::new(parked, encode, responder));
+        }
+    }
+}
+
+/// The SyncGroup response of `r` at `version`.
+fn sync_response(r: SyncResult, version: i16) -> SyncGroupResponse {
     let mut response = SyncGroupResponse::default().with_error_code(r.error).with_assignment(r.assignment);
     if version >= 5 {
         response = response

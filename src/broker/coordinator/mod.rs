@@ -5,10 +5,13 @@
 //!   `GroupMetadataManager`), pure: time is passed in, parked requests get tickets.
 //! - [`runtime`]: [`GroupCoordinator`](runtime::GroupCoordinator), the groups and committed
 //!   offsets sharded by `__consumer_offsets` partition (one lock per shard, no lock held across
-//!   a log append), the waits of parked JoinGroup / SyncGroup requests, the timers, and the
+//!   a log append), the tickets of parked JoinGroup / SyncGroup requests, the timers, and the
 //!   records written to (and replayed from) `__consumer_offsets`.
 //! - [`wakeup`]: who a group change wakes (only that group's parked requests,
 //!   [`GroupWaiters`](wakeup::GroupWaiters)) and the timer thread's alarm.
+//! - [`delayed_join`]: a JoinGroup / SyncGroup that must wait, parked in the broker's purgatory
+//!   holding no thread (Kafka's `DelayedJoin` / `DelayedSync`), watched by its group; the
+//!   purgatory as the coordinator's [`GroupWaiters`](wakeup::GroupWaiters).
 //! - [`handlers`]: the group APIs on the wire (FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
 //!   LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups), each a
 //!   call on the broker's [`GroupCoordinator`](runtime::GroupCoordinator).
@@ -23,6 +26,7 @@
 //! `GroupCoordinatorService.partitionFor`) live in [`crate::protocol::consumer_offsets`], where the
 //! admin client and `log dump` read them too.
 
+pub(crate) mod delayed_join;
 pub(crate) mod group;
 pub(crate) mod handlers;
 pub(crate) mod runtime;

@@ -3,7 +3,7 @@
 //! each shard has its own lock, so operations on groups of different shards never contend.
 //!
 //! ```text
-//! request thread ── partition_for(group) ──> shard N
+//! io thread ── partition_for(group) ──> shard N
 //!   Heartbeat, OffsetFetch, DescribeGroups:  shard lock ─> read / Group::heartbeat ─> unlock
 //!   JoinGroup, SyncGroup, LeaveGroup, OffsetCommit, DeleteGroups, timer ticks, offset expiry
 //!   (the writers):
@@ -12,8 +12,11 @@
 //!                       ─> shard lock ─> apply the append's result ─> unlock
 //!     release it; wake the changed group's waiters (wakeup::GroupWaiters); tell the timer of an
 //!     earlier deadline (wakeup::TimerWakeup); answer
-//!   a parked JoinGroup / SyncGroup: registered on ITS group, looks for its answer under the
-//!     shard lock, parks until that group changes or its deadline
+//!   a waiting JoinGroup / SyncGroup: begin_join / begin_sync answer now or give a Parked
+//!     ticket; the handler parks it in the broker's purgatory (delayed_join.rs), holding no
+//!     thread; ITS group's change (GroupWaiters::group_changed -> check_and_complete of that
+//!     group's key) tries it on an io thread: poll_parked looks for its answer under the shard
+//!     lock; at its deadline or when its client went away, give_up_parked
 //! timer thread ── shard by shard, one lock at a time: due groups tick (as writers); every
 //!   offsets.retention.check.interval.ms offsets expire; sleeps until the earliest deadline
 //! start-up ── load_records(records of __consumer_offsets-N): each record into its group's
@@ -70,7 +73,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
-use std::time::Duration;
 
 use bytes::Bytes;
 
@@ -78,7 +80,7 @@ use super::group::{
     Completion, Group, GroupConfig, GroupState, JoinRequest, JoinResult, Member, MemberRef, Reply, SyncRequest,
     SyncResult, Ticket,
 };
-use super::wakeup::{GroupWaiters, ParkedThreads, TimerWakeup};
+use super::wakeup::{GroupWaiters, TimerWakeup};
 use crate::broker::errors;
 use crate::protocol::consumer_offsets::{
     decode_record, partition_for, GroupMetadataKey, GroupMetadataValue, MemberMetadata, OffsetCommitKey,
@@ -300,7 +302,9 @@ pub(crate) enum Answer<T> {
     /// The answer.
     Now(T),
     /// Parked: look with [`GroupCoordinator::poll_parked`] when the group changed
-    /// ([`GroupWaiters::group_changed`]) and at the deadline.
+    /// ([`GroupWaiters::group_changed`]), and give it up with
+    /// [`GroupCoordinator::give_up_parked`] at the deadline or when its client went away (the
+    /// broker's `DelayedGroupRequest`, [`super::delayed_join`]).
     Parked(Parked),
 }
 
@@ -371,9 +375,8 @@ pub struct GroupCoordinator {
     /// When the next offset expiration pass is due (ms since the epoch; `i64::MAX` until the
     /// load ends). The timer thread's.
     next_retention_check: AtomicI64,
-    /// The threads of parked JoinGroup / SyncGroup requests, by group.
-    parked: ParkedThreads,
-    /// Told of group changes too (the purgatory's hook), when set.
+    /// Told of group changes (the broker's purgatory, where parked JoinGroup / SyncGroup
+    /// requests wait), once set.
     waiters: OnceLock<Arc<dyn GroupWaiters>>,
     /// The timer thread's alarm.
     timer: TimerWakeup,
@@ -400,7 +403,6 @@ impl GroupCoordinator {
             shards,
             shutting_down: AtomicBool::new(false),
             next_retention_check: AtomicI64::new(i64::MAX),
-            parked: ParkedThreads::new(n),
             waiters: OnceLock::new(),
             timer: TimerWakeup::default(),
         }
@@ -416,10 +418,9 @@ impl GroupCoordinator {
         partition_for(group_id, self.config.offsets_topic_num_partitions)
     }
 
-    /// Adds who else hears of group changes ([`GroupWaiters::group_changed`]) besides the
-    /// threads parked here: the broker's purgatory, once JoinGroup / SyncGroup waits move
-    /// there (tests until then). Set once; a second call is ignored.
-    #[cfg(test)]
+    /// Sets who hears of group changes ([`GroupWaiters::group_changed`]): the broker's
+    /// purgatory, where parked JoinGroup / SyncGroup requests wait (a change of group X
+    /// checks the operations watching X only). Set once; a second call is ignored.
     pub(crate) fn set_waiters(&self, waiters: Arc<dyn GroupWaiters>) {
         let _ = self.waiters.set(waiters);
     }
@@ -559,14 +560,12 @@ impl GroupCoordinator {
         tracing::info!(groups, offsets, "group coordinator loaded __consumer_offsets");
     }
 
-    /// Stops the coordinator: parked requests are answered COORDINATOR_NOT_AVAILABLE and the
-    /// timer loop ends.
+    /// Stops the coordinator: requests get COORDINATOR_NOT_AVAILABLE, a parked request that
+    /// looks again finds no answer ([`Self::poll_parked`] is `Gone`), and the timer loop ends.
+    /// The broker's purgatory, shut down first, expires the parked requests (answered
+    /// COORDINATOR_NOT_AVAILABLE, see [`super::delayed_join`]).
     pub fn shutdown(&self) {
         self.shutting_down.store(true, Ordering::SeqCst);
-        self.parked.all_changed();
-        if let Some(w) = self.waiters.get() {
-            w.all_changed();
-        }
         self.timer.wake_now();
     }
 
@@ -585,9 +584,8 @@ impl GroupCoordinator {
 
     /// Wakes what a change asked for (called with no shard lock held).
     fn wake(&self, wakes: Wakes) {
-        for id in &wakes.groups {
-            self.parked.group_changed(id);
-            if let Some(w) = self.waiters.get() {
+        if let Some(w) = self.waiters.get() {
+            for id in &wakes.groups {
                 w.group_changed(id);
             }
         }
@@ -709,19 +707,6 @@ impl GroupCoordinator {
         group.take_store_request().then(|| vec![group_record(group, now)])
     }
 
-    /// Handles a JoinGroup, waiting (parked, holding no lock) until the rebalance completes.
-    /// `client_id` prefixes a new member id. Errors come back inside the result.
-    pub fn join_group(&self, storage: &dyn OffsetsStorage, group_id: &str, request: JoinRequest) -> JoinResult {
-        let asked_member_id = request.member_id.clone();
-        match self.begin_join(storage, group_id, request) {
-            Answer::Now(r) => r,
-            Answer::Parked(parked) => match self.wait(&parked) {
-                Some(Completion::Join(r)) => r,
-                _ => JoinResult::error(&asked_member_id, errors::REBALANCE_IN_PROGRESS),
-            },
-        }
-    }
-
     /// The JoinGroup without the wait: the answer, or where to look for it.
     pub(crate) fn begin_join(
         &self,
@@ -768,20 +753,6 @@ impl GroupCoordinator {
             }
         };
         self.write_op(storage, self.shard(group_id), now, compute, |_, answer, _| answer)
-    }
-
-    /// Handles a SyncGroup, waiting (parked, holding no lock) for the leader's assignment when
-    /// the caller is a follower. The leader's assignment is written to `__consumer_offsets`
-    /// before anyone is answered; if that fails every waiting member gets the error and the
-    /// group rebalances.
-    pub fn sync_group(&self, storage: &dyn OffsetsStorage, group_id: &str, request: SyncRequest<'_>) -> SyncResult {
-        match self.begin_sync(storage, group_id, request) {
-            Answer::Now(r) => r,
-            Answer::Parked(parked) => match self.wait(&parked) {
-                Some(Completion::Sync(r)) => r,
-                _ => SyncResult::error(errors::REBALANCE_IN_PROGRESS),
-            },
-        }
     }
 
     /// The SyncGroup without the wait: the answer, or where to look for it.
@@ -855,21 +826,21 @@ impl GroupCoordinator {
         ParkedPoll::Pending
     }
 
-    /// Parks the calling thread until the parked request's answer is there, its group is gone,
-    /// the coordinator shuts down, or its deadline. Only a change of its own group wakes it.
-    fn wait(&self, parked: &Parked) -> Option<Completion> {
-        // Registered before the first look, so no change after the look goes unnoticed.
-        let _registration = self.parked.register(&parked.group_id);
-        loop {
-            let now = now_ms();
-            match self.poll_parked(parked, now) {
-                ParkedPoll::Ready(c) => return Some(c),
-                ParkedPoll::Gone => return None,
-                ParkedPoll::Pending => {}
+    /// Gives a parked request up (its deadline passed, its connection closed, the broker stops):
+    /// its answer if it is there (and its group is not being stored), else `None`, the ticket
+    /// abandoned ([`Group::abandon`]: the member stays, as Kafka keeps a member whose JoinGroup
+    /// went away until its session times out).
+    pub(crate) fn give_up_parked(&self, parked: &Parked) -> Option<Completion> {
+        let mut st = self.shard(&parked.group_id).lock();
+        let storing = st.storing.contains(&parked.group_id);
+        let group = st.groups.get_mut(&parked.group_id)?;
+        if !storing {
+            if let Some(c) = group.take_completion(parked.ticket) {
+                return Some(c);
             }
-            let ms = u64::try_from(parked.deadline - now).unwrap_or(0).max(1);
-            std::thread::park_timeout(Duration::from_millis(ms));
         }
+        group.abandon(parked.ticket);
+        None
     }
 
     /// Handles a Heartbeat; returns the error code. Takes only the group's shard lock: it waits
@@ -1169,7 +1140,7 @@ impl GroupCoordinator {
 
     /// One pass of the timer over the shards, one at a time: returns the earliest deadline
     /// left (ms since the epoch; `i64::MAX`: none).
-    fn timer_pass(&self, storage: &dyn OffsetsStorage) -> i64 {
+    pub(crate) fn timer_pass(&self, storage: &dyn OffsetsStorage) -> i64 {
         self.timer.begin_pass();
         let now = now_ms();
         let mut next = i64::MAX;
@@ -1372,6 +1343,7 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
     use std::sync::mpsc;
+    use std::time::Duration;
 
     /// (partition, key, value) of every record appended.
     type Appended = Vec<(i32, Vec<u8>, Option<Vec<u8>>)>;
@@ -1538,51 +1510,48 @@ mod tests {
             protocols: vec![("range".into(), Bytes::from_static(b"sub"))],
             ..JoinRequest::default()
         };
-        // The initial delay is 0, but the join completes on the timer: run it on a thread.
-        std::thread::scope(|s| {
-            let timer_storage = MemStorage::default();
-            let c2 = &c;
-            s.spawn(move || c2.run_timers(&timer_storage));
-            let r = c.join_group(&storage, "g", join.clone());
-            assert_eq!((r.error, r.generation_id), (errors::NONE, 1));
-            assert!(r.member_id.starts_with("client-") && r.member_id.len() == "client-".len() + 36);
-            assert_eq!(r.leader, r.member_id);
-            let request = SyncRequest {
-                member: MemberRef { member_id: &r.member_id, group_instance_id: None, generation_id: 1 },
-                protocol_type: None,
-                protocol_name: None,
-                assignments: vec![(r.member_id.clone(), Bytes::from_static(b"asg"))],
-            };
-            let s1 = c.sync_group(&storage, "g", request);
-            assert_eq!((s1.error, s1.assignment.as_ref()), (errors::NONE, &b"asg"[..]));
-            let d = c.describe_group("g");
-            assert_eq!((d.state, d.protocol.as_str(), d.members.len()), ("Stable", "range", 1));
-            assert_eq!(
-                c.heartbeat("g", MemberRef { member_id: &r.member_id, group_instance_id: None, generation_id: 1 }),
-                errors::NONE
-            );
-            // A bad session timeout is refused before anything else.
-            let bad = c.join_group(&storage, "g", JoinRequest { session_timeout_ms: 1000, ..join.clone() });
-            assert_eq!(bad.error, errors::INVALID_SESSION_TIMEOUT);
-            // DeleteGroups refuses a group with members.
-            assert_eq!(
-                c.delete_groups(&storage, &["g".into(), "nope".into()]),
-                vec![errors::NON_EMPTY_GROUP, errors::GROUP_ID_NOT_FOUND]
-            );
-            // Replayed: the group is Stable with its member and assignment.
-            let replayed = replay(&storage);
-            let d2 = replayed.describe_group("g");
-            assert_eq!((d2.state, d2.generation_id, d2.members[0].assignment.as_ref()), ("Stable", 1, &b"asg"[..]));
-            // Leaving empties it; the Empty metadata is written; then it can be deleted.
-            assert_eq!(
-                c.leave_group(&storage, "g", &[(r.member_id.clone(), None)]),
-                (errors::NONE, vec![errors::NONE])
-            );
-            assert_eq!(c.describe_group("g").state, "Empty");
-            assert_eq!(c.delete_groups(&storage, &["g".into()]), vec![errors::NONE]);
-            assert_eq!(replay(&storage).describe_group("g").state, "Dead");
-            c.shutdown();
-        });
+        // The initial delay is 0, but the join completes on the timer: the test runs its pass.
+        let Answer::Parked(parked) = c.begin_join(&storage, "g", join.clone()) else { panic!("joined at once") };
+        c.timer_pass(&MemStorage::default());
+        let Completion::Join(r) = ready(&c, &parked) else { panic!("not a join answer") };
+        assert_eq!((r.error, r.generation_id), (errors::NONE, 1));
+        assert!(r.member_id.starts_with("client-") && r.member_id.len() == "client-".len() + 36);
+        assert_eq!(r.leader, r.member_id);
+        let request = SyncRequest {
+            member: MemberRef { member_id: &r.member_id, group_instance_id: None, generation_id: 1 },
+            protocol_type: None,
+            protocol_name: None,
+            assignments: vec![(r.member_id.clone(), Bytes::from_static(b"asg"))],
+        };
+        let Answer::Now(s1) = c.begin_sync(&storage, "g", request) else { panic!("the leader's sync waited") };
+        assert_eq!((s1.error, s1.assignment.as_ref()), (errors::NONE, &b"asg"[..]));
+        let d = c.describe_group("g");
+        assert_eq!((d.state, d.protocol.as_str(), d.members.len()), ("Stable", "range", 1));
+        assert_eq!(
+            c.heartbeat("g", MemberRef { member_id: &r.member_id, group_instance_id: None, generation_id: 1 }),
+            errors::NONE
+        );
+        // A bad session timeout is refused before anything else.
+        let Answer::Now(bad) = c.begin_join(&storage, "g", JoinRequest { session_timeout_ms: 1000, ..join.clone() })
+        else {
+            panic!("a bad session timeout waited")
+        };
+        assert_eq!(bad.error, errors::INVALID_SESSION_TIMEOUT);
+        // DeleteGroups refuses a group with members.
+        assert_eq!(
+            c.delete_groups(&storage, &["g".into(), "nope".into()]),
+            vec![errors::NON_EMPTY_GROUP, errors::GROUP_ID_NOT_FOUND]
+        );
+        // Replayed: the group is Stable with its member and assignment.
+        let replayed = replay(&storage);
+        let d2 = replayed.describe_group("g");
+        assert_eq!((d2.state, d2.generation_id, d2.members[0].assignment.as_ref()), ("Stable", 1, &b"asg"[..]));
+        // Leaving empties it; the Empty metadata is written; then it can be deleted.
+        assert_eq!(c.leave_group(&storage, "g", &[(r.member_id.clone(), None)]), (errors::NONE, vec![errors::NONE]));
+        assert_eq!(c.describe_group("g").state, "Empty");
+        assert_eq!(c.delete_groups(&storage, &["g".into()]), vec![errors::NONE]);
+        assert_eq!(replay(&storage).describe_group("g").state, "Dead");
+        c.shutdown();
     }
 
     #[test]
@@ -1756,7 +1725,6 @@ mod tests {
         fn group_changed(&self, group_id: &str) {
             *self.calls.lock().unwrap().entry(group_id.to_string()).or_default() += 1;
         }
-        fn all_changed(&self) {}
     }
 
     #[test]
@@ -1768,42 +1736,49 @@ mod tests {
         let storage = MemStorage::default();
         let x_member = stable_group(&c, &storage, "x");
         let y = "y";
-        std::thread::scope(|s| {
-            // Y's JoinGroup parks its thread until the timer fires the initial delay.
-            let waiter = s.spawn(|| c.join_group(&storage, y, join_request("cy")));
-            let deadline = std::time::Instant::now() + Duration::from_secs(60);
-            while c.parked.waiting(y) == 0 && std::time::Instant::now() < deadline {
-                std::thread::yield_now();
-            }
-            assert_eq!(c.parked.waiting(y), 1, "Y's JoinGroup never parked");
-            let (delivered, recorded_total, timer) = (c.parked.delivered_total(), recorded.total(), c.timer.notified());
-            let x_changes = recorded.calls("x");
-            for _ in 0..100 {
-                let me = MemberRef { member_id: &x_member, group_instance_id: None, generation_id: 1 };
-                assert_eq!(c.heartbeat("x", me), errors::NONE);
-            }
-            assert_eq!(c.parked.delivered(y), 0, "a heartbeat of X unparked Y's waiter");
-            assert_eq!(c.parked.delivered_total(), delivered, "a heartbeat unparked a waiter");
-            assert_eq!(recorded.calls(y), 0, "Y was notified before it changed");
-            assert_eq!(recorded.total(), recorded_total, "a heartbeat notified a group");
-            assert_eq!(c.timer.notified(), timer, "a heartbeat woke the timer");
-            assert!(!waiter.is_finished());
-            // Y's own change wakes Y's waiter, and only it.
-            c.timer_pass(&storage);
-            assert_eq!(recorded.calls(y), 1);
-            assert_eq!(recorded.calls("x"), x_changes, "Y's change notified X");
-            let deadline = std::time::Instant::now() + Duration::from_secs(60);
-            while !waiter.is_finished() && std::time::Instant::now() < deadline {
-                std::thread::yield_now();
-            }
-            if !waiter.is_finished() {
-                c.shutdown();
-                panic!("Y's waiter was not woken by Y's completed join");
-            }
-            let r = waiter.join().unwrap();
-            assert_eq!((r.error, r.generation_id), (errors::NONE, 1));
-            assert!(c.parked.delivered(y) >= 1);
-        });
+        // Y's JoinGroup waits (holding no thread) until the timer fires the initial delay.
+        let Answer::Parked(waiter) = c.begin_join(&storage, y, join_request("cy")) else { panic!("Y joined at once") };
+        assert!(matches!(c.poll_parked(&waiter, now_ms()), ParkedPoll::Pending));
+        let (recorded_total, timer) = (recorded.total(), c.timer.notified());
+        let x_changes = recorded.calls("x");
+        for _ in 0..100 {
+            let me = MemberRef { member_id: &x_member, group_instance_id: None, generation_id: 1 };
+            assert_eq!(c.heartbeat("x", me), errors::NONE);
+        }
+        assert_eq!(recorded.calls(y), 0, "Y was notified before it changed");
+        assert_eq!(recorded.total(), recorded_total, "a heartbeat notified a group");
+        assert_eq!(c.timer.notified(), timer, "a heartbeat woke the timer");
+        assert!(matches!(c.poll_parked(&waiter, now_ms()), ParkedPoll::Pending));
+        // Y's own change notifies Y, and only Y; Y's waiter then finds its answer.
+        c.timer_pass(&storage);
+        assert_eq!(recorded.calls(y), 1);
+        assert_eq!(recorded.calls("x"), x_changes, "Y's change notified X");
+        let Completion::Join(r) = ready(&c, &waiter) else { panic!("not a join answer") };
+        assert_eq!((r.error, r.generation_id), (errors::NONE, 1));
+    }
+
+    /// A waiter that gives up (its client went away) leaves its member in the group, as Kafka
+    /// keeps a member whose JoinGroup disappeared: the rebalance waits for it, completes with it,
+    /// and its session then expires without heartbeats.
+    #[test]
+    fn a_given_up_join_leaves_its_member_until_its_session_expires() {
+        let c = GroupCoordinator::new(config());
+        c.finish_loading();
+        let storage = MemStorage::default();
+        let Answer::Parked(gone) = c.begin_join(&storage, "g", join_request("gone")) else { panic!() };
+        assert!(c.give_up_parked(&gone).is_none(), "no answer yet");
+        let Answer::Parked(stays) = c.begin_join(&storage, "g", join_request("stays")) else { panic!() };
+        c.timer_pass(&storage);
+        let Completion::Join(r) = ready(&c, &stays) else { panic!() };
+        assert_eq!((r.error, r.generation_id), (errors::NONE, 1));
+        assert_eq!(c.describe_group("g").members.len(), 2, "the member whose join went away is still there");
+        assert!(matches!(c.poll_parked(&gone, now_ms()), ParkedPoll::Pending), "its answer was discarded");
+        // Its session (10 s) runs from the join's completion; nobody heartbeats for it.
+        let shard = c.shard("g");
+        let later = now_ms() + 10_001;
+        c.tick_shard(&storage, shard, later);
+        let members = c.describe_group("g").members;
+        assert!(members.iter().all(|m| m.client_id != "gone"), "its session did not expire: {members:?}");
     }
 
     #[test]

@@ -1,148 +1,34 @@
 //! Who the group coordinator wakes, and when: the parked JoinGroup / SyncGroup requests of ONE
-//! group ([`GroupWaiters`], [`ParkedThreads`]) and its timer thread ([`TimerWakeup`]), never
-//! everyone at once.
+//! group ([`GroupWaiters`]) and its timer thread ([`TimerWakeup`]), never everyone at once.
 //!
 //! - A change of group X that may answer a parked request (a completed join, the leader's
 //!   assignment, a removal) calls [`GroupWaiters::group_changed`] with X's id, after the shard
-//!   lock is released. A heartbeat answers nobody and calls nothing. [`ParkedThreads`] (a parked
-//!   request holds its connection thread) unparks only the threads registered for X. Kafka's
-//!   purgatory (`DelayedJoin` / `DelayedSync` watched by group key) is the same idea without a
-//!   thread per waiter: implementing [`GroupWaiters`] with the broker's purgatory
-//!   (`check_and_complete(WatchKey::Group(id))`) moves the waits there.
+//!   lock is released. A heartbeat answers nobody and calls nothing. The broker's purgatory is
+//!   the [`GroupWaiters`]: parked requests are `DelayedJoin` / `DelayedSync` operations
+//!   ([`super::delayed_join`]) watching `WatchKey::Group(X)`, holding no thread, and X's change
+//!   tries only them (Kafka's purgatory keyed by group).
 //! - The timer thread sleeps until the earliest deadline it knows ([`TimerWakeup`]); an operation
 //!   that arms an earlier deadline (a new member's session, a join timer) lowers it and wakes
 //!   the thread; a heartbeat moves a deadline later and wakes nothing.
 //!
-//! Locks: each registry shard's mutex and the timer's mutex are leaves, taken alone and never
-//! while a coordinator shard lock is held.
+//! Locks: the timer's mutex is a leaf, taken alone and never while a coordinator shard lock is
+//! held; [`GroupWaiters::group_changed`] is called with no coordinator lock held.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
-use std::thread::Thread;
 use std::time::Duration;
-
-use crate::protocol::consumer_offsets::partition_for;
 
 /// Told when a group changed in a way that may answer its parked JoinGroup / SyncGroup
 /// requests. Called with no coordinator lock held; must be cheap (it runs on the request's
-/// thread).
+/// thread). The broker's [`Purgatory`](crate::broker::purgatory::Purgatory) implements it
+/// ([`crate::broker::coordinator::delayed_join`]): `check_and_complete(WatchKey::Group(id))`.
 pub(crate) trait GroupWaiters: Send + Sync + std::fmt::Debug {
     /// Group `group_id` has new answers for its parked requests, or is gone.
     fn group_changed(&self, group_id: &str);
-    /// Every group changed (the coordinator shuts down): every parked request must look again.
-    fn all_changed(&self);
 }
-
-/// One registry shard: group id -> (registration id, parked thread).
-type Registry = Mutex<HashMap<String, Vec<(u64, Thread)>>>;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// Threads parked on a group's answer, registered by group id (a registry per
-/// `__consumer_offsets` partition, like the coordinator's shards); [`GroupWaiters`] unparks the
-/// threads of the changed group only.
-///
-/// The protocol that loses no wakeup: a waiter [`registers`](Self::register) BEFORE it first
-/// looks for its answer (under the shard lock) and stays registered until it leaves; a change
-/// is made under the shard lock and notified after it is released. A change before the look is
-/// seen by the look; a change after it unparks the registered thread (an unpark before the
-/// park makes the park return at once).
-#[derive(Debug)]
-pub(crate) struct ParkedThreads {
-    num_partitions: i32,
-    shards: Box<[Registry]>,
-    next_id: AtomicU64,
-    /// Unparks delivered, by group (a test seam: counts what a change woke).
-    #[cfg(test)]
-    delivered: Mutex<HashMap<String, u64>>,
-}
-
-/// A thread's registration on a group; dropping it deregisters.
-#[derive(Debug)]
-pub(crate) struct Registration<'a> {
-    parked: &'a ParkedThreads,
-    group_id: String,
-    id: u64,
-}
-
-impl Drop for Registration<'_> {
-    fn drop(&mut self) {
-        let mut shard = lock(self.parked.shard(&self.group_id));
-        if let Some(threads) = shard.get_mut(&self.group_id) {
-            threads.retain(|(id, _)| *id != self.id);
-            if threads.is_empty() {
-                shard.remove(&self.group_id);
-            }
-        }
-    }
-}
-
-impl ParkedThreads {
-    /// An empty registry for groups spread over `num_partitions` partitions.
-    pub(crate) fn new(num_partitions: i32) -> Self {
-        let n = num_partitions.max(1);
-        ParkedThreads {
-            num_partitions: n,
-            shards: (0..n).map(|_| Mutex::new(HashMap::new())).collect(),
-            next_id: AtomicU64::new(1),
-            #[cfg(test)]
-            delivered: Mutex::new(HashMap::new()),
-        }
-    }
-
-    fn shard(&self, group_id: &str) -> &Registry {
-        &self.shards[partition_for(group_id, self.num_partitions) as usize]
-    }
-
-    /// Registers the calling thread as waiting on `group_id` until the registration is dropped.
-    pub(crate) fn register(&self, group_id: &str) -> Registration<'_> {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        lock(self.shard(group_id)).entry(group_id.to_string()).or_default().push((id, std::thread::current()));
-        Registration { parked: self, group_id: group_id.to_string(), id }
-    }
-
-    /// How many threads wait on `group_id` (tests).
-    #[cfg(test)]
-    pub(crate) fn waiting(&self, group_id: &str) -> usize {
-        lock(self.shard(group_id)).get(group_id).map_or(0, Vec::len)
-    }
-
-    /// How many unparks were delivered to the threads of `group_id` (tests).
-    #[cfg(test)]
-    pub(crate) fn delivered(&self, group_id: &str) -> u64 {
-        lock(&self.delivered).get(group_id).copied().unwrap_or(0)
-    }
-
-    /// Unparks delivered to any group's threads (tests).
-    #[cfg(test)]
-    pub(crate) fn delivered_total(&self) -> u64 {
-        lock(&self.delivered).values().sum()
-    }
-}
-
-impl GroupWaiters for ParkedThreads {
-    fn group_changed(&self, group_id: &str) {
-        let shard = lock(self.shard(group_id));
-        let Some(threads) = shard.get(group_id) else { return };
-        for (_, t) in threads {
-            t.unpark();
-        }
-        #[cfg(test)]
-        {
-            *lock(&self.delivered).entry(group_id.to_string()).or_default() += threads.len() as u64;
-        }
-    }
-
-    fn all_changed(&self) {
-        for shard in self.shards.iter() {
-            for (_, t) in lock(shard).values().flatten() {
-                t.unpark();
-            }
-        }
-    }
 }
 
 /// The coordinator timer thread's alarm: the earliest deadline it must wake for (ms since the

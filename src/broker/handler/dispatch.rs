@@ -4,12 +4,10 @@
 //! version the broker does not serve closes the connection, as Kafka does (except ApiVersions,
 //! which is answered; KIP-511).
 //!
-//! Most handlers answer at once and return a body, which is encoded and sent here. Fetch takes
-//! the Responder itself (it may wait in the purgatory). JoinGroup and SyncGroup still wait for
-//! their rebalance inside the group coordinator (on its condition variable, until the "coord"
-//! work turns them into purgatory operations keyed by group): so that waiting members can never
-//! hold every io thread while the member that would complete their rebalance sits in the queue,
-//! each runs on a short-lived thread of its own (`fetchbench-group`), which answers and ends.
+//! Most handlers answer at once and return a body, which is encoded and sent here. Fetch,
+//! JoinGroup and SyncGroup take the Responder themselves: each may wait in the purgatory,
+//! holding no thread (a Fetch for its bytes, a JoinGroup for its rebalance, a follower's
+//! SyncGroup for the leader's assignment), and is answered from there on an io thread.
 
 use std::sync::Arc;
 
@@ -18,7 +16,7 @@ use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
 use super::{
     api_versions, create_topics, fetch, init_producer_id, list_offsets, metadata, offset_for_leader_epoch, produce,
 };
-use crate::broker::coordinator::handlers::{self as groups, set_client_host};
+use crate::broker::coordinator::handlers as groups;
 use crate::broker::responder::Responder;
 use crate::broker::response::{encode, Response};
 use crate::broker::shared::Shared;
@@ -50,20 +48,8 @@ pub(crate) fn dispatch(shared: &Arc<Shared>, request: DecodedRequest, responder:
             ResponseKind::OffsetForLeaderEpoch(offset_for_leader_epoch::handle(shared, &r, version))
         }
         RequestKind::FindCoordinator(r) => ResponseKind::FindCoordinator(groups::find_coordinator(shared, &r, version)),
-        RequestKind::JoinGroup(r) => {
-            let shared = Arc::clone(shared);
-            return on_group_thread(responder, move |responder| {
-                let body = ResponseKind::JoinGroup(groups::join_group(&shared, &r, version, &client_id));
-                responder.send(encode(api_key, version, correlation_id, &body));
-            });
-        }
-        RequestKind::SyncGroup(r) => {
-            let shared = Arc::clone(shared);
-            return on_group_thread(responder, move |responder| {
-                let body = ResponseKind::SyncGroup(groups::sync_group(&shared, &r, version));
-                responder.send(encode(api_key, version, correlation_id, &body));
-            });
-        }
+        RequestKind::JoinGroup(r) => return groups::join_group(shared, &r, version, &client_id, responder),
+        RequestKind::SyncGroup(r) => return groups::sync_group(shared, &r, version, responder),
         RequestKind::Heartbeat(r) => ResponseKind::Heartbeat(groups::heartbeat(shared, &r, version)),
         RequestKind::LeaveGroup(r) => ResponseKind::LeaveGroup(groups::leave_group(shared, &r, version)),
         RequestKind::OffsetCommit(r) => ResponseKind::OffsetCommit(groups::offset_commit(shared, &r, version)),
@@ -85,26 +71,4 @@ pub(crate) fn dispatch(shared: &Arc<Shared>, request: DecodedRequest, responder:
         }
     };
     responder.send(encode(api_key, version, correlation_id, &body))
-}
-
-/// Runs a group handler that may wait for a rebalance on a thread of its own (see the
-/// [module docs](self)), with the connection's peer as JoinGroup's `client_host`. If no thread
-/// can be made it runs here, holding this io thread while it waits.
-fn on_group_thread(responder: Responder, handle: impl FnOnce(Responder) + Send + 'static) {
-    let peer = responder.peer();
-    let slot = Arc::new(std::sync::Mutex::new(Some((responder, handle))));
-    let run = {
-        let slot = Arc::clone(&slot);
-        move || {
-            let taken = slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
-            if let Some((responder, handle)) = taken {
-                set_client_host(Some(peer));
-                handle(responder);
-            }
-        }
-    };
-    if let Err(e) = std::thread::Builder::new().name("fetchbench-group".into()).spawn(run.clone()) {
-        tracing::warn!("{peer}: no thread for a group request ({e}); it waits on an io thread");
-        run();
-    }
 }
