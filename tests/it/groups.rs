@@ -561,3 +561,208 @@ fn groups_cli_uses_the_brokers_offsets_partition_count() {
     assert!(report.contains("COORDINATOR-PARTITION __consumer_offsets-4"), "{report}");
     broker.shutdown().unwrap();
 }
+
+/// Issue 15: a waiting JoinGroup or SyncGroup holds no thread. Twelve members join one group
+/// on a broker with `num.io.threads=2`, each on its own connection, all sent before any answer
+/// is read: the twelve joins wait in the purgatory, and meanwhile another client's Metadata,
+/// Fetch and DescribeGroups are answered at once (if a waiting join held an io thread, two of them
+/// would stall every other client until the rebalance ends). Then all twelve get generation 1
+/// with one leader; eleven followers' SyncGroups wait in the purgatory too, another client is
+/// still served, and the leader's SyncGroup answers every one with its own assignment.
+/// DescribeGroups reports each member's `client_host` as the peer of its connection.
+#[test]
+fn more_members_than_io_threads_rebalance_while_other_clients_are_served() {
+    const MEMBERS: usize = 12;
+    let tmp = tempfile::tempdir().unwrap();
+    // An initial delay long enough for the test to look at the waiting joins; extended (within
+    // the rebalance timeout) while members keep arriving.
+    let broker = crate::common::start_group_broker(&tmp.path().join("logs"), "127.0.0.1:0".parse().unwrap(), |c| {
+        c.num_io_threads = 2;
+        c.group_initial_rebalance_delay_ms = 3000;
+    });
+    let addr = broker.local_addr();
+    let support = broker.test_support();
+    let mut other = Client::connect(addr);
+    assert_eq!(crate::broker::metadata(&mut other, "other", 12).topics[0].error_code, 0);
+    assert_eq!(crate::broker::produce(&mut other, "other", crate::broker::batch(3), 1), Some((0, 0)));
+    // Served at once (generous bound): Metadata, a Fetch of 3 records, DescribeGroups.
+    let served_at_once = |other: &mut Client, what: &str| {
+        let start = Instant::now();
+        assert_eq!(crate::broker::metadata(other, "other", 12).topics[0].error_code, 0);
+        let (error, high_watermark, records) = crate::broker::fetch(other, "other", 0, 12);
+        assert_eq!((error, high_watermark, records.len()), (0, 3, 3));
+        let _ = describe(other, "twelve");
+        let took = start.elapsed();
+        assert!(took < Duration::from_secs(5), "{what}: another client waited {took:?}");
+    };
+
+    let mut members: Vec<Client> = (0..MEMBERS).map(|_| Client::connect(addr)).collect();
+    let join_request = |member_id: &str| {
+        JoinGroupRequest::default()
+            .with_group_id(GroupId(s("twelve")))
+            .with_session_timeout_ms(10_000)
+            .with_rebalance_timeout_ms(30_000)
+            .with_member_id(s(member_id))
+            .with_protocol_type(s("consumer"))
+            .with_protocols(vec![JoinGroupRequestProtocol::default()
+                .with_name(s("range"))
+                .with_metadata(Bytes::from_static(b"\0\0\0\0\0\x01\0\x01t\0\0\0\0"))])
+    };
+    // KIP-394: the first JoinGroup (no member id) is answered at once with the member id...
+    let member_ids: Vec<String> = members
+        .iter_mut()
+        .map(|c| {
+            let r = join(c, "twelve", &Join::new(""));
+            assert_eq!(r.error_code, MEMBER_ID_REQUIRED);
+            r.member_id.to_string()
+        })
+        .collect();
+    // ...the second waits for the rebalance: all twelve sent before any answer is read.
+    let joins: Vec<i32> = members
+        .iter_mut()
+        .zip(&member_ids)
+        .map(|(c, id)| c.send(ApiKey::JoinGroup, 5, RequestKind::JoinGroup(join_request(id))))
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while support.delayed_operations() < MEMBERS {
+        assert!(
+            Instant::now() < deadline,
+            "the joins are not waiting in the purgatory: {}",
+            support.delayed_operations()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(support.coordinator().describe_group("twelve").state, "PreparingRebalance");
+    served_at_once(&mut other, "while twelve joins wait");
+
+    let joined: Vec<JoinGroupResponse> = members
+        .iter_mut()
+        .zip(joins)
+        .map(|(c, id)| match c.receive(ApiKey::JoinGroup, 5, id) {
+            ResponseKind::JoinGroup(r) => r,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    let leader = joined[0].leader.to_string();
+    for (i, r) in joined.iter().enumerate() {
+        assert_eq!((r.error_code, r.generation_id), (0, 1), "member {i}");
+        assert_eq!(r.member_id.as_str(), member_ids[i], "member {i}");
+        assert_eq!(r.leader.as_str(), leader, "member {i}: one leader");
+    }
+    let leader_index = joined.iter().position(|r| r.member_id.as_str() == leader).expect("the leader is a member");
+    assert_eq!(joined[leader_index].members.len(), MEMBERS);
+
+    // The followers' SyncGroups wait for the leader's, holding no thread either.
+    let sync_request = |member_id: &str, assignments: Vec<(String, Vec<u8>)>| {
+        SyncGroupRequest::default()
+            .with_group_id(GroupId(s("twelve")))
+            .with_generation_id(1)
+            .with_member_id(s(member_id))
+            .with_protocol_type(Some(s("consumer")))
+            .with_protocol_name(Some(s("range")))
+            .with_assignments(
+                assignments
+                    .into_iter()
+                    .map(|(m, a)| SyncGroupRequestAssignment::default().with_member_id(s(&m)).with_assignment(a.into()))
+                    .collect(),
+            )
+    };
+    let mut syncs: Vec<Option<i32>> = vec![None; MEMBERS];
+    for (i, c) in members.iter_mut().enumerate().filter(|(i, _)| *i != leader_index) {
+        syncs[i] = Some(c.send(ApiKey::SyncGroup, 5, RequestKind::SyncGroup(sync_request(&member_ids[i], vec![]))));
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while support.delayed_operations() < MEMBERS - 1 {
+        assert!(Instant::now() < deadline, "the followers' syncs are not waiting: {}", support.delayed_operations());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    served_at_once(&mut other, "while eleven syncs wait");
+    let assignments = member_ids.iter().map(|m| (m.clone(), m.as_bytes().to_vec())).collect();
+    let s_leader = sync(&mut members[leader_index], "twelve", &leader, 1, assignments);
+    assert_eq!((s_leader.error_code, s_leader.assignment.as_ref()), (0, leader.as_bytes()));
+    for (i, c) in members.iter_mut().enumerate() {
+        let Some(id) = syncs[i] else { continue };
+        let ResponseKind::SyncGroup(r) = c.receive(ApiKey::SyncGroup, 5, id) else { panic!("member {i}") };
+        assert_eq!((r.error_code, r.assignment.as_ref()), (0, member_ids[i].as_bytes()), "member {i}");
+    }
+    assert_eq!(support.delayed_operations(), 0);
+
+    let described = describe(&mut other, "twelve");
+    assert_eq!(described.group_state.as_str(), "Stable");
+    assert_eq!(described.members.len(), MEMBERS);
+    for m in &described.members {
+        assert_eq!(m.client_host.as_str(), "/127.0.0.1", "{m:?}");
+    }
+    drop(members);
+    drop(other);
+    broker.shutdown().unwrap();
+}
+
+/// A member whose waiting JoinGroup's connection closes is dropped from the purgatory at once
+/// (within the purgatory's sweep) but stays in the group, as Kafka keeps it: the rebalance
+/// completes with it, and its session then times out without heartbeats.
+#[test]
+fn a_closed_members_waiting_join_is_dropped_and_its_member_expires_with_its_session() {
+    let tmp = tempfile::tempdir().unwrap();
+    let broker = crate::common::start_group_broker(&tmp.path().join("logs"), "127.0.0.1:0".parse().unwrap(), |c| {
+        c.group_initial_rebalance_delay_ms = 2000;
+        c.group_min_session_timeout_ms = 500;
+    });
+    let addr = broker.local_addr();
+    let support = broker.test_support();
+    let mut stays = Client::connect(addr);
+    let mut goes = Client::connect(addr);
+    let mut j = Join::new("");
+    j.session_ms = 1000;
+    let stays_id = join(&mut stays, "closing", &j).member_id.to_string();
+    let goes_id = join(&mut goes, "closing", &j).member_id.to_string();
+    let joins = [&stays_id, &goes_id].map(|id| {
+        let req = JoinGroupRequest::default()
+            .with_group_id(GroupId(s("closing")))
+            .with_session_timeout_ms(1000)
+            .with_rebalance_timeout_ms(10_000)
+            .with_member_id(s(id))
+            .with_protocol_type(s("consumer"))
+            .with_protocols(vec![JoinGroupRequestProtocol::default()
+                .with_name(s("range"))
+                .with_metadata(Bytes::from_static(b"\0\0\0\0\0\x01\0\x01t\0\0\0\0"))]);
+        RequestKind::JoinGroup(req)
+    });
+    let [stays_join, goes_join] = joins;
+    let stays_cid = stays.send(ApiKey::JoinGroup, 5, stays_join);
+    goes.send(ApiKey::JoinGroup, 5, goes_join);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while support.delayed_operations() < 2 {
+        assert!(Instant::now() < deadline, "the joins are not waiting");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    drop(goes);
+    let closed = Instant::now();
+    while support.delayed_operations() > 1 {
+        assert!(closed.elapsed() < Duration::from_secs(5), "the closed member's join was not dropped");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // The rebalance completes with both members (the closed one counts as joined).
+    let ResponseKind::JoinGroup(r) = stays.receive(ApiKey::JoinGroup, 5, stays_cid) else { panic!() };
+    assert_eq!((r.error_code, r.generation_id), (0, 1));
+    let group = support.coordinator().describe_group("closing");
+    assert_eq!(group.members.len(), 2, "{group:?}");
+    // The leader syncs and heartbeats; the closed member's session (1 s) expires: a rebalance.
+    let me = r.member_id.to_string();
+    if r.leader == r.member_id {
+        let all = r.members.iter().map(|m| (m.member_id.to_string(), vec![1])).collect();
+        assert_eq!(sync(&mut stays, "closing", &me, 1, all).error_code, 0);
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let ids: Vec<String> =
+            support.coordinator().describe_group("closing").members.iter().map(|m| m.member_id.clone()).collect();
+        if !ids.contains(&goes_id) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the closed member never expired: {ids:?}");
+        let _ = heartbeat(&mut stays, "closing", &me, 1, None);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    broker.shutdown().unwrap();
+}
