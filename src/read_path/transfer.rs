@@ -6,8 +6,7 @@
 //! and `EAGAIN` on a non-blocking socket waited out with `poll(POLLOUT)`. It returns the bytes
 //! moved (= `slice.len`), or an error: `UnexpectedEof` when the file is shorter than the slice
 //! (truncated under the reader; the bytes that existed were sent), `BrokenPipe` /
-//! `ConnectionReset` when the reader went away, `TimedOut` when a blocking socket's send timeout
-//! (`SO_SNDTIMEO`, which the broker sets) expired with no byte taken. It never falls back to another mechanism: a path
+//! `ConnectionReset` when the reader went away. It never falls back to another mechanism: a path
 //! that cannot run here fails at [`super::ReadPathKind::create`] with the reason
 //! ([`super::Unsupported`]).
 //!
@@ -58,8 +57,7 @@ pub trait ReadPath {
     /// Moves exactly `slice.len` bytes from `slice.position` of its file to `socket`.
     ///
     /// Errors: `UnexpectedEof` when the file ends before the slice does; `BrokenPipe` /
-    /// `ConnectionReset` when the peer is gone; `TimedOut` when a blocking socket's
-    /// `SO_SNDTIMEO` expired with no byte taken; other I/O errors as the kernel reports them.
+    /// `ConnectionReset` when the peer is gone; other I/O errors as the kernel reports them.
     fn transfer(&mut self, slice: &FileSlice, socket: BorrowedFd<'_>) -> io::Result<u64>;
     /// The counters so far, reset to zero.
     fn take_stats(&mut self) -> TransferStats;

@@ -25,7 +25,7 @@
 //!   (`util::truncated`).
 //! * pipe -> socket moved fewer bytes than the pipe held (partial write): step 1 sends the rest.
 //! * `EAGAIN` from a non-blocking socket: `util::wait_writable` polls for `POLLOUT`, then
-//!   step 1 continues (from a blocking socket it means `SO_SNDTIMEO` expired: `TimedOut`). `EINTR` from a completion or from `io_uring_enter` is retried.
+//!   step 1 continues. `EINTR` from a completion or from `io_uring_enter` is retried.
 //! * `EPIPE` / `ECONNRESET`: the peer went away; returned as `BrokenPipe` / `ConnectionReset`.
 //!
 //! On every error the pipe is emptied before `transfer` returns (its bytes spliced to

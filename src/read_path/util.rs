@@ -9,19 +9,7 @@ use super::transfer::TransferStats;
 
 /// Waits until `fd` is writable (for a non-blocking socket that returned `EAGAIN`). A peer that
 /// went away shows as writable, and the next write then reports the error.
-///
-/// On a BLOCKING socket `EAGAIN` means its send timeout (`SO_SNDTIMEO`) expired with no byte
-/// taken: that is returned as a `TimedOut` error, not waited out (the broker's bound on a peer
-/// that stops reading).
 pub(crate) fn wait_writable(fd: BorrowedFd<'_>, stats: &mut TransferStats) -> io::Result<()> {
-    stats.syscalls += 1;
-    let flags = nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_GETFL)?;
-    if !nix::fcntl::OFlag::from_bits_truncate(flags).contains(nix::fcntl::OFlag::O_NONBLOCK) {
-        return Err(io::Error::new(
-            io::ErrorKind::TimedOut,
-            "the peer took no byte before the socket's send timeout (SO_SNDTIMEO)",
-        ));
-    }
     loop {
         let mut fds = [PollFd::new(fd, PollFlags::POLLOUT)];
         stats.syscalls += 1;
@@ -87,24 +75,4 @@ pub(crate) fn truncated(missing: u64) -> io::Error {
         io::ErrorKind::UnexpectedEof,
         format!("the file ended {missing} bytes before the slice (truncated under the reader?)"),
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::os::fd::AsFd;
-    use std::os::unix::net::UnixStream;
-    use std::time::Duration;
-
-    #[test]
-    fn a_blocking_socket_whose_send_timeout_expires_is_timed_out_not_waited_on() {
-        let (writer, _reader) = UnixStream::pair().unwrap();
-        writer.set_write_timeout(Some(Duration::from_millis(50))).unwrap();
-        let mut stats = TransferStats::default();
-        let mut sent = 0;
-        // Nobody reads: the buffer fills, then the send timeout expires.
-        let err = write_all(writer.as_fd(), &vec![0u8; 64 << 20], &mut stats, &mut sent).unwrap_err();
-        assert_eq!(err.kind(), io::ErrorKind::TimedOut, "{err}");
-        assert!(sent > 0 && sent < 64 << 20, "{sent}");
-    }
 }
