@@ -16,7 +16,7 @@
 //! | unknown API key, other unsupported version, undecodable header or body | connection closed (Kafka does the same) |
 //! | an API this broker does not implement yet        | connection closed                         |
 //! | acks=0 produce that fails                         | connection closed (the client learns of it that way, as in Kafka) |
-//! | a response the peer takes no byte of for [`SEND_TIMEOUT`] | connection closed |
+//! | a response the peer takes no byte of for [`SEND_TIMEOUT`], or does not take whole within it (the [`write_deadline`](super::write_deadline) watchdog) | connection closed |
 //! | the peer hangs up (FIN, RST) while a request is in flight | a request waiting in the purgatory is dropped at once, unanswered, and the connection closed; a request being handled is answered if the socket still takes it, the requests sent before the hang-up are read and answered, and the end of the stream closes it |
 //!
 //! Every close is logged with the peer address and the reason (a frame over
@@ -52,9 +52,11 @@ use mio::{Token, Waker};
 use super::shared::ConnectionSlot;
 
 /// How long a response write may wait for a peer that takes no byte (`SO_SNDTIMEO` on every
-/// client socket): the io thread writing it gives up and closes the connection. The bound on an
-/// io thread held by a client that stops reading (Kafka's network threads write without
-/// blocking, so Kafka has no such setting; a reading client never comes near it).
+/// client socket), and how long one whole response write may take (the
+/// [`write_deadline`](super::write_deadline) watchdog: a peer taking a byte now and then
+/// restarts `SO_SNDTIMEO`); past either, the connection is closed. The bound on an io thread held
+/// by a client that stops reading (Kafka's network threads write without blocking, so Kafka has
+/// no such setting; a reading client never comes near it).
 pub(crate) const SEND_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What io threads and the acceptor tell a network thread.

@@ -173,6 +173,7 @@ pub(crate) mod server;
 pub(crate) mod shared;
 pub(crate) mod test_support;
 pub(crate) mod topics;
+pub(crate) mod write_deadline;
 
 pub use config::{BrokerConfig, DEFAULT_LISTEN};
 pub use error::BrokerError;

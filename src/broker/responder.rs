@@ -21,8 +21,14 @@
 //! ## Writes
 //!
 //! The connection is muted, so its io thread is the only one touching the socket, which is
-//! blocking with `SO_SNDTIMEO` = [`SEND_TIMEOUT`]: a write that moves no byte for that long fails
-//! (`TimedOut`) and the connection is closed. A peer that hung up while its request was handled
+//! blocking with `SO_SNDTIMEO` = [`SEND_TIMEOUT`]: a plain write that moves no byte for that long
+//! fails (`TimedOut`) and the connection is closed; the read paths wait out `EAGAIN` for
+//! writability instead (their contract, [`ReadPath::transfer`](crate::read_path::ReadPath::transfer)),
+//! and a peer that takes a few bytes now and then would restart that timer at every send anyway.
+//! So the whole response write is bounded, by the same time: past it the
+//! [`write_deadline`](super::write_deadline) watchdog closes the connection and the write fails
+//! at once. A client that stops reading holds an io thread for at most [`SEND_TIMEOUT`] (30 s,
+//! the Kafka clients' default `request.timeout.ms`: they give up on the request by then anyway). A peer that hung up while its request was handled
 //! still gets the write (it may only have shut down its sending side), and the requests it sent
 //! before are still read and answered; its end of stream then closes the connection.
 
@@ -154,7 +160,10 @@ impl Responder {
         }
         let answers = !matches!(response, Response::None | Response::Close);
         let with_records = matches!(&response, Response::Fetch(f) if f.record_bytes() > 0);
+        // The whole write is bounded: past its deadline the watchdog closes the connection.
+        let deadline = self.shared.write_deadlines().begin(&conn);
         let written = write_response(&self.shared, &conn, response);
+        drop(deadline);
         if self.consumer_fetch && answers && written.is_ok() {
             self.shared.record_fetch_latency(self.received.elapsed(), with_records);
         }

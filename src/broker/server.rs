@@ -72,6 +72,10 @@ impl Broker {
                 .purgatory()
                 .start_timer()
                 .map_err(|source| BrokerError::Thread { what: "purgatory timer", source })?;
+            shared
+                .write_deadlines()
+                .start()
+                .map_err(|source| BrokerError::Thread { what: "write deadline", source })?;
             for index in 0..network_threads {
                 let (inbox, _thread) = network::start(index, Arc::clone(&shared), Arc::clone(&control))
                     .map_err(|source| BrokerError::Thread { what: "network", source })?;

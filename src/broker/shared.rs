@@ -16,6 +16,7 @@ use super::coordinator::runtime::GroupCoordinator;
 use super::io_pool::IoPool;
 use super::purgatory::Purgatory;
 use super::request_metrics::{FetchInFlight, FetchLatencies, FetchMetrics};
+use super::write_deadline::WriteDeadlines;
 use crate::log::manager::LogManager;
 use crate::metrics::Latency;
 
@@ -41,6 +42,8 @@ pub(crate) struct Shared {
     shutting_down: AtomicBool,
     connection_panics: AtomicU64,
     io_pool: Arc<IoPool>,
+    /// The io threads' response writes in progress and their deadlines.
+    write_deadlines: Arc<WriteDeadlines>,
     purgatory: Arc<Purgatory>,
     connections: Mutex<ConnectionCounts>,
     coordinator: GroupCoordinator,
@@ -98,6 +101,7 @@ impl Shared {
             connection_panics: AtomicU64::new(0),
             io_pool,
             purgatory,
+            write_deadlines: WriteDeadlines::new(super::connection::SEND_TIMEOUT),
             connections: Mutex::new(ConnectionCounts::default()),
             coordinator,
         }
@@ -142,8 +146,14 @@ impl Shared {
         &self.io_pool
     }
 
-    /// The delayed operations (long-polling fetches): produce calls its
-    /// [`Purgatory::check_and_complete`] after an append.
+    /// The io threads' response writes in progress, each bounded by a deadline
+    /// ([`WriteDeadlines`]).
+    pub(crate) fn write_deadlines(&self) -> &Arc<WriteDeadlines> {
+        &self.write_deadlines
+    }
+
+    /// The delayed operations: produce and the coordinator call its
+    /// [`Purgatory::check_and_complete`] after a change.
     pub(crate) fn purgatory(&self) -> &Arc<Purgatory> {
         &self.purgatory
     }

@@ -10,6 +10,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use fetchbench::broker::{Broker, BrokerConfig, BrokerHandle};
+use fetchbench::log::batch::{BatchBuilder, Compression};
 use fetchbench::protocol::frame;
 use fetchbench::read_path::ReadPathKind;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
@@ -246,4 +247,68 @@ fn two_thousand_parked_fetches_hold_a_fixed_number_of_threads() {
     assert!(threads_of(pid) < 64);
     drop(clients);
     assert!(!serve.stderr().contains("panicked"), "{}", serve.stderr());
+}
+
+/// `num.io.threads` clients that send a Fetch with a large answer and never read it hold the io
+/// threads writing to them for at most `SEND_TIMEOUT` (30 s) for the whole response: the
+/// write-deadline watchdog then closes them and other clients are answered again (a review
+/// found them held for good: SO_SNDTIMEO alone restarts at every send that moves a byte).
+#[test]
+fn clients_that_never_read_hold_an_io_thread_for_one_send_timeout_at_most() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut config = BrokerConfig::new("127.0.0.1:0".parse().unwrap(), tmp.path().join("logs"), ReadPathKind::Sendfile);
+    config.num_io_threads = 2;
+    let broker = Broker::start(config).unwrap();
+    let addr = broker.local_addr();
+    let mut c = Client::connect(addr);
+    metadata(&mut c, "big", 9);
+    let value = vec![7u8; 512 << 10];
+    for _ in 0..64 {
+        let mut b = BatchBuilder::new(0, Compression::None);
+        b.append(1_700_000_000_000, None, Some(&value), &[]);
+        assert_eq!(produce(&mut c, "big", b.build().unwrap(), 1).unwrap().0, 0);
+    }
+    // 32 MiB in the log. Two clients ask for all of it and never read.
+    let hostile: Vec<TcpStream> = (0..2)
+        .map(|i| {
+            let req = FetchRequest::default()
+                .with_max_wait_ms(0)
+                .with_min_bytes(1)
+                .with_max_bytes(48 << 20)
+                .with_topics(vec![FetchTopic::default().with_topic(name("big")).with_partitions(vec![
+                    FetchPartition::default().with_partition(0).with_fetch_offset(0).with_partition_max_bytes(48 << 20),
+                ])]);
+            let header = RequestHeader::default()
+                .with_request_api_key(ApiKey::Fetch as i16)
+                .with_request_api_version(12)
+                .with_correlation_id(i);
+            let mut s = TcpStream::connect(addr).unwrap();
+            s.write_all(&frame::encode_request(&header, &RequestKind::Fetch(req)).unwrap()).unwrap();
+            s
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500)); // let the io threads fill the socket buffers
+    let start = Instant::now();
+    let mut healthy = Client::connect(addr);
+    healthy.stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let answered = healthy.call(ApiKey::ApiVersions, 3, RequestKind::ApiVersions(ApiVersionsRequest::default()));
+    let took = start.elapsed();
+    assert!(matches!(answered, ResponseKind::ApiVersions(_)));
+    // SEND_TIMEOUT (30 s) for the whole write, plus the watchdog's interval; before the write
+    // deadline the answer never came (a peer's kernel taking a few bytes now and then restarts
+    // SO_SNDTIMEO at every send).
+    assert!(took < Duration::from_secs(45), "a healthy ApiVersions waited {took:?} behind clients that never read");
+    // The hostile connections were closed by the broker: after the bytes it sent, end of stream.
+    for mut s in hostile {
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut sink = vec![0u8; 1 << 20];
+        loop {
+            match s.read(&mut sink) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+    }
+    assert_eq!(broker.test_support().connection_panics(), 0);
+    broker.shutdown().unwrap();
 }
