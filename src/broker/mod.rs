@@ -5,8 +5,9 @@
 //! ## Threads (Kafka's `SocketServer` + `KafkaRequestHandlerPool`)
 //!
 //! A fixed number, whatever the connections: 1 acceptor + `num.network.threads` (3) network
-//! threads + `num.io.threads` (8) io threads + the purgatory's timer + the group coordinator's
-//! thread. A request that must wait (a Fetch short of `min_bytes`, a JoinGroup waiting for its
+//! threads + `num.io.threads` (8) io threads + the purgatory's timer + the write-deadline
+//! watchdog ([`write_deadline`]) + the log scheduler + the group coordinator's thread. A
+//! request that must wait (a Fetch short of `min_bytes`, a JoinGroup waiting for its
 //! rebalance, a follower's SyncGroup waiting for the leader) waits in the purgatory, holding no
 //! thread.
 //!
@@ -59,6 +60,8 @@
 //!   threads' read paths.
 //! - [`response`]: [`Response`](response::Response), what a handler answers, and the `encode` /
 //!   `fetch` framing helpers.
+//! - [`write_deadline`]: [`WriteDeadlines`](write_deadline::WriteDeadlines), the bound on one
+//!   whole response write (a watchdog closes a connection whose write passed `SEND_TIMEOUT`).
 //! - [`purgatory`]: [`Purgatory`](purgatory::Purgatory), requests that wait holding no thread
 //!   (Kafka's `DelayedOperationPurgatory`), watched by [`WatchKey`](purgatory::WatchKey).
 //! - [`delayed_fetch`]: long polling (Kafka's `DelayedFetch`): a Fetch short of `min_bytes`

@@ -8,7 +8,8 @@
 //! (the accept loop below: connection limits, then each connection to a network thread, round
 //! robin), `num.network.threads` network threads ([`network`]), `num.io.threads` io threads
 //! ([`IoPool`](super::io_pool::IoPool)), the purgatory's timer
-//! ([`Purgatory`](super::purgatory::Purgatory)) and the group coordinator's thread (replay of
+//! ([`Purgatory`](super::purgatory::Purgatory)), the write-deadline watchdog
+//! ([`WriteDeadlines`](super::write_deadline::WriteDeadlines)), the log scheduler and the group coordinator's thread (replay of
 //! `__consumer_offsets`, then its timers).
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -38,8 +39,8 @@ pub struct Broker;
 impl Broker {
     /// Opens the log directory (recovering it after an unclean shutdown), checks that the read
     /// path can run, binds the listen address and starts the broker's threads: the acceptor,
-    /// `num.network.threads` network threads, `num.io.threads` io threads, the purgatory's timer
-    /// and the group coordinator's thread.
+    /// `num.network.threads` network threads, `num.io.threads` io threads, the purgatory's timer,
+    /// the write-deadline watchdog, the log scheduler and the group coordinator's thread.
     ///
     /// Errors: [`BrokerError::Log`], [`BrokerError::ReadPath`] (the path's probe failed: never
     /// a fallback), [`BrokerError::Bind`], [`BrokerError::Thread`] (threads already started
