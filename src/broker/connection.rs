@@ -16,7 +16,7 @@
 //! | unknown API key, other unsupported version, undecodable header or body | connection closed (Kafka does the same) |
 //! | an API this broker does not implement yet        | connection closed                         |
 //! | acks=0 produce that fails                         | connection closed (the client learns of it that way, as in Kafka) |
-//! | a response the peer takes no byte of for [`SEND_TIMEOUT`], or does not take whole within it (the [`write_deadline`](super::write_deadline) watchdog) | connection closed |
+//! | a response the peer takes no byte of for [`SEND_TIMEOUT`](super::write_deadline::SEND_TIMEOUT), or does not take whole within it (the [`write_deadline`](super::write_deadline) watchdog) | connection closed |
 //! | the peer hangs up (FIN, RST) while a request is in flight | a request waiting in the purgatory is dropped at once, unanswered, and the connection closed; a request being handled is answered if the socket still takes it, the requests sent before the hang-up are read and answered, and the end of the stream closes it |
 //!
 //! Every close is logged with the peer address and the reason (a frame over
@@ -45,19 +45,11 @@ use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use mio::{Token, Waker};
 
 use super::shared::ConnectionSlot;
-
-/// How long a response write may wait for a peer that takes no byte (`SO_SNDTIMEO` on every
-/// client socket), and how long one whole response write may take (the
-/// [`write_deadline`](super::write_deadline) watchdog: a peer taking a byte now and then
-/// restarts `SO_SNDTIMEO`); past either, the connection is closed. The bound on an io thread held
-/// by a client that stops reading (Kafka's network threads write without blocking, so Kafka has
-/// no such setting; a reading client never comes near it).
-pub(crate) const SEND_TIMEOUT: Duration = Duration::from_secs(30);
+use super::write_deadline::WriteTarget;
 
 /// What io threads and the acceptor tell a network thread.
 #[derive(Debug)]
@@ -113,7 +105,7 @@ impl Inbox {
 /// One client connection as its network thread and the io thread answering its request share
 /// it: the socket, the peer, whether the peer went away or the broker closed it.
 ///
-/// The socket stays in BLOCKING mode with [`SEND_TIMEOUT`] as `SO_SNDTIMEO`, for the io threads'
+/// The socket stays in BLOCKING mode with [`SEND_TIMEOUT`](super::write_deadline::SEND_TIMEOUT) as `SO_SNDTIMEO`, for the io threads'
 /// writes (a muted connection is written by one io thread and read by nobody); the network thread
 /// reads it with `MSG_DONTWAIT`, which never blocks whatever the mode. So no `fcntl` runs per
 /// request. Dropping the last holder closes the socket and frees its place in the connection
@@ -132,7 +124,7 @@ pub(crate) struct Connection {
 }
 
 impl Connection {
-    /// A connection on `stream` (blocking, [`SEND_TIMEOUT`] set by the caller), served by the
+    /// A connection on `stream` (blocking, [`SEND_TIMEOUT`](super::write_deadline::SEND_TIMEOUT) set by the caller), served by the
     /// network thread of `inbox` under `token`.
     pub(crate) fn new(
         stream: TcpStream,
@@ -219,4 +211,18 @@ impl Connection {
 pub(crate) fn is_disconnect(e: &io::Error) -> bool {
     use std::io::ErrorKind;
     matches!(e.kind(), ErrorKind::BrokenPipe | ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted)
+}
+
+impl WriteTarget for Connection {
+    fn peer(&self) -> std::net::SocketAddr {
+        Connection::peer(self)
+    }
+
+    fn is_closed(&self) -> bool {
+        Connection::is_closed(self)
+    }
+
+    fn close(&self) {
+        Connection::close(self)
+    }
 }

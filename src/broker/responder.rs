@@ -39,11 +39,12 @@ use std::time::Instant;
 
 use kafka_protocol::messages::RequestKind;
 
-use super::connection::{is_disconnect, Connection, SEND_TIMEOUT};
+use super::connection::{is_disconnect, Connection};
 use super::io_pool::Job;
 use super::request_metrics::FetchInFlight;
 use super::response::Response;
 use super::shared::Shared;
+use super::write_deadline::{WriteTarget, SEND_TIMEOUT};
 use crate::protocol::frame::DecodedRequest;
 use crate::read_path::AnyReadPath;
 
@@ -161,7 +162,7 @@ impl Responder {
         let answers = !matches!(response, Response::None | Response::Close);
         let with_records = matches!(&response, Response::Fetch(f) if f.record_bytes() > 0);
         // The whole write is bounded: past its deadline the watchdog closes the connection.
-        let deadline = self.shared.write_deadlines().begin(&conn);
+        let deadline = self.shared.write_deadlines().begin(Arc::clone(&conn) as Arc<dyn WriteTarget>);
         let written = write_response(&self.shared, &conn, response);
         drop(deadline);
         if self.consumer_fetch && answers && written.is_ok() {

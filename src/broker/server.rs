@@ -19,7 +19,7 @@ use std::thread::JoinHandle;
 use mio::Token;
 
 use super::config::BrokerConfig;
-use super::connection::{Connection, Inbox, InboxMessage, SEND_TIMEOUT};
+use super::connection::{Connection, Inbox, InboxMessage};
 use super::coordinator::delayed_join::PurgatoryWaiters;
 use super::coordinator::runtime::GroupCoordinator;
 use super::coordinator::storage::{self, LogStorage};
@@ -28,6 +28,7 @@ use super::network::{self, NetworkControl};
 use super::request_metrics::FetchLatencies;
 use super::shared::Shared;
 use super::test_support::TestSupport;
+use super::write_deadline::SEND_TIMEOUT;
 use crate::log::manager::LogManager;
 use crate::log::scheduler::LogScheduler;
 use crate::metrics::Latency;

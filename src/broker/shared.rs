@@ -16,7 +16,7 @@ use super::coordinator::runtime::GroupCoordinator;
 use super::io_pool::IoPool;
 use super::purgatory::Purgatory;
 use super::request_metrics::{FetchInFlight, FetchLatencies, FetchMetrics};
-use super::write_deadline::WriteDeadlines;
+use super::write_deadline::{WriteDeadlines, SEND_TIMEOUT};
 use crate::log::manager::LogManager;
 use crate::metrics::Latency;
 
@@ -101,7 +101,7 @@ impl Shared {
             connection_panics: AtomicU64::new(0),
             io_pool,
             purgatory,
-            write_deadlines: WriteDeadlines::new(super::connection::SEND_TIMEOUT),
+            write_deadlines: WriteDeadlines::new(SEND_TIMEOUT),
             connections: Mutex::new(ConnectionCounts::default()),
             coordinator,
         }

@@ -1,7 +1,7 @@
 //! [`WriteDeadlines`]: the bound on how long one response write may hold an io thread.
 //!
 //! Io threads write responses on blocking sockets ([`responder`](super::responder)). The
-//! socket's `SO_SNDTIMEO` ([`SEND_TIMEOUT`](super::connection::SEND_TIMEOUT)) bounds one send
+//! socket's `SO_SNDTIMEO` ([`SEND_TIMEOUT`]) bounds one send
 //! call that moves no byte, but a peer that lets a few bytes through now and then (a receive
 //! window that opens a little, a client that reads a byte a minute) restarts that timer at every
 //! call, and a response of many MiB can then hold its io thread for hours: a few such clients
@@ -21,13 +21,29 @@ use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::connection::Connection;
+/// How long a response write may wait for a peer that takes no byte (`SO_SNDTIMEO` on every
+/// client socket), and how long one whole response write may take (this module's watchdog: a
+/// peer taking a byte now and then restarts `SO_SNDTIMEO`); past either, the connection is
+/// closed. The bound on an io thread held by a client that stops reading (Kafka's network threads
+/// write without blocking, so Kafka has no such setting; a reading client never comes near it).
+pub(crate) const SEND_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What a write goes to: a client connection ([`Connection`](super::connection::Connection)
+/// implements it; this file names no other broker type, so it sits below them).
+pub(crate) trait WriteTarget: Send + Sync + std::fmt::Debug {
+    /// The peer's address, for the log line.
+    fn peer(&self) -> std::net::SocketAddr;
+    /// Whether the connection is closed already.
+    fn is_closed(&self) -> bool;
+    /// Closes the connection (the blocked write then fails at once).
+    fn close(&self);
+}
 
 /// How often the watchdog looks at the io threads' writes.
 pub(crate) const CHECK_INTERVAL: Duration = Duration::from_millis(250);
 
 /// One io thread's write in progress: its connection and deadline.
-type Slot = Mutex<Option<(Arc<Connection>, Instant)>>;
+type Slot = Mutex<Option<(Arc<dyn WriteTarget>, Instant)>>;
 
 thread_local! {
     /// This thread's slot, with the address of the registry it belongs to (a process may run
@@ -63,7 +79,7 @@ impl WriteDeadlines {
     }
 
     /// Marks a write to `conn` starting now on the calling thread, until the guard drops.
-    pub(crate) fn begin(&self, conn: &Arc<Connection>) -> WriteGuard {
+    pub(crate) fn begin(&self, conn: Arc<dyn WriteTarget>) -> WriteGuard {
         let me = self as *const WriteDeadlines as usize;
         let slot = SLOT.with_borrow_mut(|slot| match slot {
             Some((owner, s)) if *owner == me => Arc::clone(s),
@@ -74,7 +90,7 @@ impl WriteDeadlines {
                 s
             }
         });
-        *lock(&slot) = Some((Arc::clone(conn), Instant::now() + self.limit));
+        *lock(&slot) = Some((conn, Instant::now() + self.limit));
         WriteGuard(slot)
     }
 
