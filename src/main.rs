@@ -94,9 +94,14 @@ struct ServeArgs {
     /// threads, ...) are logged once each and ignored, unknown keys are refused.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// How Fetch responses move record bytes: copy, mmap, sendfile, uring-splice, direct.
+    /// How Fetch responses move record bytes: copy, mmap, sendfile, splice, uring-splice,
+    /// uring-read-send, uring-send-zc, msg-zerocopy, direct.
     #[arg(long, default_value = "sendfile")]
     read_path: ReadPathKind,
+    /// How connections are run: `threaded` (Kafka's network and io threads) or `uring` (one
+    /// io_uring loop per core). Wins over `server.model` in the config.
+    #[arg(long)]
+    server_model: Option<fetchbench::broker::ServerModel>,
     /// A broker config with Kafka's name, `key=value` (repeatable): `num.partitions`,
     /// `auto.create.topics.enable`, `socket.request.max.bytes`, `max.connections`,
     /// `max.connections.per.ip`, `group.*`, `offsets.topic.num.partitions`,
@@ -366,10 +371,14 @@ fn serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
     if let Some(dir) = a.log_dir {
         config.log_dir = dir;
     }
+    if let Some(model) = a.server_model {
+        config.server_model = model;
+    }
     if config.log_dir.as_os_str().is_empty() {
         anyhow::bail!("no log directory: give --log-dir, or log.dirs in --config or -X");
     }
     let log_dir = config.log_dir.clone();
+    let server_model = config.server_model;
     if config.read_path == ReadPathKind::Null {
         anyhow::bail!("--read-path null sends zeros, not records: it is a baseline for `read-paths` only");
     }
@@ -384,7 +393,12 @@ fn serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
             (_, false) => "recovered: no clean shutdown marker",
         }
     ));
-    say(format_args!("fetchbench broker listening on {} (read path {})", handle.local_addr(), a.read_path));
+    say(format_args!(
+        "fetchbench broker listening on {} (server model {}, read path {})",
+        handle.local_addr(),
+        server_model,
+        a.read_path
+    ));
     let signal = signals.wait().context("waiting for SIGINT or SIGTERM")?;
     say(format_args!("fetchbench broker: {}: shutting down (a second signal is ignored)", signal.as_str()));
     handle.shutdown()?;

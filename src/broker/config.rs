@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use super::coordinator::group::GroupConfig;
 use super::coordinator::runtime::CoordinatorConfig;
 use super::error::BrokerError;
+use super::server_model::{ServerModel, UnknownServerModel};
 use crate::log::scheduler::{SchedulerConfig, DEFAULT_CHECKPOINT_INTERVAL_MS};
 use crate::log::LogConfig;
 use crate::protocol::frame::DEFAULT_SOCKET_REQUEST_MAX_BYTES;
@@ -28,6 +29,12 @@ pub struct BrokerConfig {
     pub read_path: ReadPathKind,
     /// Buffer and pipe sizes of the read path.
     pub read_path_config: ReadPathConfig,
+    /// `server.model` (default `threaded`): how connections are run, Kafka's network and io
+    /// threads or one io_uring loop per core ([`ServerModel`]).
+    pub server_model: ServerModel,
+    /// `server.uring.cores` (default 0: one per CPU the broker may run on): the cores, each one
+    /// thread with its own ring, of `server.model=uring`; unused by `threaded`.
+    pub uring_cores: usize,
     /// Broker-level log configuration (`log.*`), the defaults of every partition.
     pub log_config: LogConfig,
     /// `auto.create.topics.enable` (Kafka default true): Metadata requests create unknown topics.
@@ -151,6 +158,8 @@ impl BrokerConfig {
             log_dir: log_dir.into(),
             read_path,
             read_path_config: ReadPathConfig::default(),
+            server_model: ServerModel::Threaded,
+            uring_cores: 0,
             log_config: LogConfig::default(),
             auto_create_topics_enable: true,
             num_partitions: 1,
@@ -228,6 +237,11 @@ impl BrokerConfig {
                 "max.connections.per.ip" => self.max_connections_per_ip = int(key, value, 0)? as usize,
                 "num.network.threads" => self.num_network_threads = int(key, value, 1)? as usize,
                 "num.io.threads" => self.num_io_threads = int(key, value, 1)? as usize,
+                "server.model" => {
+                    self.server_model =
+                        value.trim().parse().map_err(|e: UnknownServerModel| bad(key, value, &e.to_string()))?;
+                }
+                "server.uring.cores" => self.uring_cores = int(key, value, 0)? as usize,
                 "queued.max.requests" => self.queued_max_requests = int(key, value, 1)? as usize,
                 "connections.max.idle.ms" => {
                     let ms: i64 = value.trim().parse().map_err(|_| bad(key, value, "expected a 64-bit integer"))?;

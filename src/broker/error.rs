@@ -44,6 +44,10 @@ pub enum BrokerError {
         #[source]
         source: crate::read_path::CreateError,
     },
+    /// The server model cannot run here, or cannot run the configured read path (never a
+    /// silent fallback).
+    #[error(transparent)]
+    ServerModel(#[from] crate::broker::server_model::ModelUnsupported),
     /// A broker config (`-X key=value`) is unknown or invalid.
     #[error("invalid broker config {key}={value}: {reason}")]
     Config {

@@ -43,6 +43,8 @@
 //! - [`server`]: [`Broker::start`] (open the log directory, bind, start the threads, the log
 //!   scheduler's among them), the accept loop with the connection limits, and the running
 //!   [`BrokerHandle`] (Fetch latency, fetches in flight, shutdown).
+//! - [`server_model`]: [`ServerModel`] (`server.model`): `threaded` (below) or `uring`, and which
+//!   read paths each runs ([`ServerModel::supports`]).
 //! - [`config`]: [`BrokerConfig`] with Kafka's names, `server.properties` parsing
 //!   ([`BrokerConfig::apply_props`]), [`NOT_APPLICABLE_KEYS`](config::NOT_APPLICABLE_KEYS), [`DEFAULT_LISTEN`], and the
 //!   coordinator's configuration derived from it.
@@ -173,6 +175,7 @@ pub(crate) mod request_metrics;
 pub(crate) mod responder;
 pub(crate) mod response;
 pub(crate) mod server;
+pub mod server_model;
 pub(crate) mod shared;
 pub(crate) mod test_support;
 pub(crate) mod topics;
@@ -182,3 +185,4 @@ pub use config::{BrokerConfig, DEFAULT_LISTEN};
 pub use error::BrokerError;
 pub use request_metrics::FetchLatencies;
 pub use server::{Broker, BrokerHandle};
+pub use server_model::ServerModel;

@@ -26,6 +26,7 @@ use super::coordinator::storage::{self, LogStorage};
 use super::error::BrokerError;
 use super::network::{self, NetworkControl};
 use super::request_metrics::FetchLatencies;
+use super::server_model::{ModelUnsupported, ServerModel};
 use super::shared::Shared;
 use super::test_support::TestSupport;
 use super::write_deadline::SEND_TIMEOUT;
@@ -43,11 +44,21 @@ impl Broker {
     /// `num.network.threads` network threads, `num.io.threads` io threads, the purgatory's timer,
     /// the write-deadline watchdog, the log scheduler and the group coordinator's thread.
     ///
-    /// Errors: [`BrokerError::Log`], [`BrokerError::ReadPath`] (the path's probe failed: never
+    /// Errors: [`BrokerError::ServerModel`] (the model cannot run here, or cannot run the read
+    /// path: [`ServerModel::supports`]), [`BrokerError::Log`], [`BrokerError::ReadPath`] (the path's probe failed: never
     /// a fallback), [`BrokerError::Bind`], [`BrokerError::Thread`] (threads already started
     /// are stopped).
     pub fn start(config: BrokerConfig) -> Result<BrokerHandle, BrokerError> {
         config.read_path.probe().map_err(|e| BrokerError::ReadPath { source: e.into() })?;
+        config.server_model.probe()?;
+        config.server_model.supports(config.read_path)?;
+        if config.server_model == ServerModel::Uring {
+            return Err(BrokerError::ServerModel(ModelUnsupported {
+                model: ServerModel::Uring,
+                read_path: None,
+                reason: "its front end is not built yet (issue 16 in progress)".into(),
+            }));
+        }
         let (logs, report) = LogManager::open(&config.log_dir, config.log_config.clone(), |_| None, false)?;
         tracing::info!(
             partitions = report.partitions.len(),
