@@ -13,6 +13,7 @@ use super::histogram::LatencyRecorder;
 use super::results::{CpuPerGb, EndToEnd, LatencyResult, PathResult};
 use super::usage::{pin_current_thread, residency, rss_bytes, threads_usage, Usage};
 use super::workload::{PageCache, Phase, Workload};
+use crate::broker::server_model::ServerModel;
 use crate::broker::BrokerHandle;
 use crate::client::consumer::{Consumer, ConsumerConfig, ConsumerError};
 use crate::metrics::Latency;
@@ -66,6 +67,8 @@ pub(crate) struct Target<'a> {
     pub backlog: &'a Backlog,
     /// The read path's name for the results (`external` for a cluster).
     pub read_path: String,
+    /// The embedded broker's server model, `None` for an external cluster (its own).
+    pub server_model: Option<ServerModel>,
     /// `host:port` of the broker.
     pub bootstrap: String,
     /// The embedded broker, `None` for an external cluster (no broker CPU, no broker-side
@@ -609,6 +612,7 @@ impl Measured {
         let cpu = |u: &Usage| CpuPerGb { user_s_per_gb: per_gb(u.user), sys_s_per_gb: per_gb(u.sys) };
         let seconds = self.seconds.max(1e-9);
         PathResult {
+            server_model: t.server_model.map(|m| m.name().to_string()),
             read_path: t.read_path.clone(),
             phase: self.phase.name().to_string(),
             repetition: 0, // set by the run, which knows the repetition

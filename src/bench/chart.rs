@@ -19,8 +19,14 @@
 //!   `poll` latency when no Fetch latency was recorded (an external target). The panel's
 //!   title says which; it says "no latency samples" when every histogram is empty.
 //!
-//! A repeated run (`--repeat N`: several entries of a (read path, phase)) draws one bar per
-//! (read path, phase): the mean over the repetitions, with the 95% confidence interval of the
+//! A run that compares server models ([`Results::compares_models`]: its workload or an entry
+//! names a model other than `threaded`) draws one
+//! bar and one curve per (server model, read path), named `model/path` (`uring/uring-splice`,
+//! `threaded/copy`; [`combination_label`]); a run of `threaded` alone names them by the read
+//! path, as before. Each bar's broker CPU is that combination's.
+//!
+//! A repeated run (`--repeat N`: several entries of a (server model, read path, phase)) draws
+//! one bar per (server model, read path, phase): the mean over the repetitions, with the 95% confidence interval of the
 //! mean (Student's t, from `results.summary`, see [`super::results::summarize`]) as an error
 //! bar, and a legend "mean of N runs, bars: 95% CI". Its latency curves are those of the
 //! repetitions' histograms merged (HdrHistogram add: percentiles of all the values together,
@@ -37,7 +43,9 @@
 //! at 1 us so the log axis has no zero. Non-finite numbers (never in a validated file) are
 //! drawn as 0, so the SVG never holds `NaN`. Colours are fixed by read path name
 //! ([`PATH_COLORS`]; a name outside it takes [`OTHER_COLORS`] in order of first appearance)
-//! and are the same in every panel; the CPU stacks have their own grays ([`CPU_USER_COLOR`],
+//! and are the same in every panel; a series under server model `uring` takes its read path's
+//! colour darkened ([`URING_SHADE`]), so `threaded/uring-splice` and `uring/uring-splice`
+//! differ; the CPU stacks have their own grays ([`CPU_USER_COLOR`],
 //! [`CPU_SYS_COLOR`]), so no two series of a chart share a colour.
 //!
 //! Text is written as SVG `<text>` elements in the viewer's `sans-serif` font: plotters is
@@ -55,7 +63,7 @@ use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use super::results::{summarize, FigureStats, LatencyResult, PathResult, Results};
+use super::results::{combination_label, summarize, EntryKey, FigureStats, LatencyResult, PathResult, Results};
 use super::workload::{Client, Compression, PageCache, Phase, Rate, Workload};
 use crate::metrics::{HistogramError, Latency, LOWEST_NS};
 
@@ -79,6 +87,8 @@ pub(crate) const PATH_COLORS: [(&str, RGBColor); 7] = [
     ("null", RGBColor(140, 86, 75)),         // brown
     ("external", RGBColor(227, 119, 194)),   // pink
 ];
+/// The factor a series under server model `uring` scales its read path's colour by (darker).
+pub(crate) const URING_SHADE: f64 = 0.6;
 /// Colours of read paths not in [`PATH_COLORS`], in order of first appearance (Tableau 10's
 /// olive and cyan; repeated beyond two such paths).
 pub(crate) const OTHER_COLORS: [RGBColor; 2] = [RGBColor(188, 189, 34), RGBColor(23, 190, 207)];
@@ -259,6 +269,40 @@ impl Palette {
             let i = self.others.iter().position(|c| c == read_path).unwrap_or(0);
             OTHER_COLORS[i % OTHER_COLORS.len()]
         })
+    }
+
+    /// The colour of a series: its read path's, darkened under `uring` ([`URING_SHADE`]).
+    fn series_color(&self, s: &Series) -> RGBColor {
+        let c = self.color(&s.read_path);
+        if s.server_model.as_deref() == Some("uring") {
+            let shade = |x: u8| (f64::from(x) * URING_SHADE).round() as u8;
+            RGBColor(shade(c.0), shade(c.1), shade(c.2))
+        } else {
+            c
+        }
+    }
+}
+
+/// A (server model, read path) of a chart: its bars and curves.
+#[derive(Clone, Debug, PartialEq)]
+struct Series {
+    server_model: Option<String>,
+    read_path: String,
+    /// `model/path` in a run comparing models, else the read path ([`combination_label`]).
+    name: String,
+}
+
+impl Series {
+    fn of(p: &PathResult, qualified: bool) -> Series {
+        Series {
+            server_model: p.server_model.clone(),
+            read_path: p.read_path.clone(),
+            name: combination_label(p.server_model.as_deref(), &p.read_path, qualified),
+        }
+    }
+
+    fn key(&self) -> (Option<&str>, &str) {
+        (self.server_model.as_deref(), self.read_path.as_str())
     }
 }
 
@@ -453,10 +497,11 @@ impl BarValue {
     }
 }
 
-/// One bar of the bar panels: a (read path, phase of [`BAR_PHASES`]) over its repetitions.
+/// One bar of the bar panels: a (server model, read path, phase of [`BAR_PHASES`]) over its
+/// repetitions.
 #[derive(Clone, Debug, PartialEq)]
 struct Bar {
-    read_path: String,
+    series: Series,
     phase: String,
     /// Repetitions the figures are over.
     samples: u64,
@@ -470,36 +515,37 @@ struct Bar {
 }
 
 impl Bar {
-    /// The bar's axis label: the read path, `<read path> mixed` for a mixed entry.
+    /// The bar's axis label: the series' name, `<name> mixed` for a mixed entry.
     fn label(&self) -> String {
         if self.phase == "catch_up" {
-            self.read_path.clone()
+            self.series.name.clone()
         } else {
-            format!("{} {}", self.read_path, self.phase)
+            format!("{} {}", self.series.name, self.phase)
         }
     }
 }
 
-/// The bars of `results`: one per (read path, phase) of [`BAR_PHASES`], phase by phase, read
-/// paths in order of first appearance. One entry gives its own figures; several (a repeated
+/// The bars of `results`: one per (server model, read path, phase) of [`BAR_PHASES`], phase by
+/// phase, combinations in order of first appearance. One entry gives its own figures; several (a repeated
 /// run) give the mean and 95% interval of their [`results.summary`](Results::summary) entry,
 /// or of [`summarize`] when the file has none that covers exactly these entries.
 fn bars(results: &Results) -> Vec<Bar> {
     let mut bars = Vec::new();
+    let qualified = results.compares_models();
     for phase in BAR_PHASES {
-        let mut names: Vec<&str> = Vec::new();
+        let mut keys: Vec<EntryKey<'_>> = Vec::new();
         for p in results.paths.iter().filter(|p| p.phase == phase) {
-            if !names.contains(&p.read_path.as_str()) {
-                names.push(&p.read_path);
+            if !keys.contains(&p.key()) {
+                keys.push(p.key());
             }
         }
-        for name in names {
-            let entries: Vec<&PathResult> =
-                results.paths.iter().filter(|p| p.phase == phase && p.read_path == name).collect();
+        for key in keys {
+            let entries: Vec<&PathResult> = results.paths.iter().filter(|p| p.key() == key).collect();
+            let series = Series::of(entries[0], qualified);
             let bar = if let [p] = entries.as_slice() {
                 let (user, sys) = (clean(p.broker_cpu.user_s_per_gb), clean(p.broker_cpu.sys_s_per_gb));
                 Bar {
-                    read_path: name.to_string(),
+                    series,
                     phase: phase.to_string(),
                     samples: 1,
                     mb_per_sec: BarValue::one(p.mb_per_sec),
@@ -512,7 +558,9 @@ fn bars(results: &Results) -> Vec<Bar> {
                 let summary = results
                     .summary
                     .iter()
-                    .find(|s| s.read_path == name && s.phase == phase && s.samples == n)
+                    .find(|s| {
+                        (s.server_model.as_deref(), s.read_path.as_str(), s.phase.as_str()) == key && s.samples == n
+                    })
                     .cloned()
                     .or_else(|| {
                         let owned: Vec<PathResult> = entries.iter().map(|p| (*p).clone()).collect();
@@ -521,7 +569,7 @@ fn bars(results: &Results) -> Vec<Bar> {
                 let figure =
                     |metric: &str| summary.as_ref().and_then(|s| s.figures.iter().find(|f| f.metric == metric));
                 Bar {
-                    read_path: name.to_string(),
+                    series,
                     phase: phase.to_string(),
                     samples: n,
                     mb_per_sec: BarValue::of(figure("mb_per_sec")),
@@ -620,7 +668,7 @@ fn draw_throughput(area: &DrawingArea<SVGBackend, Shift>, bars: &[Bar], colors: 
     chart
         .draw_series(bars.iter().zip(&values).enumerate().map(|(i, (b, v))| {
             let x = i as f64;
-            Rectangle::new([(x - 0.3, 0.0), (x + 0.3, v.mean / size)], bar_style(colors.color(&b.read_path), b))
+            Rectangle::new([(x - 0.3, 0.0), (x + 0.3, v.mean / size)], bar_style(colors.series_color(&b.series), b))
         }))
         .map_err(draw_err)?;
     if let Some(legend) = &legend {
@@ -740,8 +788,8 @@ struct LatencyPanel {
 
 /// One percentile curve: (nines, latency us) points.
 struct Curve {
-    read_path: String,
-    /// The legend's text: the read path, `<read path> mixed` for a mixed entry, ` raw` after
+    series: Series,
+    /// The legend's text: the series' name, `<name> mixed` for a mixed entry, ` raw` after
     /// a raw curve.
     label: String,
     /// `true` for the raw (not corrected) end-to-end view, drawn lighter.
@@ -772,25 +820,26 @@ fn curve_points(latency: &Latency) -> Vec<(f64, f64)> {
         .collect()
 }
 
-/// The histogram `which` (`get`) of the entries of `phase`, merged per read path (HdrHistogram
-/// add, so the percentiles are those of every repetition's values together, never an average
-/// of percentiles): (read path, merged histogram, entries merged), read paths in order of
-/// first appearance.
+/// The histogram `which` (`get`) of the entries of `phase`, merged per (server model, read
+/// path) (HdrHistogram add, so the percentiles are those of every repetition's values
+/// together, never an average of percentiles): (series, merged histogram, entries merged), in
+/// order of first appearance.
 fn merged(
     results: &Results,
     phase: &str,
     which: &'static str,
     get: fn(&PathResult) -> &LatencyResult,
-) -> Result<Vec<(String, Latency, usize)>, ChartError> {
-    let mut out: Vec<(String, Latency, usize)> = Vec::new();
+) -> Result<Vec<(Series, Latency, usize)>, ChartError> {
+    let qualified = results.compares_models();
+    let mut out: Vec<(Series, Latency, usize)> = Vec::new();
     for p in results.paths.iter().filter(|p| p.phase == phase) {
         let h = decode(p, which, get(p))?;
-        match out.iter_mut().find(|(name, _, _)| *name == p.read_path) {
+        match out.iter_mut().find(|(s, _, _)| s.key() == (p.server_model.as_deref(), p.read_path.as_str())) {
             Some((_, merged, n)) => {
                 merged.merge(&h);
                 *n += 1;
             }
-            None => out.push((p.read_path.clone(), h, 1)),
+            None => out.push((Series::of(p, qualified), h, 1)),
         }
     }
     Ok(out)
@@ -816,10 +865,10 @@ fn latency_curves(results: &Results) -> Result<LatencyPanel, ChartError> {
     for phase in E2E_PHASES {
         let corrected = merged(results, phase, "end_to_end_latency.corrected", |p| &p.end_to_end_latency.corrected)?;
         let raw = merged(results, phase, "end_to_end_latency.raw", |p| &p.end_to_end_latency.raw)?;
-        for ((name, corrected, n), (_, raw, _)) in corrected.into_iter().zip(raw) {
-            let label = if phase == "tail" { name.clone() } else { format!("{name} {phase}") };
+        for ((series, corrected, n), (_, raw, _)) in corrected.into_iter().zip(raw) {
+            let label = if phase == "tail" { series.name.clone() } else { format!("{} {phase}", series.name) };
             let curve = |raw: bool, label: String, h: &Latency| Curve {
-                read_path: name.clone(),
+                series: series.clone(),
                 label,
                 raw,
                 dashed: phase == "mixed",
@@ -850,13 +899,14 @@ fn latency_curves(results: &Results) -> Result<LatencyPanel, ChartError> {
     }
     let fetch = merged(results, "catch_up", "fetch_latency", |p| &p.fetch_latency)?;
     let poll = merged(results, "catch_up", "poll_latency", |p| &p.poll_latency)?;
-    let curves = |hists: Vec<(String, Latency, usize)>| -> (Vec<Curve>, Vec<usize>) {
+    let curves = |hists: Vec<(Series, Latency, usize)>| -> (Vec<Curve>, Vec<usize>) {
         hists
             .into_iter()
             .filter(|(_, h, _)| h.count() > 0)
-            .map(|(name, h, n)| {
+            .map(|(series, h, n)| {
                 let points = curve_points(&h);
-                (Curve { read_path: name.clone(), label: name, raw: false, dashed: false, points }, n)
+                let label = series.name.clone();
+                (Curve { series, label, raw: false, dashed: false, points }, n)
             })
             .unzip()
     };
@@ -919,7 +969,7 @@ fn draw_latency(
         .draw()
         .map_err(draw_err)?;
     for curve in &panel.curves {
-        let color = colors.color(&curve.read_path);
+        let color = colors.series_color(&curve.series);
         let style = if curve.raw { color.mix(0.4).stroke_width(1) } else { color.stroke_width(2) };
         if curve.dashed {
             chart
@@ -1041,10 +1091,11 @@ mod tests {
         let results = example_repeated(&[1.0, 1.3, 0.8]);
         let drawn = bars(&results);
         let keys: Vec<(&str, &str, u64)> =
-            drawn.iter().map(|b| (b.read_path.as_str(), b.phase.as_str(), b.samples)).collect();
+            drawn.iter().map(|b| (b.series.read_path.as_str(), b.phase.as_str(), b.samples)).collect();
         assert_eq!(keys, [("copy", "catch_up", 3), ("mmap", "catch_up", 3), ("sendfile", "catch_up", 3)]);
         for b in &drawn {
-            let s = results.summary.iter().find(|s| s.read_path == b.read_path && s.phase == "catch_up").unwrap();
+            let s =
+                results.summary.iter().find(|s| s.read_path == b.series.read_path && s.phase == "catch_up").unwrap();
             let figure = |m: &str| s.figures.iter().find(|f| f.metric == m).unwrap();
             let mb = figure("mb_per_sec");
             assert_eq!(
@@ -1054,7 +1105,7 @@ mod tests {
             let values: Vec<f64> = results
                 .paths
                 .iter()
-                .filter(|p| p.read_path == b.read_path && p.phase == "catch_up")
+                .filter(|p| p.read_path == b.series.read_path && p.phase == "catch_up")
                 .map(|p| p.mb_per_sec)
                 .collect();
             let mean = values.iter().sum::<f64>() / 3.0;
@@ -1275,6 +1326,39 @@ mod tests {
         let mut results = example(1.0);
         results.interrupted = true;
         assert!(title(&results).0.ends_with("tail at 10000 records/s [interrupted]"), "{:?}", title(&results));
+    }
+
+    /// A run comparing server models: a bar and a curve per (model, path), named `model/path`,
+    /// each bar with that combination's broker CPU; the uring series darker than its path's.
+    #[test]
+    fn combinations_of_server_models_are_named_model_slash_path() {
+        let mut results = example(1.0);
+        let uring: Vec<PathResult> = results
+            .paths
+            .iter()
+            .filter(|p| p.read_path == "sendfile")
+            .map(|p| {
+                let mut q = p.clone();
+                q.server_model = Some("uring".into());
+                q.read_path = "uring-splice".into();
+                q.broker_cpu.sys_s_per_gb /= 2.0;
+                q
+            })
+            .collect();
+        results.paths.extend(uring);
+        results.summary = summarize(&results.paths);
+        let drawn = bars(&results);
+        let labels: Vec<String> = drawn.iter().map(Bar::label).collect();
+        assert_eq!(labels, ["threaded/copy", "threaded/mmap", "threaded/sendfile", "uring/uring-splice"]);
+        let sendfile = drawn[2].cpu.mean;
+        assert!((drawn[3].cpu.mean - (sendfile - 0.25 / 1.6)).abs() < 1e-9, "{drawn:?}");
+        let svg = render_svg(&results).unwrap();
+        assert!(svg.contains(">\nuring/uring-splice\n</text>") && svg.contains(">\nthreaded/copy\n</text>"), "{svg}");
+        let dark = Palette::of(&results).series_color(&drawn[3].series);
+        assert_eq!(dark, RGBColor(128, 23, 24), "uring-splice's red x 0.6");
+        assert!(svg.contains("#801718"), "the uring series' colour is drawn");
+        // threaded alone: names as before.
+        assert_eq!(bars(&example(1.0))[0].label(), "copy");
     }
 
     /// No two series of a chart share a colour: every read path (and `external`), the other

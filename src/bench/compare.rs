@@ -1,7 +1,7 @@
 //! `fetchbench compare BASE.json NEW.json [--threshold 10%]`: two results files side by side.
 //!
-//! [`compare`] matches the entries of both files by (read path, phase) — all repetitions of
-//! an entry form its sample — and puts every metric of [`METRICS`] side by side: the mean of
+//! [`compare`] matches the entries of both files by (server model, read path, phase) — all
+//! repetitions of an entry form its sample — and puts every metric of [`METRICS`] side by side: the mean of
 //! each side and the ratio new / base of the means. Which test decides depends on the samples:
 //!
 //! - **Welch's t-test** when both sides have at least 2 samples of the metric (`fetchbench run
@@ -19,9 +19,16 @@
 //! shown, not gated). An entry of the base missing from the new file is a regression too: a
 //! path that stopped running is not faster.
 //!
-//! The report also gives *within-run* ratios: each path relative to `copy` in the same file,
-//! phase and repetition, the figures that hold on noisy machines (see DESIGN.md, Measuring);
-//! with repeats as the mean of the per-repetition ratios and its 95% confidence interval.
+//! The report also gives *within-run* ratios: each combination relative to the reference
+//! `copy` (`threaded`'s, see [`is_copy_reference`]) in the same file, phase and repetition,
+//! the figures that hold on noisy machines (see DESIGN.md, Measuring); with repeats as the
+//! mean of the per-repetition ratios and its 95% confidence interval.
+//!
+//! Entries are named `path/phase` (`copy/catch_up`), or `model/path/phase`
+//! (`uring/uring-splice/catch_up`) when either file has an entry under a server model other
+//! than `threaded` ([`models_compared`]). A file from before server models (version 2 to 4)
+//! reads as `threaded` ([`Results::from_json`]), so an old baseline still matches a new run's
+//! `threaded` entries.
 //!
 //! Both files are results documents ([`super::results`]): of `fetchbench run`, or of `fetchbench
 //! read-paths` (phase `loopback`), of the current version or one [`Results::from_json`] still
@@ -35,7 +42,10 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use super::results::{Better, Metric, Results, ValidationError, METRICS, SCHEMA, SCHEMA_VERSION};
+use super::results::{
+    combination_label, is_copy_reference, models_compared, Better, EntryKey, Metric, Results, ValidationError, METRICS,
+    SCHEMA, SCHEMA_VERSION,
+};
 use super::stats::{estimate, welch, Estimate};
 use super::workload::Workload;
 
@@ -72,6 +82,8 @@ impl std::fmt::Display for Test {
 /// One metric of one entry, base beside new.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Row {
+    /// Server model (`None`: an external cluster or a `read-paths` document).
+    pub server_model: Option<String>,
     /// Read path.
     pub read_path: String,
     /// Phase.
@@ -94,11 +106,13 @@ pub struct Row {
     pub regression: bool,
 }
 
-/// One path relative to `copy` in the same file and phase.
+/// One combination relative to the reference `copy` in the same file and phase.
 #[derive(Clone, Debug, PartialEq)]
 pub struct WithinRun {
     /// `base` or `new`.
     pub file: &'static str,
+    /// Server model.
+    pub server_model: Option<String>,
     /// Read path.
     pub read_path: String,
     /// Phase.
@@ -113,9 +127,11 @@ pub struct WithinRun {
 pub struct Report {
     /// The threshold as a fraction (0.10 = 10%).
     pub threshold: f64,
+    /// Whether entries are named with their server model (see the [module docs](self)).
+    pub qualified: bool,
     /// Every metric of every entry found in both files.
     pub rows: Vec<Row>,
-    /// Entries `read_path/phase` of the base missing from the new file (regressions).
+    /// Entries `[model/]read_path/phase` of the base missing from the new file (regressions).
     pub missing: Vec<String>,
     /// Entries only in the new file (not compared).
     pub added: Vec<String>,
@@ -143,16 +159,24 @@ impl Report {
             let _ = writeln!(s, "note: {note}");
         }
         let num = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.3}"));
+        let name = |m: &Option<String>, path: &str, phase: &str| {
+            format!("{}/{phase}", combination_label(m.as_deref(), path, self.qualified))
+        };
         let _ = writeln!(
             s,
             "{:<24} {:<27} {:>14} {:>14} {:>8} {:>5}  test",
-            "path/phase", "metric", "base", "new", "new/base", "n"
+            if self.qualified { "model/path/phase" } else { "path/phase" },
+            "metric",
+            "base",
+            "new",
+            "new/base",
+            "n"
         );
         for r in &self.rows {
             let _ = writeln!(
                 s,
                 "{:<24} {:<27} {:>14} {:>14} {:>8} {:>5}  {}{}",
-                format!("{}/{}", r.read_path, r.phase),
+                name(&r.server_model, &r.read_path, &r.phase),
                 r.metric,
                 num(r.base),
                 num(r.new),
@@ -171,7 +195,8 @@ impl Report {
         if !self.within_run.is_empty() {
             let _ = writeln!(
                 s,
-                "\nwithin-run ratios (path / copy, same file, phase and repetition; with repeats the mean [95% CI]):"
+                "\nwithin-run ratios (path / copy{}, same file, phase and repetition; with repeats the mean [95% CI]):",
+                if self.qualified { " under threaded" } else { "" }
             );
             for w in &self.within_run {
                 let ratios: Vec<String> = w
@@ -182,8 +207,13 @@ impl Report {
                         None => format!("{m} {:.3}", e.mean),
                     })
                     .collect();
-                let _ =
-                    writeln!(s, "  {:<4} {:<24} {}", w.file, format!("{}/{}", w.read_path, w.phase), ratios.join("  "));
+                let _ = writeln!(
+                    s,
+                    "  {:<4} {:<24} {}",
+                    w.file,
+                    name(&w.server_model, &w.read_path, &w.phase),
+                    ratios.join("  ")
+                );
             }
         }
         let n = self.regressions().count() + self.missing.len();
@@ -208,14 +238,18 @@ pub fn compare(base: &Results, new: &Results, threshold: f64) -> Report {
 pub fn compare_gated(base: &Results, new: &Results, threshold: f64, gated: Option<&[String]>) -> Report {
     let mut rows = Vec::new();
     let mut missing = Vec::new();
+    let qualified = models_compared(base.paths.iter().chain(&new.paths));
+    let name =
+        |(model, read_path, phase): EntryKey<'_>| format!("{}/{phase}", combination_label(model, read_path, qualified));
     let (base_keys, new_keys) = (entry_keys(base), entry_keys(new));
-    for &(read_path, phase) in &base_keys {
-        if !new_keys.contains(&(read_path, phase)) {
-            missing.push(format!("{read_path}/{phase}"));
+    for &key in &base_keys {
+        let (server_model, read_path, phase) = key;
+        if !new_keys.contains(&key) {
+            missing.push(name(key));
             continue;
         }
         for m in METRICS {
-            let (bs, ns) = (samples(base, read_path, phase, m), samples(new, read_path, phase, m));
+            let (bs, ns) = (samples(base, key, m), samples(new, key, m));
             let mean = |v: &[f64]| (!v.is_empty()).then(|| estimate(v).mean);
             let (bv, nv) = (mean(&bs), mean(&ns));
             let ratio = match (bv, nv) {
@@ -238,6 +272,7 @@ pub fn compare_gated(base: &Results, new: &Results, threshold: f64, gated: Optio
                 None => (Test::Threshold, true),
             };
             rows.push(Row {
+                server_model: server_model.map(str::to_string),
                 read_path: read_path.to_string(),
                 phase: phase.to_string(),
                 metric: m.name,
@@ -251,11 +286,7 @@ pub fn compare_gated(base: &Results, new: &Results, threshold: f64, gated: Optio
             });
         }
     }
-    let added = new_keys
-        .iter()
-        .filter(|k| !base_keys.contains(k))
-        .map(|(read_path, phase)| format!("{read_path}/{phase}"))
-        .collect();
+    let added = new_keys.iter().filter(|k| !base_keys.contains(k)).map(|k| name(*k)).collect();
     let mut within_run = within(base, "base");
     within_run.extend(within(new, "new"));
     let mut notes = Vec::new();
@@ -317,32 +348,33 @@ pub fn compare_gated(base: &Results, new: &Results, threshold: f64, gated: Optio
             threshold * 100.0
         ));
     }
-    Report { threshold, rows, missing, added, within_run, notes }
+    Report { threshold, qualified, rows, missing, added, within_run, notes }
 }
 
-/// The (read path, phase) pairs of `r`, in the order of their first entries.
-fn entry_keys(r: &Results) -> Vec<(&str, &str)> {
+/// The (server model, read path, phase) keys of `r`, in the order of their first entries.
+fn entry_keys(r: &Results) -> Vec<EntryKey<'_>> {
     let mut keys = Vec::new();
     for p in &r.paths {
-        let k = (p.read_path.as_str(), p.phase.as_str());
-        if !keys.contains(&k) {
-            keys.push(k);
+        if !keys.contains(&p.key()) {
+            keys.push(p.key());
         }
     }
     keys
 }
 
-/// The values of metric `m` over the repetitions of (read path, phase) in `r`.
-fn samples(r: &Results, read_path: &str, phase: &str, m: &Metric) -> Vec<f64> {
-    r.paths.iter().filter(|p| p.read_path == read_path && p.phase == phase).filter_map(|p| (m.get)(p)).collect()
+/// The values of metric `m` over the repetitions of the entry `key` in `r`.
+fn samples(r: &Results, key: EntryKey<'_>, m: &Metric) -> Vec<f64> {
+    r.paths.iter().filter(|p| p.key() == key).filter_map(|p| (m.get)(p)).collect()
 }
 
-/// Each path relative to `copy` per repetition (same phase), for the [`WITHIN_RUN`] metrics;
-/// phases without `copy` are left out.
+/// Each combination relative to the reference `copy` ([`is_copy_reference`]) per repetition
+/// (same phase), for the [`WITHIN_RUN`] metrics; phases without the reference are left out.
 fn within(r: &Results, file: &'static str) -> Vec<WithinRun> {
     let mut out = Vec::new();
-    for (read_path, phase) in entry_keys(r).into_iter().filter(|(p, _)| *p != "copy") {
-        if !r.paths.iter().any(|c| c.read_path == "copy" && c.phase == phase) {
+    for key in entry_keys(r) {
+        let (server_model, read_path, phase) = key;
+        let reference = r.paths.iter().find(|p| p.key() == key).is_some_and(is_copy_reference);
+        if reference || !r.paths.iter().any(|c| is_copy_reference(c) && c.phase == phase) {
             continue;
         }
         let ratios = METRICS
@@ -352,12 +384,12 @@ fn within(r: &Results, file: &'static str) -> Vec<WithinRun> {
                 let values: Vec<f64> = r
                     .paths
                     .iter()
-                    .filter(|p| p.read_path == read_path && p.phase == phase)
+                    .filter(|p| p.key() == key)
                     .filter_map(|p| {
                         let copy = r
                             .paths
                             .iter()
-                            .find(|c| c.read_path == "copy" && c.phase == phase && c.repetition == p.repetition)?;
+                            .find(|c| is_copy_reference(c) && c.phase == phase && c.repetition == p.repetition)?;
                         match ((m.get)(p), (m.get)(copy)) {
                             (Some(x), Some(c)) if c > 0.0 => Some(x / c),
                             _ => None,
@@ -367,7 +399,13 @@ fn within(r: &Results, file: &'static str) -> Vec<WithinRun> {
                 (!values.is_empty()).then(|| (m.name, estimate(&values)))
             })
             .collect();
-        out.push(WithinRun { file, read_path: read_path.to_string(), phase: phase.to_string(), ratios });
+        out.push(WithinRun {
+            file,
+            server_model: server_model.map(str::to_string),
+            read_path: read_path.to_string(),
+            phase: phase.to_string(),
+            ratios,
+        });
     }
     out
 }
@@ -608,7 +646,7 @@ mod tests {
         let e = load(&garbage).unwrap_err().to_string();
         assert!(
             e.contains(
-                "garbage.json: not a valid fetchbench-results v4 document: not JSON: expected ident at line 1 column 2"
+                "garbage.json: not a valid fetchbench-results v5 document: not JSON: expected ident at line 1 column 2"
             ),
             "{e}"
         );
@@ -656,6 +694,10 @@ mod tests {
             (
                 "base-v3.json",
                 serde_json::to_string_pretty(&crate::bench::results::tests::as_version_3(&base)).unwrap() + "\n",
+            ),
+            (
+                "base-v4.json",
+                serde_json::to_string_pretty(&crate::bench::results::tests::as_version_4(&base)).unwrap() + "\n",
             ),
             ("read-paths.json", example_read_paths().to_json() + "\n"),
         ]
@@ -804,7 +846,64 @@ mod tests {
         let text = e.to_string();
         assert!(text.contains("read-paths-v1.json: a fetchbench-read-paths v1 document"), "{text}");
         assert!(text.contains("re-run `fetchbench read-paths --json`"), "{text}");
-        assert!(text.contains("fetchbench-results v4"), "{text}");
+        assert!(text.contains("fetchbench-results v5"), "{text}");
+    }
+
+    /// `example(speed)` with its `sendfile` entries also run under `uring` as `uring-splice`,
+    /// at `uring_speed` times threaded sendfile's throughput.
+    fn with_uring(speed: f64, uring_speed: f64) -> Results {
+        let mut r = example(speed);
+        let uring: Vec<_> = r
+            .paths
+            .iter()
+            .filter(|p| p.read_path == "sendfile")
+            .map(|p| {
+                let mut q = p.clone();
+                q.server_model = Some("uring".into());
+                q.read_path = "uring-splice".into();
+                q.mb_per_sec *= uring_speed;
+                q
+            })
+            .collect();
+        r.paths.extend(uring);
+        r.summary = crate::bench::results::summarize(&r.paths);
+        r
+    }
+
+    /// Entries match by (server model, read path, phase): a version 4 baseline (threaded, as
+    /// it reads) against a run of both models compares the threaded entries and lists the
+    /// uring ones as added; a uring entry that got slower is a regression named with its model;
+    /// within-run ratios of uring are against threaded's copy.
+    #[test]
+    fn entries_match_by_server_model() {
+        let v4 = crate::bench::results::tests::as_version_4(&example(1.0));
+        let old = Results::from_json(&v4.to_string()).unwrap();
+        let new = with_uring(1.0, 1.5);
+        let report = compare(&old, &new, 0.10);
+        assert!(!report.has_regressions(), "{}", report.table());
+        assert!(report.qualified);
+        assert_eq!(report.added, ["uring/uring-splice/catch_up", "uring/uring-splice/tail"]);
+        assert!(report.rows.iter().all(|r| r.server_model.as_deref() == Some("threaded")));
+        let table = report.table();
+        assert!(table.contains("threaded/copy/catch_up") && table.contains("model/path/phase"), "{table}");
+        let w = report.within_run.iter().find(|w| w.file == "new" && w.read_path == "uring-splice").unwrap();
+        let mb = w.ratios.iter().find(|(m, _)| *m == "mb_per_sec").unwrap().1.mean;
+        assert!((mb - 1.6 * 1.5).abs() < 1e-9 && w.phase == "catch_up", "{mb}");
+        // A uring entry that lost 20% against the same model's base.
+        let report = compare(&with_uring(1.0, 1.5), &with_uring(1.0, 1.2), 0.10);
+        let flagged: Vec<_> = report.regressions().map(|r| (r.server_model.clone(), r.read_path.clone())).collect();
+        assert!(flagged.iter().all(|f| *f == (Some("uring".to_string()), "uring-splice".to_string())), "{flagged:?}");
+        assert!(!flagged.is_empty());
+        // The same read path under another model is another entry: missing, not matched.
+        let mut moved = new.clone();
+        for p in moved.paths.iter_mut().filter(|p| p.read_path == "uring-splice") {
+            p.server_model = Some("threaded".into());
+        }
+        let report = compare(&new, &moved, 0.10);
+        assert_eq!(report.missing, ["uring/uring-splice/catch_up", "uring/uring-splice/tail"]);
+        assert_eq!(report.added, ["threaded/uring-splice/catch_up", "threaded/uring-splice/tail"]);
+        // Only threaded on both sides: names as before.
+        assert!(!compare(&old, &example(1.0), 0.10).table().contains("threaded/"));
     }
 
     #[test]

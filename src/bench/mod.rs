@@ -1,8 +1,8 @@
 //! The benchmark harness: `fetchbench run` / `fetchbench sweep` ([`run`]) turn workload files
 //! ([`workload`]) into results files ([`results`], versioned JSON with full HdrHistograms
 //! ([`crate::metrics::Latency`]; recording with coordinated-omission correction and the
-//! open-loop schedule: [`histogram`]), CSV and an SVG chart ([`chart`])), measured per read path against an
-//! embedded broker or an external cluster: the backlog ([`backlog`]), the catch-up phase
+//! open-loop schedule: [`histogram`]), CSV and an SVG chart ([`chart`])), measured per server model and read path
+//! (`server_models` x `read_paths`) against an embedded broker or an external cluster: the backlog ([`backlog`]), the catch-up phase
 //! ([`catch_up`]), the tail phase with end-to-end latency ([`tail`]; what its threads share,
 //! whichever client: [`tail_shared`]), both at once ([`mixed`]), librdkafka consumers as kcat
 //! processes ([`kcat`]), resource accounting and the page cache ([`usage`]), this machine's

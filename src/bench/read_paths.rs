@@ -453,6 +453,7 @@ fn entry(m: &Measurement, limits: &LimitsResult) -> PathResult {
     let mb_per_sec = finite(m.gb_per_sec * 1e3);
     let none = LatencyResult::empty;
     PathResult {
+        server_model: None,
         read_path: m.path.name().to_string(),
         phase: "loopback".into(),
         repetition: 0,

@@ -15,7 +15,7 @@
 //!   loopback {file, temp_file, file_size, slice_size, total_bytes, cold_cache, buffer_size,
 //!             pipe_size} | null,
 //!   limits {source, figures [ {key, label, bytes_per_sec, cpu_seconds_per_gb} ]},
-//!   paths [ { read_path, phase, repetition, seconds, bytes, records, mb_per_sec, records_per_sec,
+//!   paths [ { server_model, read_path, phase, repetition, seconds, bytes, records, mb_per_sec, records_per_sec,
 //!             produced_mb_per_sec,
 //!             broker_cpu {user_s_per_gb, sys_s_per_gb}, consumer_cpu {..},
 //!             minor_faults_per_gb, major_faults_per_gb, context_switches_per_gb,
@@ -29,19 +29,26 @@
 //!                       cpu_user_seconds, cpu_system_seconds, receiver_cpu_seconds,
 //!                       sender_cpu_seconds_per_gb, resident_fraction_min,
 //!                       resident_fraction_max, cold_cache_effective} | null } ],
-//!   summary [ { read_path, phase, samples,
+//!   summary [ { server_model, read_path, phase, samples,
 //!               figures [ {metric, samples, mean, stddev, ci95_low, ci95_high, cv} ],
 //!               ratio_to_copy [ {metric, samples, mean, stddev, ci95_low, ci95_high, cv} ] } ] }
 //! ```
 //!
-//! `paths` holds one entry per (read path, phase, repetition): `fetchbench run --repeat N`
-//! measures every path N times (`repetition` 0 to N-1). `summary` holds, per (read path,
-//! phase), the statistics over its repetitions of every figure `compare` knows
+//! `paths` holds one entry per (server model, read path, phase, repetition): `fetchbench run`
+//! measures every read path under every server model of the workload (`server_models`), and
+//! `--repeat N` every combination N times (`repetition` 0 to N-1). `server_model` is the
+//! broker's front end that served the entry (`threaded` or `uring`, see
+//! [`crate::broker::ServerModel`]); `null` where no broker of fetchbench's served it: an
+//! external cluster (`target` `bootstrap:...`) and `fetchbench read-paths` (`target`
+//! `loopback`). `summary` holds, per (server model, read path, phase), the statistics over its
+//! repetitions of every figure `compare` knows
 //! ([`METRICS`], by name): the mean, the sample standard deviation, the 95%
 //! confidence interval of the mean (Student's t, n - 1 degrees of freedom) and the
 //! coefficient of variation (stddev / mean); `ratio_to_copy` the same over the per-repetition
-//! ratios path / `copy` (same repetition and phase; empty for `copy` itself and in runs
-//! without `copy`). With one repetition `stddev`, the interval and `cv` are `null`. The lower
+//! ratios entry / `copy` (same repetition and phase; the `copy` entry under `threaded`, Kafka's
+//! model and read+write, the reference every combination is set against, or the `copy` entry
+//! with `server_model` `null` in a document without models; empty for that reference itself
+//! and in runs without it). With one repetition `stddev`, the interval and `cv` are `null`. The lower
 //! bound is clamped to 0 (every figure is non-negative; see [`super::stats`]). A figure no
 //! repetition has (`rebalance_ms` of a tail) is left out.
 //!
@@ -62,7 +69,8 @@
 //!   or empty: `records`, `records_per_sec`, `consumer_cpu`, the fault and context-switch
 //!   counts, `broker_rss_bytes`, every latency; `produced_mb_per_sec`,
 //!   `fetches_in_flight_at_start` and `rebalance_ms` are `null`. Paths that could not run are in `notes` (`read path K: skipped: ...`, `read path
-//!   K: FAILED: ...`), as in a run.
+//!   K: FAILED: ...`), as in a run (there `<model>/<path>: skipped: ...` when the run compares
+//!   server models, see [`super::run`]).
 //!
 //! Units: MB = 1e6 bytes, GB = 1e9 bytes (of record batches served to consumers); CPU seconds
 //! are process CPU time (`getrusage`/`/proc`) over the measured interval; latencies are in
@@ -73,13 +81,17 @@
 //! Version history: 1 (first harness: no limits, notes, target, poll latency or machine
 //! details); 2 (one entry per (read path, phase)); 3 (`repetition`, `summary`, phase `mixed`,
 //! `produced_mb_per_sec`, `fetch_long_poll_latency` apart from `fetch_latency`,
-//! `fetches_in_flight_at_start`); 4 (this one: `fetchbench read-paths` documents: the top-level
+//! `fetches_in_flight_at_start`); 4 (`fetchbench read-paths` documents: the top-level
 //! and per-entry `loopback`, phase `loopback`, `workload` `null` there; before, `read-paths`
-//! wrote its own `fetchbench-read-paths` version 1 document, which nothing reads any more).
-//! [`Results::from_json`] reads version 2 and 3 files too, converted (version 2: every entry
-//! repetition 0, the version 3 path fields empty or `null`, an empty `summary`; both: every
-//! `loopback` `null`); [`validate`] takes version 4 only; any other version is refused rather
-//! than guessed at.
+//! wrote its own `fetchbench-read-paths` version 1 document, which nothing reads any more);
+//! 5 (this one: `server_model` in every entry and summary, the workload key `server_models`,
+//! entries keyed by (server model, read path, phase, repetition)).
+//! [`Results::from_json`] reads version 2, 3 and 4 files too, converted (version 2: every entry
+//! repetition 0, the version 3 path fields empty or `null`, an empty `summary`; 2 and 3: every
+//! `loopback` `null`; 2 to 4: `server_model` `threaded` in every entry and summary of an
+//! embedded run, the only model there was, `null` for an external cluster and a `read-paths`
+//! document); [`validate`] takes version 5 only; any other version is refused rather than
+//! guessed at.
 
 use std::fmt;
 use std::io::{self, Write};
@@ -96,10 +108,10 @@ use crate::metrics::{Latency, Summary};
 pub const SCHEMA: &str = "fetchbench-results";
 
 /// Version of the results schema; bumped on any incompatible change.
-pub const SCHEMA_VERSION: u32 = 4;
+pub const SCHEMA_VERSION: u32 = 5;
 
 /// The older versions [`Results::from_json`] still reads (converted to [`SCHEMA_VERSION`]).
-pub const READABLE_OLD_VERSIONS: [u32; 2] = [2, 3];
+pub const READABLE_OLD_VERSIONS: [u32; 3] = [2, 3, 4];
 
 /// One results file: a run of one resolved workload over its read paths, or a `fetchbench
 /// read-paths` run (see the [module docs](self)).
@@ -136,10 +148,10 @@ pub struct Results {
     pub loopback: Option<LoopbackConfig>,
     /// This machine's limits, when known (`scripts/baseline-limits.sh`).
     pub limits: LimitsResult,
-    /// One entry per (read path, phase, repetition), in the order they ran.
+    /// One entry per (server model, read path, phase, repetition), in the order they ran.
     pub paths: Vec<PathResult>,
-    /// Statistics over the repetitions, one entry per (read path, phase) in the order of
-    /// their first entries ([`summarize`]); empty in a file read from version 2.
+    /// Statistics over the repetitions, one entry per (server model, read path, phase) in the
+    /// order of their first entries ([`summarize`]); empty in a file read from version 2.
     pub summary: Vec<SummaryEntry>,
 }
 
@@ -208,10 +220,12 @@ fn sampled(l: &LatencyResult, f: fn(&Summary) -> f64) -> Option<f64> {
     (l.summary.count > 0).then(|| f(&l.summary))
 }
 
-/// The statistics of one (read path, phase) over its repetitions.
+/// The statistics of one (server model, read path, phase) over its repetitions.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SummaryEntry {
+    /// The server model ([`PathResult::server_model`]).
+    pub server_model: Option<String>,
     /// The read path.
     pub read_path: String,
     /// The phase.
@@ -220,8 +234,9 @@ pub struct SummaryEntry {
     pub samples: u64,
     /// Every figure of [`METRICS`] some repetition has, in that order.
     pub figures: Vec<FigureStats>,
-    /// The same for the ratio path / `copy` of each repetition (empty for `copy` and in runs
-    /// without it).
+    /// The same for the ratio entry / reference `copy` of each repetition (the `copy` entry
+    /// under `threaded`, see the [module docs](self); empty for that entry and in runs without
+    /// it).
     pub ratio_to_copy: Vec<FigureStats>,
 }
 
@@ -260,19 +275,53 @@ impl FigureStats {
     }
 }
 
-/// The [`SummaryEntry`]s of `paths` (see the [module docs](self)): one per (read path,
-/// phase) in the order of their first entries.
+/// Whether `p` is the reference of `ratio_to_copy` and the within-run ratios: the `copy`
+/// entry under `threaded` (Kafka's model and read+write), or with no model (an external
+/// cluster, `fetchbench read-paths`).
+pub fn is_copy_reference(p: &PathResult) -> bool {
+    p.read_path == "copy" && p.server_model.as_deref().is_none_or(|m| m == "threaded")
+}
+
+/// The (server model, read path, phase) of an entry: what `summary`, `compare` and the chart
+/// group repetitions by.
+pub type EntryKey<'a> = (Option<&'a str>, &'a str, &'a str);
+
+impl PathResult {
+    /// This entry's [`EntryKey`].
+    pub fn key(&self) -> EntryKey<'_> {
+        (self.server_model.as_deref(), self.read_path.as_str(), self.phase.as_str())
+    }
+}
+
+/// The name of a (server model, read path) in tables, notes and charts: `model/path` when
+/// `qualified`, else the read path alone (what a run of only `threaded` has always shown).
+pub fn combination_label(server_model: Option<&str>, read_path: &str, qualified: bool) -> String {
+    match server_model {
+        Some(m) if qualified => format!("{m}/{read_path}"),
+        _ => read_path.to_string(),
+    }
+}
+
+/// Whether labels of these entries need their server model ([`combination_label`]): some
+/// entry ran under a model other than `threaded`.
+pub fn models_compared<'a>(paths: impl IntoIterator<Item = &'a PathResult>) -> bool {
+    paths.into_iter().any(|p| p.server_model.as_deref().is_some_and(|m| m != "threaded"))
+}
+
+/// The [`SummaryEntry`]s of `paths` (see the [module docs](self)): one per (server model, read
+/// path, phase) in the order of their first entries.
 pub fn summarize(paths: &[PathResult]) -> Vec<SummaryEntry> {
-    let mut keys: Vec<(&str, &str)> = Vec::new();
+    let mut keys: Vec<EntryKey<'_>> = Vec::new();
     for p in paths {
-        if !keys.contains(&(p.read_path.as_str(), p.phase.as_str())) {
-            keys.push((p.read_path.as_str(), p.phase.as_str()));
+        if !keys.contains(&p.key()) {
+            keys.push(p.key());
         }
     }
     keys.into_iter()
-        .map(|(read_path, phase)| {
-            let entries: Vec<&PathResult> =
-                paths.iter().filter(|p| p.read_path == read_path && p.phase == phase).collect();
+        .map(|key| {
+            let (server_model, read_path, phase) = key;
+            let entries: Vec<&PathResult> = paths.iter().filter(|p| p.key() == key).collect();
+            let reference = entries.first().is_some_and(|p| is_copy_reference(p));
             let figures = METRICS
                 .iter()
                 .filter_map(|m| {
@@ -280,7 +329,7 @@ pub fn summarize(paths: &[PathResult]) -> Vec<SummaryEntry> {
                     (!values.is_empty()).then(|| FigureStats::of(m.name, estimate(&values)))
                 })
                 .collect();
-            let ratio_to_copy = if read_path == "copy" {
+            let ratio_to_copy = if reference {
                 Vec::new()
             } else {
                 METRICS
@@ -290,7 +339,7 @@ pub fn summarize(paths: &[PathResult]) -> Vec<SummaryEntry> {
                             .iter()
                             .filter_map(|p| {
                                 let copy = paths.iter().find(|c| {
-                                    c.read_path == "copy" && c.phase == phase && c.repetition == p.repetition
+                                    is_copy_reference(c) && c.phase == phase && c.repetition == p.repetition
                                 })?;
                                 match ((m.get)(p), (m.get)(copy)) {
                                     (Some(x), Some(c)) if c > 0.0 => Some(x / c),
@@ -303,6 +352,7 @@ pub fn summarize(paths: &[PathResult]) -> Vec<SummaryEntry> {
                     .collect()
             };
             SummaryEntry {
+                server_model: server_model.map(str::to_string),
                 read_path: read_path.to_string(),
                 phase: phase.to_string(),
                 samples: entries.len() as u64,
@@ -494,10 +544,14 @@ pub struct EndToEnd {
     pub corrected: LatencyResult,
 }
 
-/// The measurements of one read path in one phase.
+/// The measurements of one read path under one server model in one phase.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PathResult {
+    /// The server model that actually ran ([`crate::broker::ServerModel::name`]: `threaded`,
+    /// `uring`); `null` for an external cluster and in a `fetchbench read-paths` document (no
+    /// broker of fetchbench's); `threaded` in an embedded run read from version 2 to 4.
+    pub server_model: Option<String>,
     /// The read path that actually ran ([`crate::read_path::ReadPathKind::name`]).
     pub read_path: String,
     /// The phase: `catch_up`, `tail` or `mixed` (see [`super::mixed`]: there `seconds`,
@@ -656,6 +710,7 @@ impl std::error::Error for ValidationError {}
 
 /// The shape of a document, for [`validate`]: type names where values go, one element for
 /// arrays. `uint` is a non-negative integer, `number` a finite non-negative number,
+/// `server_model` a [`crate::broker::ServerModel`] name,
 /// `histogram` a base64 V2 histogram, `workload` a workload table, `loopback_config` and
 /// `loopback_figures` the objects of [`loopback_shapes`]; `|null` allows `null`.
 pub fn schema_shape() -> Value {
@@ -667,6 +722,34 @@ pub fn schema_shape() -> Value {
     let stats = json!([{
         "metric": "string", "samples": "uint", "mean": "number", "stddev": "number|null",
         "ci95_low": "number|null", "ci95_high": "number|null", "cv": "number|null",
+    }]);
+    // Apart: one json! of the whole document is deeper than the macro's recursion limit.
+    let paths = json!([{
+        "server_model": "server_model|null",
+        "read_path": "string",
+        "phase": "string",
+        "repetition": "uint",
+        "seconds": "number",
+        "bytes": "uint",
+        "records": "uint",
+        "mb_per_sec": "number",
+        "records_per_sec": "number",
+        "produced_mb_per_sec": "number|null",
+        "broker_cpu": cpu,
+        "consumer_cpu": cpu,
+        "minor_faults_per_gb": "number",
+        "major_faults_per_gb": "number",
+        "context_switches_per_gb": "number",
+        "residency_before": "number",
+        "broker_rss_bytes": "uint",
+        "fetch_latency": latency,
+        "fetch_long_poll_latency": latency,
+        "fetches_in_flight_at_start": "uint|null",
+        "poll_latency": latency,
+        "end_to_end_latency": {"raw": latency, "corrected": latency},
+        "rebalance_ms": "number|null",
+        "ratio_to_limits": [{"key": "string", "ratio": "number"}],
+        "loopback": "loopback_figures|null",
     }]);
     json!({
         "schema": "string",
@@ -687,33 +770,9 @@ pub fn schema_shape() -> Value {
             "source": "string|null",
             "figures": [{"key": "string", "label": "string", "bytes_per_sec": "number|null", "cpu_seconds_per_gb": "number|null"}],
         },
-        "paths": [{
-            "read_path": "string",
-            "phase": "string",
-            "repetition": "uint",
-            "seconds": "number",
-            "bytes": "uint",
-            "records": "uint",
-            "mb_per_sec": "number",
-            "records_per_sec": "number",
-            "produced_mb_per_sec": "number|null",
-            "broker_cpu": cpu,
-            "consumer_cpu": cpu,
-            "minor_faults_per_gb": "number",
-            "major_faults_per_gb": "number",
-            "context_switches_per_gb": "number",
-            "residency_before": "number",
-            "broker_rss_bytes": "uint",
-            "fetch_latency": latency,
-            "fetch_long_poll_latency": latency,
-            "fetches_in_flight_at_start": "uint|null",
-            "poll_latency": latency,
-            "end_to_end_latency": {"raw": latency, "corrected": latency},
-            "rebalance_ms": "number|null",
-            "ratio_to_limits": [{"key": "string", "ratio": "number"}],
-            "loopback": "loopback_figures|null",
-        }],
+        "paths": paths,
         "summary": [{
+            "server_model": "server_model|null",
             "read_path": "string",
             "phase": "string",
             "samples": "uint",
@@ -796,7 +855,14 @@ fn walk(shape: &Value, v: &Value, at: &str, problems: &mut Vec<String>) {
                 Some(Err(e)) => problems.push(format!("{at}: {e}")),
                 None => bad("a base64 histogram string"),
             },
-            "workload|null" | "loopback_config|null" | "loopback_figures|null" if v.is_null() => {}
+            "workload|null" | "loopback_config|null" | "loopback_figures|null" | "server_model|null" if v.is_null() => {
+            }
+            "server_model|null" => {
+                if v.as_str().and_then(|m| m.parse::<crate::broker::ServerModel>().ok()).is_none() {
+                    let known: Vec<&str> = crate::broker::ServerModel::ALL.iter().map(|m| m.name()).collect();
+                    bad(&format!("a server model ({}) or null", known.join(", ")))
+                }
+            }
             "loopback_config|null" => walk(&loopback_shapes().0, v, at, problems),
             "loopback_figures|null" => walk(&loopback_shapes().1, v, at, problems),
             "workload" | "workload|null" => {
@@ -821,9 +887,11 @@ fn walk(shape: &Value, v: &Value, at: &str, problems: &mut Vec<String>) {
 /// decode, a workload that does not parse, a `residency_before` or resident fraction above 1,
 /// an unknown phase, a `fetchbench read-paths` document (`loopback` set, `workload` `null`)
 /// with an entry of another phase or a run's with a `loopback` entry, an entry whose
-/// `loopback` figures do not match its phase, two entries for the same (read path, phase,
+/// `loopback` figures do not match its phase, an unknown `server_model`, one that is not
+/// `null` in a document without fetchbench's broker (an external cluster or `read-paths`) or
+/// `null` in an embedded run, two entries for the same (server model, read path, phase,
 /// repetition), a summary interval that does not hold its mean, two summaries of the same
-/// (read path, phase).
+/// (server model, read path, phase).
 pub fn validate(doc: &Value) -> Result<Results, ValidationError> {
     let mut problems = Vec::new();
     if doc.get("schema").and_then(Value::as_str) != Some(SCHEMA) {
@@ -846,6 +914,8 @@ pub fn validate(doc: &Value) -> Result<Results, ValidationError> {
             "/workload: expected a workload (null only in a fetchbench read-paths document, with loopback)".to_string()
         });
     }
+    // A run on fetchbench's own broker: every entry names its server model.
+    let embedded = doc.get("target").and_then(Value::as_str) == Some("embedded");
     if let Some(paths) = doc.get("paths").and_then(Value::as_array) {
         for (i, p) in paths.iter().enumerate() {
             if p.get("residency_before").and_then(Value::as_f64).is_some_and(|r| r > 1.0) {
@@ -882,25 +952,41 @@ pub fn validate(doc: &Value) -> Result<Results, ValidationError> {
                     problems.push(format!("/paths/{i}/loopback/{k}: expected a fraction from 0 to 1"));
                 }
             }
-            let key = (p.get("read_path"), p.get("phase"), p.get("repetition"));
-            if paths[..i].iter().any(|q| (q.get("read_path"), q.get("phase"), q.get("repetition")) == key) {
+            let model = p.get("server_model");
+            if model.is_some_and(|m| m.is_null() == embedded) {
                 problems.push(format!(
-                    "/paths/{i}: a second entry for read path {} phase {} repetition {}",
+                    "/paths/{i}/server_model: expected {}",
+                    if embedded {
+                        "the server model that ran (an embedded run)"
+                    } else {
+                        "null (no broker of fetchbench's: an external cluster or fetchbench read-paths)"
+                    }
+                ));
+            }
+            let key = (model, p.get("read_path"), p.get("phase"), p.get("repetition"));
+            if paths[..i]
+                .iter()
+                .any(|q| (q.get("server_model"), q.get("read_path"), q.get("phase"), q.get("repetition")) == key)
+            {
+                problems.push(format!(
+                    "/paths/{i}: a second entry for server model {} read path {} phase {} repetition {}",
                     key.0.map_or("?".into(), describe),
                     key.1.map_or("?".into(), describe),
-                    key.2.map_or("?".into(), describe)
+                    key.2.map_or("?".into(), describe),
+                    key.3.map_or("?".into(), describe)
                 ));
             }
         }
     }
     if let Some(summary) = doc.get("summary").and_then(Value::as_array) {
         for (i, s) in summary.iter().enumerate() {
-            let key = (s.get("read_path"), s.get("phase"));
-            if summary[..i].iter().any(|q| (q.get("read_path"), q.get("phase")) == key) {
+            let key = (s.get("server_model"), s.get("read_path"), s.get("phase"));
+            if summary[..i].iter().any(|q| (q.get("server_model"), q.get("read_path"), q.get("phase")) == key) {
                 problems.push(format!(
-                    "/summary/{i}: a second summary of read path {} phase {}",
+                    "/summary/{i}: a second summary of server model {} read path {} phase {}",
                     key.0.map_or("?".into(), describe),
-                    key.1.map_or("?".into(), describe)
+                    key.1.map_or("?".into(), describe),
+                    key.2.map_or("?".into(), describe)
                 ));
             }
             for list in ["figures", "ratio_to_copy"] {
@@ -930,11 +1016,13 @@ impl Results {
     /// Parses and validates a results document. Errors: not JSON (with line and column),
     /// or every problem [`validate`] finds.
     ///
-    /// Version 2 and 3 documents ([`READABLE_OLD_VERSIONS`]) are read too, converted: a
+    /// Version 2, 3 and 4 documents ([`READABLE_OLD_VERSIONS`]) are read too, converted: a
     /// version 2 document to version 3 (every entry gets `repetition` 0, an empty
     /// `fetch_long_poll_latency`, `null` `produced_mb_per_sec` and `fetches_in_flight_at_start`;
     /// `summary` is empty), a version 3 one to version 4 (`loopback` `null`, at the top and in
-    /// every entry: every version 3 document is a `fetchbench run`'s); then validated.
+    /// every entry: every version 3 document is a `fetchbench run`'s), a version 4 one to
+    /// version 5 (`server_model` in every entry and summary: `threaded` in an embedded run,
+    /// the only model before version 5, else `null`); then validated.
     pub fn from_json(text: &str) -> Result<Results, ValidationError> {
         let mut doc: Value =
             serde_json::from_str(text).map_err(|e| ValidationError { problems: vec![format!("not JSON: {e}")] })?;
@@ -943,6 +1031,9 @@ impl Results {
         }
         if doc.get("schema_version").and_then(Value::as_u64) == Some(3) {
             upgrade_v3(&mut doc);
+        }
+        if doc.get("schema_version").and_then(Value::as_u64) == Some(4) {
+            upgrade_v4(&mut doc);
         }
         validate(&doc)
     }
@@ -956,6 +1047,14 @@ impl Results {
     pub fn workload(&self) -> Option<Workload> {
         let table = serde_json::from_value::<toml::Table>(self.workload.clone()).ok()?;
         Workload::from_table(&table).ok()
+    }
+
+    /// Whether this document compares server models: its workload's `server_models` names one
+    /// other than `threaded` (even when that model's combinations were all skipped), or an
+    /// entry ran under one ([`models_compared`]). Charts then name entries `model/path`.
+    pub fn compares_models(&self) -> bool {
+        let workload = self.workload().is_some_and(|w| w.server_models.iter().any(|m| m.name() != "threaded"));
+        workload || models_compared(&self.paths)
     }
 
     /// The JSON form of `workload` for [`Results::workload`] (the workload file's keys).
@@ -987,7 +1086,7 @@ fn upgrade_v2(doc: &mut Value) {
 /// [`validate`] to report.
 fn upgrade_v3(doc: &mut Value) {
     let Some(obj) = doc.as_object_mut() else { return };
-    obj.insert("schema_version".into(), json!(SCHEMA_VERSION));
+    obj.insert("schema_version".into(), json!(4));
     obj.entry("loopback").or_insert(Value::Null);
     if let Some(paths) = obj.get_mut("paths").and_then(Value::as_array_mut) {
         for p in paths.iter_mut().filter_map(Value::as_object_mut) {
@@ -996,8 +1095,38 @@ fn upgrade_v3(doc: &mut Value) {
     }
 }
 
+/// Converts a version 4 document in place to version 5 (see [`Results::from_json`]): a
+/// `server_model` first in every entry and summary, `threaded` in an embedded run (`target`
+/// `embedded`), else `null`; the workload's `server_models` (after `read_paths`) is
+/// `["threaded"]`, what ran (and the key's default). What is not an object is left for
+/// [`validate`] to report.
+fn upgrade_v4(doc: &mut Value) {
+    let Some(obj) = doc.as_object_mut() else { return };
+    obj.insert("schema_version".into(), json!(SCHEMA_VERSION));
+    if let Some(w) = obj.get_mut("workload").and_then(Value::as_object_mut) {
+        if !w.contains_key("server_models") {
+            let at = w.keys().position(|k| k == "read_paths").map_or(w.len(), |i| i + 1);
+            w.shift_insert(at, "server_models".into(), json!([crate::broker::ServerModel::Threaded.name()]));
+        }
+    }
+    let model = match obj.get("target").and_then(Value::as_str) {
+        Some("embedded") => json!(crate::broker::ServerModel::Threaded.name()),
+        _ => Value::Null,
+    };
+    for list in ["paths", "summary"] {
+        if let Some(items) = obj.get_mut(list).and_then(Value::as_array_mut) {
+            for item in items.iter_mut().filter_map(Value::as_object_mut) {
+                if !item.contains_key("server_model") {
+                    item.shift_insert(0, "server_model".into(), model.clone());
+                }
+            }
+        }
+    }
+}
+
 /// The CSV header of [`write_csv`].
-pub const CSV_HEADER: &str = "read_path,phase,repetition,seconds,mb_per_sec,records_per_sec,broker_cpu_user_s_per_gb,\
+pub const CSV_HEADER: &str =
+    "server_model,read_path,phase,repetition,seconds,mb_per_sec,records_per_sec,broker_cpu_user_s_per_gb,\
 broker_cpu_sys_s_per_gb,consumer_cpu_user_s_per_gb,consumer_cpu_sys_s_per_gb,minor_faults_per_gb,\
 major_faults_per_gb,context_switches_per_gb,residency_before,broker_rss_bytes,fetch_p50_us,fetch_p99_us,\
 fetch_p999_us,fetch_max_us,e2e_corrected_p50_us,e2e_corrected_p99_us,e2e_corrected_p999_us,\
@@ -1005,7 +1134,7 @@ e2e_corrected_max_us,e2e_raw_p50_us,e2e_raw_p99_us,e2e_raw_p999_us,poll_p50_us,p
 produced_mb_per_sec";
 
 /// Writes a CSV of `results`: [`CSV_HEADER`], then one line per path entry, every repetition
-/// (units as in [`PathResult`]; an absent `rebalance_ms` or `produced_mb_per_sec` and the
+/// (units as in [`PathResult`]; a `null` `server_model`, an absent `rebalance_ms` or `produced_mb_per_sec` and the
 /// percentiles of a latency without samples, such as end-to-end in a catch-up phase, are empty
 /// cells).
 pub fn write_csv(results: &Results, mut out: impl Write) -> io::Result<()> {
@@ -1018,6 +1147,7 @@ pub fn write_csv(results: &Results, mut out: impl Write) -> io::Result<()> {
         let r = &p.end_to_end_latency.raw.summary;
         let poll = &p.poll_latency.summary;
         let cells = [
+            csv_cell(p.server_model.as_deref().unwrap_or_default()),
             csv_cell(&p.read_path),
             csv_cell(&p.phase),
             p.repetition.to_string(),
@@ -1055,11 +1185,11 @@ pub fn write_csv(results: &Results, mut out: impl Write) -> io::Result<()> {
 }
 
 /// The CSV header of [`write_summary_csv`].
-pub const SUMMARY_CSV_HEADER: &str = "read_path,phase,of,metric,samples,mean,stddev,ci95_low,ci95_high,cv";
+pub const SUMMARY_CSV_HEADER: &str = "server_model,read_path,phase,of,metric,samples,mean,stddev,ci95_low,ci95_high,cv";
 
 /// Writes the statistics of `results.summary` as CSV: [`SUMMARY_CSV_HEADER`], then one line
-/// per figure: `of` is `value` (the figure itself) or `ratio_to_copy`; `null`s are empty
-/// cells. `fetchbench run` writes it as `<stem>-summary.csv` beside the entries' CSV when the
+/// per figure: `of` is `value` (the figure itself) or `ratio_to_copy`; `null`s (a
+/// `server_model` too) are empty cells. `fetchbench run` writes it as `<stem>-summary.csv` beside the entries' CSV when the
 /// run has more than one repetition.
 pub fn write_summary_csv(results: &Results, mut out: impl Write) -> io::Result<()> {
     writeln!(out, "{SUMMARY_CSV_HEADER}")?;
@@ -1068,6 +1198,7 @@ pub fn write_summary_csv(results: &Results, mut out: impl Write) -> io::Result<(
         for (of, list) in [("value", &s.figures), ("ratio_to_copy", &s.ratio_to_copy)] {
             for f in list {
                 let cells = [
+                    csv_cell(s.server_model.as_deref().unwrap_or_default()),
                     csv_cell(&s.read_path),
                     csv_cell(&s.phase),
                     of.to_string(),
@@ -1126,6 +1257,7 @@ pub fn example_repeated(speeds: &[f64]) -> Results {
                 }
                 let (mb_per_sec, seconds) = if phase == "tail" { (10.24, 60.0) } else { (900.0 * s, 1.2 / s) };
                 paths.push(PathResult {
+                    server_model: Some("threaded".into()),
                     read_path: name.to_string(),
                     phase: phase.to_string(),
                     repetition: repetition as u32,
@@ -1206,6 +1338,7 @@ pub fn example_read_paths() -> Results {
                 let gb = bytes as f64 / 1e9;
                 let mb_per_sec: f64 = gb_per_sec * 1e3;
                 PathResult {
+                    server_model: None,
                     read_path: name.into(),
                     phase: "loopback".into(),
                     repetition: 0,
@@ -1311,7 +1444,29 @@ pub(crate) mod tests {
             assert!(e.contains(expected), "{e}\n  does not contain {expected}");
         };
         check(&|d| d["schema"] = json!("other"), "/schema: expected \"fetchbench-results\", found \"other\"");
-        check(&|d| d["schema_version"] = json!(1), "/schema_version: expected 4, found 1");
+        check(&|d| d["schema_version"] = json!(1), "/schema_version: expected 5, found 1");
+        check(
+            &|d| d["paths"][0]["server_model"] = json!("reactor"),
+            "/paths/0/server_model: expected a server model (threaded, uring) or null, found \"reactor\"",
+        );
+        check(
+            &|d| d["paths"][0]["server_model"] = Value::Null,
+            "/paths/0/server_model: expected the server model that ran (an embedded run)",
+        );
+        check(
+            &|d| d["summary"][0]["server_model"] = json!(1),
+            "/summary/0/server_model: expected a server model (threaded, uring) or null",
+        );
+        check(
+            &|d| d["target"] = json!("bootstrap:h:9092"),
+            "/paths/0/server_model: expected null (no broker of fetchbench's",
+        );
+        // The same read path and phase under another model is another entry.
+        let mut other_model = good.clone();
+        let mut uring = other_model["paths"][0].clone();
+        uring["server_model"] = json!("uring");
+        other_model["paths"].as_array_mut().unwrap().push(uring);
+        assert!(validate(&other_model).is_ok());
         check(
             &|d| d["paths"][1]["mb_per_sec"] = json!("fast"),
             "/paths/1/mb_per_sec: expected a finite non-negative number, found \"fast\"",
@@ -1321,7 +1476,10 @@ pub(crate) mod tests {
             &|d| d["paths"][0].as_object_mut().unwrap().remove("broker_cpu").map(drop).unwrap(),
             "/paths/0/broker_cpu: missing",
         );
-        check(&|d| d["paths"][2]["speed"] = json!(1), "/paths/2/speed: unknown field (known: read_path, phase");
+        check(
+            &|d| d["paths"][2]["speed"] = json!(1),
+            "/paths/2/speed: unknown field (known: server_model, read_path, phase",
+        );
         check(
             &|d| d["paths"][0]["fetch_latency"]["histogram"] = json!("!!"),
             "/paths/0/fetch_latency/histogram: histogram is not valid base64",
@@ -1340,7 +1498,7 @@ pub(crate) mod tests {
                 let first = d["paths"][0].clone();
                 d["paths"].as_array_mut().unwrap().push(first)
             },
-            "/paths/6: a second entry for read path \"copy\" phase \"catch_up\" repetition 0",
+            "/paths/6: a second entry for server model \"threaded\" read path \"copy\" phase \"catch_up\" repetition 0",
         );
         check(
             &|d| {
@@ -1357,7 +1515,7 @@ pub(crate) mod tests {
                 let first = d["summary"][0].clone();
                 d["summary"].as_array_mut().unwrap().push(first)
             },
-            "/summary/6: a second summary of read path \"copy\" phase \"catch_up\"",
+            "/summary/6: a second summary of server model \"threaded\" read path \"copy\" phase \"catch_up\"",
         );
         check(&|d| d["summary"][1]["figures"][0]["cv"] = json!(-0.5), "/summary/1/figures/0/cv: expected a finite");
         check(&|d| d["workload"]["page_cache"] = json!("warm"), "/workload: page_cache: expected one of hot, cold");
@@ -1401,15 +1559,32 @@ pub(crate) mod tests {
         assert_eq!(lines.len(), 7);
         let columns = CSV_HEADER.split(',').count();
         assert!(lines.iter().all(|l| l.split(',').count() == columns), "{text}");
-        assert!(lines[1].starts_with("copy,catch_up,0,"), "{text}");
-        assert!(lines[2].starts_with("copy,tail,") && lines[2].ends_with(",,10.5"), "no rebalance in tail: {text}");
+        assert!(lines[1].starts_with("threaded,copy,catch_up,0,"), "{text}");
+        assert!(
+            lines[2].starts_with("threaded,copy,tail,") && lines[2].ends_with(",,10.5"),
+            "no rebalance in tail: {text}"
+        );
         assert!(lines[1].ends_with(','), "no produced MB/s in catch_up: {text}");
         assert_eq!(csv_cell("a,\"b\""), "\"a,\"\"b\"\"\"");
     }
 
-    /// `r` (a `fetchbench run` document) as a version 3 file would have it: no `loopback`.
-    pub(crate) fn as_version_3(r: &Results) -> Value {
+    /// `r` as a version 4 file would have it: no `server_model`.
+    pub(crate) fn as_version_4(r: &Results) -> Value {
         let mut doc = serde_json::to_value(r).unwrap();
+        doc["schema_version"] = json!(4);
+        for list in ["paths", "summary"] {
+            for item in doc[list].as_array_mut().unwrap() {
+                item.as_object_mut().unwrap().shift_remove("server_model");
+            }
+        }
+        doc["workload"].as_object_mut().map(|w| w.shift_remove("server_models"));
+        doc
+    }
+
+    /// `r` (a `fetchbench run` document) as a version 3 file would have it: no `loopback`
+    /// (and nothing of version 5).
+    pub(crate) fn as_version_3(r: &Results) -> Value {
+        let mut doc = as_version_4(r);
         doc["schema_version"] = json!(3);
         doc.as_object_mut().unwrap().shift_remove("loopback");
         for p in doc["paths"].as_array_mut().unwrap() {
@@ -1438,7 +1613,7 @@ pub(crate) mod tests {
     fn version_2_documents_are_read_as_repetition_0() {
         let v3 = example(1.0);
         let v2 = as_version_2(&v3);
-        assert!(validate(&v2).unwrap_err().to_string().contains("/schema_version: expected 4, found 2"));
+        assert!(validate(&v2).unwrap_err().to_string().contains("/schema_version: expected 5, found 2"));
         let read = Results::from_json(&v2.to_string()).unwrap();
         assert_eq!(read.schema_version, SCHEMA_VERSION);
         assert!(read.summary.is_empty());
@@ -1474,7 +1649,7 @@ pub(crate) mod tests {
     fn version_3_documents_are_read_without_loopback() {
         let v4 = example_repeated(&[1.0, 1.1]);
         let v3 = as_version_3(&v4);
-        assert!(validate(&v3).unwrap_err().to_string().contains("/schema_version: expected 4, found 3"));
+        assert!(validate(&v3).unwrap_err().to_string().contains("/schema_version: expected 5, found 3"));
         let read = Results::from_json(&v3.to_string()).unwrap();
         assert_eq!(read, v4, "a run's version 3 document is its version 4 document with every loopback null");
         // A version 3 document with a version 4 field is refused (unknown field)...
@@ -1496,6 +1671,83 @@ pub(crate) mod tests {
             let b = Results::from_json(&baseline).unwrap();
             assert!(b.loopback.is_none() && b.paths.iter().all(|p| p.loopback.is_none()));
         }
+    }
+
+    /// Version 4 documents (before server models) read with `server_model` `threaded` in every
+    /// entry and summary of an embedded run, `null` in a `read-paths` document and for an
+    /// external cluster; the committed CI baseline still reads, as threaded.
+    #[test]
+    fn version_4_documents_read_as_threaded() {
+        let v5 = example_repeated(&[1.0, 1.1]);
+        let v4 = as_version_4(&v5);
+        assert!(validate(&v4).unwrap_err().to_string().contains("/schema_version: expected 5, found 4"));
+        assert!(v4["paths"][0].get("server_model").is_none() && v4["workload"].get("server_models").is_none());
+        let read = Results::from_json(&v4.to_string()).unwrap();
+        assert_eq!(read, v5, "an embedded version 4 run is its version 5 document under threaded");
+        assert!(read.paths.iter().all(|p| p.server_model.as_deref() == Some("threaded")));
+        assert!(read.summary.iter().all(|s| s.server_model.as_deref() == Some("threaded")));
+        let text = serde_json::to_string_pretty(&Results::from_json(&v4.to_string()).unwrap()).unwrap();
+        assert!(text.contains("\"server_model\": \"threaded\",\n      \"read_path\""), "first in an entry");
+        // Not embedded: no model of ours ran.
+        let mut external = v4.clone();
+        external["target"] = json!("bootstrap:127.0.0.1:9092");
+        let read = Results::from_json(&external.to_string()).unwrap();
+        assert!(read.paths.iter().all(|p| p.server_model.is_none()));
+        let rp = example_read_paths();
+        let read = Results::from_json(&as_version_4(&rp).to_string()).unwrap();
+        assert_eq!(read, rp);
+        // A version 4 document that has a server_model keeps it, validated as version 5's.
+        let mut given = v4;
+        given["paths"][0]["server_model"] = json!("reactor");
+        let e = Results::from_json(&given.to_string()).unwrap_err().to_string();
+        assert!(e.contains("/paths/0/server_model: expected a server model"), "{e}");
+        let baseline = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/results/baseline.json")).unwrap();
+        let b = Results::from_json(&baseline).unwrap();
+        assert!(b.paths.iter().all(|p| p.server_model.as_deref() == Some("threaded")));
+    }
+
+    /// Entries of two server models: one summary per (model, path, phase), and the ratio to
+    /// copy of every combination against `threaded`'s `copy` (the reference).
+    #[test]
+    fn summaries_and_ratios_per_server_model() {
+        let mut r = example_repeated(&[1.0, 1.1]);
+        let extra: Vec<PathResult> = r
+            .paths
+            .iter()
+            .filter(|p| p.read_path == "sendfile" || p.read_path == "copy")
+            .map(|p| {
+                let mut q = p.clone();
+                q.server_model = Some("uring".into());
+                q.read_path = if p.read_path == "copy" { "copy".into() } else { "uring-splice".into() };
+                q.mb_per_sec *= 2.0;
+                q
+            })
+            .collect();
+        r.paths.extend(extra);
+        r.summary = summarize(&r.paths);
+        assert_eq!(r.summary.len(), 6 + 4);
+        assert_eq!(Results::from_json(&r.to_json()).unwrap(), r, "valid");
+        let find = |m: &str, path: &str| {
+            r.summary
+                .iter()
+                .find(|s| s.server_model.as_deref() == Some(m) && s.read_path == path && s.phase == "catch_up")
+                .unwrap()
+        };
+        assert!(find("threaded", "copy").ratio_to_copy.is_empty(), "the reference");
+        // uring/copy is not the reference: threaded/copy is; it ran at twice its speed.
+        let ratio =
+            |m: &str, path: &str| find(m, path).ratio_to_copy.iter().find(|f| f.metric == "mb_per_sec").unwrap().mean;
+        assert!((ratio("uring", "copy") - 2.0).abs() < 1e-9);
+        assert!((ratio("uring", "uring-splice") - 3.2).abs() < 1e-9, "2 x sendfile's 1.6");
+        assert!((ratio("threaded", "sendfile") - 1.6).abs() < 1e-9);
+        let mut out = Vec::new();
+        write_summary_csv(&r, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("\nuring,uring-splice,catch_up,ratio_to_copy,mb_per_sec,2,"), "{text}");
+        assert_eq!(combination_label(Some("uring"), "uring-splice", true), "uring/uring-splice");
+        assert_eq!(combination_label(Some("threaded"), "copy", false), "copy");
+        assert_eq!(combination_label(None, "external", true), "external");
+        assert!(models_compared(&r.paths) && !models_compared(&example(1.0).paths));
     }
 
     /// A `fetchbench read-paths` document (see [`super::super::read_paths`]): `loopback` instead of
@@ -1595,7 +1847,7 @@ pub(crate) mod tests {
         let text = String::from_utf8(out).unwrap();
         let columns = SUMMARY_CSV_HEADER.split(',').count();
         assert!(text.lines().all(|l| l.split(',').count() == columns), "{text}");
-        assert!(text.lines().nth(1).unwrap().starts_with("copy,catch_up,value,mb_per_sec,5,900,"), "{text}");
-        assert!(text.contains("mmap,catch_up,ratio_to_copy,mb_per_sec,5,"), "{text}");
+        assert!(text.lines().nth(1).unwrap().starts_with("threaded,copy,catch_up,value,mb_per_sec,5,900,"), "{text}");
+        assert!(text.contains("threaded,mmap,catch_up,ratio_to_copy,mb_per_sec,5,"), "{text}");
     }
 }

@@ -8,9 +8,17 @@
 //!    (`log_dir` / `--log-dir`, [`super::backlog::copy_log_dir`]). External (`--bootstrap`):
 //!    topics named `fetchbench-<name>-<unix time>-<n>` are created with CreateTopics and the
 //!    backlog is produced over the network by fetchbench's producer (`acks=all`).
-//! 2. **Per read path** (embedded; the probe of each must pass, `null` is skipped since
-//!    consumers cannot decode its zeros): an embedded broker serving the directory with that
-//!    path (`group.initial.rebalance.delay.ms=0`; its threads pinned to the broker CPUs);
+//! 2. **Per (server model, read path)** (embedded): every read path of `read_paths` under
+//!    every model of `server_models` (`--server-model`), model by model
+//!    ([`combination_order`]). A combination runs when the model's probe
+//!    ([`ServerModel::probe`]), the model's support of the path ([`ServerModel::supports`])
+//!    and the path's probe pass and the broker starts with them; otherwise it is skipped with
+//!    a note naming the reason (`<model>/<path>: skipped: ...`, once per run), never swapped
+//!    for another (`null` is skipped too: consumers cannot decode its zeros). A broker that
+//!    refuses the model at start ([`BrokerError::ServerModel`], e.g. a front end this build
+//!    does not have) is such a skip; any other start error fails the run. Each combination
+//!    gets an embedded broker serving the directory with that model and path
+//!    (`group.initial.rebalance.delay.ms=0`; its threads pinned to the broker CPUs);
 //!    `page_cache = "cold"` then evicts the segment files (`fdatasync` +
 //!    `posix_fadvise(DONTNEED)`, after the broker's start-up reads and before anything maps
 //!    them; `residency_before` reports what `mincore` still sees); then the workload's phases: [`super::catch_up`] (groups drain the
@@ -18,13 +26,21 @@
 //!    [`super::mixed`] (both at once). External: the
 //!    phases run once, read path `external`.
 //!
+//!    Entries, notes, progress lines and error contexts name the combination: the entry's
+//!    `server_model` and `read_path`; notes `<model>/<path> (<phase>): ...` when the run
+//!    compares models (any other than `threaded`), `<path> (<phase>): ...` otherwise;
+//!    progress and errors always `<model>/<path>`; group ids `fetchbench-run-<model>-<path>`.
+//!
 //!    **Repeats** (`repeat` / `--repeat N`): step 2 runs N times over the same backlog (written
-//!    once); repetition `r` (0-based) takes the read paths in the workload's order rotated left
-//!    by `r` (`copy, mmap, sendfile` then `mmap, sendfile, copy`, ...), so a drift of the
-//!    machine over the run (page cache, thermals, neighbours) spreads over every path instead
-//!    of weighing on the last one. Each entry carries its `repetition`; groups get ids of their
-//!    own per repetition. External: the phases run N times.
-//! 3. **Results**: machine limits (`--limits FILE`, else `scripts/baseline-limits.sh` with a
+//!    once); repetition `r` (0-based) takes the combinations in their order rotated left by
+//!    `r` (`copy, mmap, sendfile` then `mmap, sendfile, copy`, ...), so a drift of the
+//!    machine over the run (page cache, thermals, neighbours) spreads over every combination
+//!    instead of weighing on the last one. Each entry carries its `repetition`; groups get ids
+//!    of their own per repetition. External: the phases run N times (`server_model` `null`:
+//!    the cluster's server is its own; `server_models` other than `["threaded"]` is refused
+//!    there).
+//! 3. **Results** (every entry with its `server_model`; the table's `model` column, the CSV's
+//!    `server_model`): machine limits (`--limits FILE`, else `scripts/baseline-limits.sh` with a
 //!    short setting when fio and iperf3 are installed; see [`super::limits`]) and each path's
 //!    ratio to them; the statistics over the repetitions ([`super::results::summarize`]);
 //!    `<results-dir>/<UTC time>-<name>.json` (schema of [`super::results`], validated before
@@ -56,7 +72,8 @@ use super::results::{self, utc_timestamp, Git, LimitsResult, Machine, PathResult
 use super::tail::Stall;
 use super::usage::{allowed_cpus, pin_current_thread};
 use super::workload::{expand_sweep, Client, CpuPinning, PageCache, Phase, Workload};
-use crate::broker::{Broker, BrokerConfig};
+use crate::broker::server_model::ServerModel;
+use crate::broker::{Broker, BrokerConfig, BrokerError};
 use crate::read_path::ReadPathKind;
 
 /// Arguments of `fetchbench run`.
@@ -90,6 +107,10 @@ pub struct RunArgs {
     /// intervals; overrides the workload's `repeat`.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub repeat: Option<u32>,
+    /// Server models to compare, repeatable or comma-separated (`threaded`, `uring`); overrides
+    /// the workload's `server_models`.
+    #[arg(long = "server-model", value_name = "MODEL", value_delimiter = ',')]
+    pub server_models: Vec<String>,
     /// Tests only: every producer of the tail phase stalls `AT_MS:LENGTH_MS` once.
     #[arg(long, hide = true, value_parser = parse_stall)]
     pub producer_stall: Option<Stall>,
@@ -212,6 +233,11 @@ pub fn run_one(args: &RunArgs, w: &Workload, command: &[String]) -> anyhow::Resu
     if let Some(n) = args.repeat {
         w.repeat = n; // the results' workload says how many repetitions ran
     }
+    if !args.server_models.is_empty() {
+        // Checked as the workload key is (known names, distinct), named by the flag.
+        let names = toml::Value::Array(args.server_models.iter().map(|m| toml::Value::String(m.clone())).collect());
+        w.server_models = super::workload::server_models("--server-model", &names)?;
+    }
     check_supported(&w, args)?;
     let progress = Progress::new(args);
     let mut notes = Vec::new();
@@ -257,6 +283,7 @@ pub fn run_one(args: &RunArgs, w: &Workload, command: &[String]) -> anyhow::Resu
                 w: &w,
                 backlog: &backlog,
                 read_path: "external".into(),
+                server_model: None,
                 bootstrap: bootstrap.clone(),
                 broker: None,
                 interrupted: &INTERRUPTED,
@@ -301,26 +328,33 @@ pub fn run_one(args: &RunArgs, w: &Workload, command: &[String]) -> anyhow::Resu
                 b
             }
         };
-        for (r, kind) in repetition_order(&w.read_paths, w.repeat) {
+        // Notes name the model only when the run compares models (module docs).
+        let qualified = w.server_models.iter().any(|m| *m != ServerModel::Threaded);
+        // `read path copy: skipped: ...` as ever in a run of `threaded` alone.
+        let label = |model: ServerModel, kind: ReadPathKind| match qualified {
+            true => format!("{model}/{}", kind.name()),
+            false => format!("read path {}", kind.name()),
+        };
+        // Why a combination cannot run, found once (probes) or at its first start (refused).
+        let mut skipped: Vec<((ServerModel, ReadPathKind), String)> = Vec::new();
+        for (r, model, kind) in combination_order(&w.server_models, &w.read_paths, w.repeat) {
             if INTERRUPTED.load(Ordering::SeqCst) {
                 break;
             }
-            if kind == ReadPathKind::Null {
-                if r == 0 {
-                    notes.push("read path null: skipped: it sends zeros, which consumers cannot decode".into());
-                }
+            let combo = format!("{model}/{}", kind.name());
+            if skipped.iter().any(|(k, _)| *k == (model, kind)) {
                 continue;
             }
-            if let Err(e) = kind.probe() {
-                if r == 0 {
-                    notes.push(format!("read path {}: skipped: {}", kind.name(), e.reason));
-                }
+            if let Err(reason) = can_run(model, kind) {
+                notes.push(format!("{}: skipped: {reason}", label(model, kind)));
+                skipped.push(((model, kind), reason));
                 continue;
             }
             if w.repeat > 1 {
-                progress.step(format!("repetition {}/{}: {}", r + 1, w.repeat, kind.name()));
+                progress.step(format!("repetition {}/{}: {combo}", r + 1, w.repeat));
             }
             let mut config = BrokerConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)), dir.path(), kind);
+            config.server_model = model;
             config.group_initial_rebalance_delay_ms = 0;
             // The broker's threads inherit this thread's CPU mask.
             if let Some((b, _)) = &pinning {
@@ -330,11 +364,21 @@ pub fn run_one(args: &RunArgs, w: &Workload, command: &[String]) -> anyhow::Resu
             if pinning.is_some() {
                 pin_current_thread(&allowed_cpus_cached())?;
             }
-            let broker = started.with_context(|| format!("read path {}: starting the broker", kind.name()))?;
+            let broker = match started {
+                Ok(b) => b,
+                // The model cannot run here (or not with this path): a skipped combination,
+                // like a failed probe; never another model in its place.
+                Err(BrokerError::ServerModel(e)) => {
+                    notes.push(format!("{}: skipped: the broker refused to start: {e}", label(model, kind)));
+                    skipped.push(((model, kind), e.to_string()));
+                    continue;
+                }
+                Err(e) => return Err(e).with_context(|| format!("{combo}: starting the broker")),
+            };
             if w.page_cache == PageCache::Cold {
                 // After the broker opened the log (its start-up reads batch headers, which
                 // pulls pages back in); it maps no segment until a fetch does.
-                progress.step(format!("{}: dropping the backlog from the page cache", kind.name()));
+                progress.step(format!("{combo}: dropping the backlog from the page cache"));
                 for f in &backlog.segment_files {
                     super::usage::evict_from_page_cache(&fs::File::open(f)?)?;
                 }
@@ -343,23 +387,24 @@ pub fn run_one(args: &RunArgs, w: &Workload, command: &[String]) -> anyhow::Resu
                 w: &w,
                 backlog: &backlog,
                 read_path: kind.name().to_string(),
+                server_model: Some(model),
                 bootstrap: broker.local_addr().to_string(),
                 broker: Some(&broker),
                 interrupted: &INTERRUPTED,
-                group_prefix: repetition_prefix(format!("fetchbench-run-{}", kind.name()), r),
+                group_prefix: repetition_prefix(format!("fetchbench-run-{model}-{}", kind.name()), r),
                 pin_clients: pinning.as_ref().map(|(_, c)| c.clone()),
             };
             let (p0, n0) = (paths.len(), notes.len());
             let outcome = run_phases(&t, Some(dir.path()), args, &progress, &mut paths, &mut notes);
             mark_repetition(&w, r, &mut paths[p0..], &mut notes[n0..]);
-            broker.shutdown().with_context(|| format!("read path {}: stopping the broker", kind.name()))?;
+            broker.shutdown().with_context(|| format!("{combo}: stopping the broker"))?;
             outcome?;
         }
     }
     progress.bar.finish_and_clear();
     let interrupted = INTERRUPTED.load(Ordering::SeqCst);
     if paths.is_empty() && !interrupted {
-        bail!("no read path of the workload could run here: {}", notes.join("; "));
+        bail!("no combination of server model and read path of the workload could run here: {}", notes.join("; "));
     }
     let limits = match (&args.preloaded_limits, args.no_limits) {
         (_, true) => LimitsResult::default(),
@@ -405,19 +450,40 @@ pub fn run_one(args: &RunArgs, w: &Workload, command: &[String]) -> anyhow::Resu
     Ok(results)
 }
 
-/// `(repetition, read path)` in the order a run measures them: repetition `r` (0 to
-/// `repeat - 1`) takes `read_paths` rotated left by `r mod len`.
-pub fn repetition_order(read_paths: &[ReadPathKind], repeat: u32) -> Vec<(u32, ReadPathKind)> {
+/// `(repetition, server model, read path)` in the order a run measures them: the
+/// combinations model by model (every read path of `read_paths` under `server_models[0]`, then
+/// under `server_models[1]`, ...), and repetition `r` (0 to `repeat - 1`) takes that list
+/// rotated left by `r mod len`.
+pub fn combination_order(
+    server_models: &[ServerModel],
+    read_paths: &[ReadPathKind],
+    repeat: u32,
+) -> Vec<(u32, ServerModel, ReadPathKind)> {
+    let combos: Vec<(ServerModel, ReadPathKind)> =
+        server_models.iter().flat_map(|m| read_paths.iter().map(move |p| (*m, *p))).collect();
     let mut out = Vec::new();
     for r in 0..repeat {
-        let mut order = read_paths.to_vec();
+        let mut order = combos.clone();
         if !order.is_empty() {
             let by = r as usize % order.len();
             order.rotate_left(by);
         }
-        out.extend(order.into_iter().map(|k| (r, k)));
+        out.extend(order.into_iter().map(|(m, k)| (r, m, k)));
     }
     out
+}
+
+/// Whether `model` can serve Fetches with `path` here, before a broker is started: `Err` with
+/// the reason when `path` is `null` (consumers cannot decode its zeros), the model's probe
+/// fails ([`ServerModel::probe`]: io_uring or an opcode missing), the model refuses the path
+/// ([`ServerModel::supports`]: a blocking call on a core's loop) or the path's probe fails.
+fn can_run(model: ServerModel, path: ReadPathKind) -> Result<(), String> {
+    if path == ReadPathKind::Null {
+        return Err("it sends zeros, which consumers cannot decode".into());
+    }
+    model.probe().map_err(|e| e.to_string())?;
+    model.supports(path).map_err(|e| e.to_string())?;
+    path.probe().map_err(|e| format!("read path {}: {}", path.name(), e.reason))
 }
 
 /// Group ids of repetition `r`: the path's prefix, with `-r<r>` after the first repetition.
@@ -486,7 +552,8 @@ fn write_files(results: &Results, dir: &Path, date: &str, name: &str) -> anyhow:
     Ok(written)
 }
 
-/// Runs the workload's phases on `t`, appending results and notes (prefixed by the path).
+/// Runs the workload's phases on `t`, appending results and notes (prefixed by the
+/// combination, see the module docs).
 fn run_phases(
     t: &Target<'_>,
     dir: Option<&Path>,
@@ -495,11 +562,16 @@ fn run_phases(
     paths: &mut Vec<PathResult>,
     notes: &mut Vec<String>,
 ) -> anyhow::Result<()> {
+    let model = t.server_model.map(ServerModel::name);
+    // Progress and errors name the model always; notes when the run compares models.
+    let combo = results::combination_label(model, &t.read_path, true);
+    let qualified = t.w.server_models.iter().any(|m| *m != ServerModel::Threaded);
+    let prefix = results::combination_label(model, &t.read_path, qualified);
     for phase in &t.w.phases {
         if INTERRUPTED.load(Ordering::SeqCst) {
             break;
         }
-        progress.step(format!("{}: {}", t.read_path, phase.name()));
+        progress.step(format!("{combo}: {}", phase.name()));
         let run = || match phase {
             Phase::CatchUp if t.w.client == Client::Librdkafka => super::kcat::catch_up(t),
             Phase::CatchUp => super::catch_up::catch_up(t),
@@ -508,15 +580,11 @@ fn run_phases(
         };
         // A rebalance inside a drain is handled in the drain (committed positions, redeliveries
         // not counted), not by measuring again.
-        let (result, phase_notes) = run().with_context(|| format!("read path {} ({})", t.read_path, phase.name()))?;
-        notes.extend(phase_notes.into_iter().map(|n| format!("{} ({}): {n}", t.read_path, phase.name())));
+        let (result, phase_notes) = run().with_context(|| format!("{combo} ({})", phase.name()))?;
+        notes.extend(phase_notes.into_iter().map(|n| format!("{prefix} ({}): {n}", phase.name())));
         if INTERRUPTED.load(Ordering::SeqCst) && result.measured_nothing() {
             // Stopped before its window: figures over nothing (0 bytes) would be nonsense.
-            notes.push(format!(
-                "{} ({}): interrupted before anything was measured: no entry",
-                t.read_path,
-                phase.name()
-            ));
+            notes.push(format!("{prefix} ({}): interrupted before anything was measured: no entry", phase.name()));
             continue;
         }
         paths.push(result);
@@ -561,6 +629,12 @@ const LIMITS_SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/baseli
 fn check_supported(w: &Workload, args: &RunArgs) -> anyhow::Result<()> {
     if args.bootstrap.is_some() && w.log_dir.is_some() {
         bail!("log_dir: cannot be served by an external cluster (--bootstrap); drop one of them");
+    }
+    if args.bootstrap.is_some() && w.server_models != [ServerModel::Threaded] {
+        bail!(
+            "server_models: an external cluster (--bootstrap) runs its own server, not fetchbench's models; \
+             drop server_models / --server-model or --bootstrap"
+        );
     }
     for phase in [Phase::CatchUp, Phase::Mixed] {
         if w.phases.contains(&phase) && w.log_dir.is_none() && w.backlog_bytes < w.record_size {
@@ -692,11 +766,14 @@ pub struct SweepRunArgs {
     /// Measure every read path of every grid point N times (see `fetchbench run --repeat`).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub repeat: Option<u32>,
+    /// Server models of every grid point (see `fetchbench run --server-model`).
+    #[arg(long = "server-model", value_name = "MODEL", value_delimiter = ',')]
+    pub server_models: Vec<String>,
 }
 
 /// `fetchbench sweep`: runs every grid point of the workload in turn (each writes its own
 /// results files, labelled with its swept values), then prints and writes a summary
-/// (`<date>-<name>-sweep.csv`: label, read path, phase, repetition, MB/s, records/s, broker
+/// (`<date>-<name>-sweep.csv`: label, server model, read path, phase, repetition, MB/s, records/s, broker
 /// CPU s/GB, e2e corrected p99 ms, the date of the point's results files; one line per entry,
 /// so per repetition). The points run quietly (their
 /// tables and notes are in their results files); the summary goes to stdout. Exit codes as
@@ -725,6 +802,7 @@ fn sweep(args: &SweepArgs) -> anyhow::Result<bool> {
         limits: args.run.limits.clone(),
         no_limits: args.run.no_limits,
         repeat: args.run.repeat,
+        server_models: args.run.server_models.clone(),
         producer_stall: None,
         preloaded_limits: None,
     };
@@ -741,7 +819,7 @@ fn sweep(args: &SweepArgs) -> anyhow::Result<bool> {
     }
     // Limits once for the whole sweep (they are the machine's, not the point's).
     let mut summary = String::from(
-        "label,read_path,phase,repetition,mb_per_sec,records_per_sec,broker_cpu_s_per_gb,e2e_corrected_p99_ms,results_date\n",
+        "label,server_model,read_path,phase,repetition,mb_per_sec,records_per_sec,broker_cpu_s_per_gb,e2e_corrected_p99_ms,results_date\n",
     );
     let mut interrupted = false;
     for (i, point) in points.iter().enumerate() {
@@ -758,8 +836,9 @@ fn sweep(args: &SweepArgs) -> anyhow::Result<bool> {
         let r = run_one(&run_args, &point, &command).with_context(|| format!("sweep point {}: {label}", i + 1))?;
         for p in &r.paths {
             summary += &format!(
-                "\"{}\",{},{},{},{:.1},{:.0},{:.4},{:.3},{}\n",
+                "\"{}\",{},{},{},{},{:.1},{:.0},{:.4},{:.3},{}\n",
                 label.replace('"', "\"\""),
+                p.server_model.as_deref().unwrap_or_default(),
                 p.read_path,
                 p.phase,
                 p.repetition,
@@ -795,7 +874,7 @@ fn short_latency(us: f64, count: u64) -> String {
     }
 }
 
-/// The results as a table: read path and phase, MB/s, records/s, broker CPU s/GB (user+sys),
+/// The results as a table: server model (`-` for an external cluster), read path and phase, MB/s, records/s, broker CPU s/GB (user+sys),
 /// broker-side fetch latency p50/p99/p99.9, end-to-end (corrected) p50/p99/p99.9/max,
 /// rebalance ms, and the ratio to the loopback TCP limit (iperf3; else the fastest limit)
 /// when limits are known. A run with repeats gets, below that table of every entry, the
@@ -837,12 +916,13 @@ fn cv_pct(f: Option<&results::FigureStats>) -> String {
     f.and_then(|f| f.cv).map_or("-".into(), |cv| format!("{:.1}%", cv * 100.0))
 }
 
-/// The statistics over the repetitions, one line per (read path, phase): the number of
-/// samples; MB/s and broker CPU s/GB (user + sys) as `mean ± half-width` of the 95%
+/// The statistics over the repetitions, one line per (server model, read path, phase): the
+/// number of samples; MB/s and broker CPU s/GB (user + sys) as `mean ± half-width` of the 95%
 /// confidence interval (Student's t) with their coefficient of variation; the ratio of both to
-/// `copy` (per repetition, then averaged) as `mean [low, high]`.
+/// the reference `copy` (`threaded`'s; per repetition, then averaged) as `mean [low, high]`.
 pub fn summary_table(r: &Results) -> String {
     let header = [
+        "model",
         "read path",
         "phase",
         "n",
@@ -861,6 +941,7 @@ pub fn summary_table(r: &Results) -> String {
         let (mb, cpu) = (fig(&s.figures, "mb_per_sec"), fig(&s.figures, "broker_cpu_s_per_gb"));
         let (rmb, rcpu) = (fig(&s.ratio_to_copy, "mb_per_sec"), fig(&s.ratio_to_copy, "broker_cpu_s_per_gb"));
         rows.push(vec![
+            s.server_model.clone().unwrap_or_else(|| "-".into()),
             s.read_path.clone(),
             s.phase.clone(),
             s.samples.to_string(),
@@ -875,8 +956,8 @@ pub fn summary_table(r: &Results) -> String {
     format_rows(rows)
 }
 
-/// Columns padded to their widest cell (counted in characters): the first two left-aligned,
-/// the others right-aligned.
+/// Columns padded to their widest cell (counted in characters): the first three (model, read
+/// path, phase) left-aligned, the others right-aligned.
 fn format_rows(rows: Vec<Vec<String>>) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
@@ -887,7 +968,7 @@ fn format_rows(rows: Vec<Vec<String>>) -> String {
         let cells: Vec<String> = row
             .iter()
             .enumerate()
-            .map(|(i, c)| if i < 2 { format!("{c:<w$}", w = widths[i]) } else { format!("{c:>w$}", w = widths[i]) })
+            .map(|(i, c)| if i < 3 { format!("{c:<w$}", w = widths[i]) } else { format!("{c:>w$}", w = widths[i]) })
             .collect();
         let _ = writeln!(out, "{}", cells.join("  ").trim_end());
     }
@@ -895,6 +976,7 @@ fn format_rows(rows: Vec<Vec<String>>) -> String {
 }
 
 /// The table of every entry (see [`table`]); with repeats, a `rep` column after the phase.
+/// Broker CPU s/GB is per entry, so per (server model, read path) combination.
 fn entries_table(r: &Results) -> String {
     // The loopback TCP limit (iperf3) is the ceiling of a consumer over loopback; without it,
     // the fastest figure.
@@ -904,6 +986,7 @@ fn entries_table(r: &Results) -> String {
     });
     let repeated = r.paths.iter().any(|p| p.repetition > 0);
     let mut header: Vec<String> = [
+        "model",
         "read path",
         "phase",
         "MB/s",
@@ -919,13 +1002,14 @@ fn entries_table(r: &Results) -> String {
         header.push(format!("x {}", l.label));
     }
     if repeated {
-        header.insert(2, "rep".into());
+        header.insert(3, "rep".into());
     }
     let mut rows = vec![header.clone()];
     for p in &r.paths {
         let f = &p.fetch_latency.summary;
         let e = &p.end_to_end_latency.corrected.summary;
         let mut row = vec![
+            p.server_model.clone().unwrap_or_else(|| "-".into()),
             p.read_path.clone(),
             p.phase.clone(),
             format!("{:.1}", p.mb_per_sec),
@@ -940,7 +1024,7 @@ fn entries_table(r: &Results) -> String {
             row.push(ratio.map_or("-".into(), |x| format!("{x:.2}")));
         }
         if repeated {
-            row.insert(2, p.repetition.to_string());
+            row.insert(3, p.repetition.to_string());
         }
         rows.push(row);
     }
@@ -1043,6 +1127,41 @@ mod tests {
         // A name the workload sets is kept.
         w.name = "mine".into();
         assert_eq!(run_name(&w), "mine");
+    }
+
+    /// Model by model, every read path under each; repetitions rotate the whole list of
+    /// combinations (so each model's paths move together, and a drift spreads over both
+    /// models).
+    #[test]
+    fn combinations_go_model_by_model_and_repetitions_rotate_them() {
+        use ReadPathKind::{Copy, Sendfile, UringSplice};
+        use ServerModel::{Threaded, Uring};
+        let order = combination_order(&[Threaded, Uring], &[Sendfile, UringSplice], 3);
+        let rep = |r: u32| order.iter().filter(|c| c.0 == r).map(|c| (c.1, c.2)).collect::<Vec<_>>();
+        assert_eq!(rep(0), [(Threaded, Sendfile), (Threaded, UringSplice), (Uring, Sendfile), (Uring, UringSplice)]);
+        assert_eq!(rep(1), [(Threaded, UringSplice), (Uring, Sendfile), (Uring, UringSplice), (Threaded, Sendfile)]);
+        assert_eq!(rep(2)[0], (Uring, Sendfile));
+        assert_eq!(order.len(), 12);
+        // One model: the read paths' rotation of before.
+        let one: Vec<_> =
+            combination_order(&[Threaded], &[Copy, Sendfile], 2).into_iter().map(|c| (c.0, c.2)).collect();
+        assert_eq!(one, [(0, Copy), (0, Sendfile), (1, Sendfile), (1, Copy)]);
+        assert!(combination_order(&[], &[Copy], 2).is_empty());
+    }
+
+    /// A combination that cannot run says why: `null` (zeros), a model that refuses the path
+    /// (the blocking call), before any broker starts.
+    #[test]
+    fn combinations_that_cannot_run_name_the_reason() {
+        assert!(can_run(ServerModel::Threaded, ReadPathKind::Null).unwrap_err().contains("zeros"));
+        assert_eq!(can_run(ServerModel::Threaded, ReadPathKind::Copy), Ok(()));
+        // uring: its probe may fail on this machine (then that is the reason); it never runs
+        // sendfile.
+        let e = can_run(ServerModel::Uring, ReadPathKind::Sendfile).unwrap_err();
+        assert!(e.starts_with("server.model=uring cannot run"), "{e}");
+        if ServerModel::Uring.probe().is_ok() {
+            assert!(e.contains("read path sendfile") && e.contains("blocking"), "{e}");
+        }
     }
 
     #[test]

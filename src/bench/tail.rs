@@ -206,6 +206,7 @@ pub(crate) fn retarget<'a>(t: &Target<'a>, backlog: &'a Backlog, group_prefix: S
         w: t.w,
         backlog,
         read_path: t.read_path.clone(),
+        server_model: t.server_model,
         bootstrap: t.bootstrap.clone(),
         broker: t.broker,
         interrupted: t.interrupted,

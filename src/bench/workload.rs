@@ -29,10 +29,11 @@
 //! | `warmup` | run time before measuring starts | seconds, or a duration string | `"2s"` |
 //! | `duration` | measured time of the tail phase (the catch-up phase ends at the backlog's end) | seconds, or a duration string | `"10s"` |
 //! | `read_paths` | read paths compared in the run, each one measured in turn (see [`ReadPathKind::name`]) | list | `["copy", "mmap", "sendfile", "uring-splice"]` |
+//! | `server_models` | server models compared in the run (`threaded`, `uring`: see [`ServerModel`]): every read path is measured under every model, model by model; a combination that cannot run here (the model's probe, [`ServerModel::supports`], the path's probe, or the broker refusing to start with the model) is skipped with a note, never swapped; `--server-model` wins over it | list | `["threaded"]` |
 //! | `page_cache` | `hot` (the backlog is in the page cache) or `cold` (dropped before each path) | | `"hot"` |
 //! | `cpu_pinning` | `auto` (broker and clients on separate CPUs when at least 2 are allowed: the first half for the broker), `none`, or `broker=CPUS;clients=CPUS` with Linux cpu lists (`0`, `1-3`, `0,2`) | | `"auto"` |
 //! | `client` | the client library: `native` (fetchbench's own) or `librdkafka` | | `"native"` |
-//! | `repeat` | repetitions of the measurements, >= 1: every read path's phases run this many times, repetition `r` taking the read paths in the order rotated by `r` (the backlog is written once); `--repeat N` wins over it | | `1` |
+//! | `repeat` | repetitions of the measurements, >= 1: every (server model, read path) combination's phases run this many times, repetition `r` taking the combinations in the order rotated by `r` (the backlog is written once); `--repeat N` wins over it | | `1` |
 //! | `label` | set by [`expand_sweep`]: the swept values of this grid point, `"key=value"` | list | `[]` |
 //! | `[consumer_config]` | Kafka consumer configs by their Kafka names (`"fetch.min.bytes" = 1`), passed to the client; values are kept as strings | table | empty |
 //! | `[producer_config]` | Kafka producer configs by their Kafka names (`"linger.ms" = "0"`), over the harness's (Kafka 4's defaults: `acks=all`, `linger.ms=5`, `batch.size=16384`, idempotent); values are kept as strings (the producers are fetchbench's own with either `client`) | table | empty |
@@ -56,8 +57,9 @@
 //!
 //! Any key whose value is a single item may be given as a list instead (a `[consumer_config]`
 //! entry too): the workload then describes a grid, and [`expand_sweep`] turns it into one
-//! resolved workload per combination. `phases`, `read_paths` and `label` are lists by nature
-//! and are not swept (read paths are compared inside one run, not across runs).
+//! resolved workload per combination. `phases`, `read_paths`, `server_models` and `label` are
+//! lists by nature and are not swept (read paths and server models are compared inside one
+//! run, not across runs).
 //!
 //! ```toml
 //! partitions = [1, 8, 64]
@@ -74,6 +76,7 @@ use std::time::Duration;
 
 use toml::{Table, Value};
 
+use crate::broker::server_model::ServerModel;
 use crate::read_path::ReadPathKind;
 
 /// Errors of loading a workload. Each names the key and what it accepts.
@@ -124,7 +127,7 @@ pub enum WorkloadError {
 }
 
 /// The top-level keys, in the documented order (also the order sweep axes vary in).
-pub const KEYS: [&str; 24] = [
+pub const KEYS: [&str; 25] = [
     "name",
     "topics",
     "partitions",
@@ -142,6 +145,7 @@ pub const KEYS: [&str; 24] = [
     "warmup",
     "duration",
     "read_paths",
+    "server_models",
     "page_cache",
     "cpu_pinning",
     "client",
@@ -152,7 +156,7 @@ pub const KEYS: [&str; 24] = [
 ];
 
 /// Keys whose value is a list by nature: a list there is the value, not a sweep.
-const LIST_KEYS: [&str; 3] = ["phases", "read_paths", "label"];
+const LIST_KEYS: [&str; 4] = ["phases", "read_paths", "server_models", "label"];
 
 /// How record keys are chosen.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -345,6 +349,8 @@ pub struct Workload {
     pub duration: Duration,
     /// `read_paths`, in order.
     pub read_paths: Vec<ReadPathKind>,
+    /// `server_models`, in order: the broker's front ends every read path is measured under.
+    pub server_models: Vec<ServerModel>,
     /// `page_cache`.
     pub page_cache: PageCache,
     /// `cpu_pinning`.
@@ -384,6 +390,7 @@ impl Default for Workload {
             warmup: Duration::from_secs(2),
             duration: Duration::from_secs(10),
             read_paths: vec![ReadPathKind::Copy, ReadPathKind::Mmap, ReadPathKind::Sendfile, ReadPathKind::UringSplice],
+            server_models: vec![ServerModel::Threaded],
             page_cache: PageCache::Hot,
             cpu_pinning: CpuPinning::Auto,
             client: Client::Native,
@@ -545,6 +552,7 @@ impl Workload {
                 }
                 self.read_paths = paths;
             }
+            "server_models" => self.server_models = server_models(key, v)?,
             "page_cache" => {
                 self.page_cache = match v.as_str() {
                     Some("hot") => PageCache::Hot,
@@ -830,6 +838,7 @@ impl Workload {
         t.insert("warmup".into(), s(&duration_string(self.warmup)));
         t.insert("duration".into(), s(&duration_string(self.duration)));
         t.insert("read_paths".into(), Value::Array(self.read_paths.iter().map(|k| s(k.name())).collect()));
+        t.insert("server_models".into(), Value::Array(self.server_models.iter().map(|m| s(m.name())).collect()));
         t.insert(
             "page_cache".into(),
             s(match self.page_cache {
@@ -920,6 +929,29 @@ fn set_or_sweep(w: &mut Workload, key: &str, v: &Value, axes: &mut Vec<SweepAxis
     w.apply(key, &items[0])?;
     axes.push(SweepAxis { key: key.to_string(), values: items.clone() });
     Ok(())
+}
+
+/// Parses a list of server model names (the `server_models` key, and `fetchbench run
+/// --server-model`): non-empty, distinct, each one of [`ServerModel::ALL`]. Errors name the key
+/// and every known model.
+pub fn server_models(key: &str, v: &Value) -> Result<Vec<ServerModel>, WorkloadError> {
+    let names: Vec<&str> = ServerModel::ALL.iter().map(|m| m.name()).collect();
+    let expected = format!("a non-empty list of distinct server models from {}", names.join(", "));
+    let mut models = Vec::new();
+    for item in list(key, v, &expected)? {
+        let model = item
+            .as_str()
+            .and_then(|name| name.parse::<ServerModel>().ok())
+            .ok_or_else(|| invalid(key, &expected, item))?;
+        if models.contains(&model) {
+            return Err(invalid(key, &expected, v));
+        }
+        models.push(model);
+    }
+    if models.is_empty() {
+        return Err(invalid(key, &expected, v));
+    }
+    Ok(models)
 }
 
 fn invalid(key: &str, expected: &str, found: &Value) -> WorkloadError {
@@ -1156,6 +1188,24 @@ mod tests {
         let e = err("rate = []");
         assert!(e.starts_with("rate: expected a value or a non-empty list"), "{e}");
         assert!(err("partitions = ").starts_with("not valid TOML"));
+    }
+
+    #[test]
+    fn server_models_are_a_list_of_known_models_threaded_by_default() {
+        assert_eq!(Workload::default().server_models, [ServerModel::Threaded]);
+        assert_eq!(Workload::parse("").unwrap().server_models, [ServerModel::Threaded]);
+        let w = Workload::parse("server_models = [\"uring\", \"threaded\"]").unwrap();
+        assert_eq!(w.server_models, [ServerModel::Uring, ServerModel::Threaded], "file order");
+        assert!(w.is_resolved(), "a list by nature, not a sweep");
+        let text = w.to_toml();
+        assert!(text.contains("server_models = [\"uring\", \"threaded\"]"), "{text}");
+        assert_eq!(Workload::parse(&text).unwrap(), w, "round trip");
+        let expected = "server_models: expected a non-empty list of distinct server models from threaded, uring";
+        for bad in ["[\"reactor\"]", "[]", "\"uring\"", "[\"uring\", \"uring\"]", "[1]"] {
+            let e = err(&format!("server_models = {bad}"));
+            assert!(e.starts_with(expected), "{bad}: {e}");
+        }
+        assert!(err("server_models = [\"threaded\", \"epoll\"]").ends_with("found \"epoll\""));
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! `bench::compare`'s `results_fixtures_are_current` test): exit 1 on a regression, 0 within
 //! the threshold, 2 on bad input; on repeated results written here from
 //! `results::example_repeated` (deterministic spread and shift): Welch's t-test; on a version 2
-//! file: the threshold rule; version 3 files (and the committed CI baseline) still read;
+//! file: the threshold rule; version 3 and 4 files (and the committed CI baseline) still read,
+//! as `threaded`;
 //! `fetchbench read-paths` documents compare, the old `fetchbench-read-paths` v1 ones are refused.
 //! A file with the same (read path, phase) twice is refused (exit 2), and the CI gate's committed
 //! baseline (`results/baseline.json`) is a valid results file.
@@ -270,6 +271,19 @@ fn version_3_files_and_the_ci_baseline_still_compare() {
     let out =
         Command::new(env!("CARGO_BIN_EXE_fetchbench")).arg("compare").arg(&baseline).arg(&baseline).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+}
+
+/// Version 4 files (before server models) read as `threaded`: they match a version 5 file's
+/// `threaded` entries, entry for entry.
+#[test]
+fn version_4_files_compare_as_threaded() {
+    let out = compare("base-v4.json", "slower-20pct.json", &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("copy/catch_up"), "{}", text(&out));
+    let out = compare("base-v4.json", "base.json", &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.contains("only in the new") && !stdout.contains("differ"), "{stdout}");
 }
 
 /// Two `fetchbench read-paths` documents compare (phase `loopback`); the `fetchbench-read-paths`

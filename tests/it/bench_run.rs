@@ -181,8 +181,8 @@ repeat = 2
     let json = files(&results_dir, "json");
     let stem = json[0].file_stem().unwrap().to_string_lossy().to_string();
     let summary_csv = std::fs::read_to_string(results_dir.join(format!("{stem}-summary.csv"))).unwrap();
-    assert!(summary_csv.starts_with("read_path,phase,of,metric,samples,mean,"), "{summary_csv}");
-    assert!(summary_csv.contains("sendfile,catch_up,ratio_to_copy,mb_per_sec,3,"), "{summary_csv}");
+    assert!(summary_csv.starts_with("server_model,read_path,phase,of,metric,samples,mean,"), "{summary_csv}");
+    assert!(summary_csv.contains("\nthreaded,sendfile,catch_up,ratio_to_copy,mb_per_sec,3,"), "{summary_csv}");
     let csv = std::fs::read_to_string(json[0].with_extension("csv")).unwrap();
     assert_eq!(csv.lines().count(), 7, "a line per entry: {csv}");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -731,4 +731,92 @@ fn unknown_consumer_config_is_refused_when_the_workload_loads() {
     let e = Workload::parse("[consumer_config]\n\"fetch.min.bytes\" = \"abc\"\n")
         .expect_err("a consumer config value the client cannot take must be refused at load time");
     assert!(e.to_string().contains("fetch.min.bytes"), "{e}");
+}
+
+/// Issue 16: one run over server model x read path. `threaded` runs both paths; `uring` refuses
+/// `sendfile` (a blocking call on a core's loop: skipped with that reason, never swapped for
+/// another path or model); `uring/uring-splice` either runs (entries under `uring`) or is
+/// skipped with the reason the broker gave at start (a front end not built, or io_uring missing
+/// here). Every entry names its model, in the JSON, the CSV and the table.
+#[test]
+fn server_models_times_read_paths_in_one_run() {
+    use fetchbench::broker::ServerModel;
+    use fetchbench::read_path::ReadPathKind;
+    let dir = tempfile::tempdir().unwrap();
+    let workload = write_workload(
+        dir.path(),
+        r#"
+name = "models"
+partitions = 2
+record_size = "1KiB"
+backlog = "1MiB"
+consumers_per_group = 1
+phases = ["catch_up"]
+warmup = 0
+read_paths = ["sendfile", "uring-splice"]
+server_models = ["threaded", "uring"]
+"#,
+    );
+    let results_dir = dir.path().join("results");
+    let out =
+        fetchbench().args(["run", "--no-limits", "--results-dir"]).arg(&results_dir).arg(&workload).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let r = only_results(&results_dir);
+    assert_eq!(r.workload().unwrap().server_models, [ServerModel::Threaded, ServerModel::Uring]);
+    let ran: Vec<(Option<&str>, &str)> =
+        r.paths.iter().map(|p| (p.server_model.as_deref(), p.read_path.as_str())).collect();
+    let splice_here = ReadPathKind::UringSplice.probe().is_ok();
+    let mut expected = vec![(Some("threaded"), "sendfile")];
+    if splice_here {
+        expected.push((Some("threaded"), "uring-splice"));
+    } else {
+        assert!(r.notes.iter().any(|n| n.starts_with("threaded/uring-splice: skipped: ")), "{:?}", r.notes);
+    }
+    let note = |prefix: &str| r.notes.iter().find(|n| n.starts_with(prefix)).cloned();
+    // uring/sendfile: never run, the reason named (the model's probe when it cannot run here).
+    let sendfile = note("uring/sendfile: skipped: server.model=uring cannot run").expect("uring/sendfile note");
+    if ServerModel::Uring.probe().is_ok() {
+        assert!(sendfile.contains("read path sendfile") && sendfile.contains("blocking"), "{sendfile}");
+    }
+    assert!(!ran.contains(&(Some("uring"), "sendfile")), "{ran:?}");
+    // uring/uring-splice: a real result, or skipped with the broker's (or a probe's) reason.
+    match note("uring/uring-splice: skipped: ") {
+        Some(n) => assert!(n.contains("server.model=uring cannot run"), "{n}"),
+        None => expected.push((Some("uring"), "uring-splice")),
+    }
+    assert_eq!(ran, expected, "notes: {:?}", r.notes);
+    assert_eq!(r.notes.iter().filter(|n| n.contains(": skipped: ")).count(), 4 - expected.len(), "{:?}", r.notes);
+    assert!(r.paths.iter().all(|p| p.records == 1024), "{:?}", r.paths);
+    assert_eq!(r.summary.len(), expected.len());
+    assert!(r.summary.iter().zip(&expected).all(|(s, e)| (s.server_model.as_deref(), s.read_path.as_str()) == *e));
+    let json = files(&results_dir, "json");
+    let csv = std::fs::read_to_string(json[0].with_extension("csv")).unwrap();
+    assert!(csv.starts_with("server_model,read_path,phase,"), "{csv}");
+    assert!(csv.lines().nth(1).unwrap().starts_with("threaded,sendfile,catch_up,0,"), "{csv}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let header = stdout.lines().next().unwrap();
+    assert!(header.starts_with("model") && header.contains("broker CPU s/GB"), "{stdout}");
+    assert!(stdout.lines().nth(1).unwrap().starts_with("threaded  sendfile"), "{stdout}");
+    let svg = std::fs::read_to_string(json[0].with_extension("svg")).unwrap();
+    assert!(svg.contains(">\nthreaded/sendfile\n</text>"), "labels name the combination: {svg}");
+
+    // --server-model wins over the workload; an unknown model is refused naming the known.
+    let out = fetchbench()
+        .args(["run", "--no-limits", "--server-model", "threaded,reactor", "--results-dir"])
+        .arg(dir.path().join("refused"))
+        .arg(&workload)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(
+            "--server-model: expected a non-empty list of distinct server models from threaded, uring, found \"reactor\""
+        ),
+        "{stderr}"
+    );
+    let solo = run_ok(&workload, &dir.path().join("solo"), &["--server-model", "threaded"], "--server-model threaded");
+    assert_eq!(solo.workload().unwrap().server_models, [ServerModel::Threaded]);
+    assert!(solo.paths.iter().all(|p| p.server_model.as_deref() == Some("threaded")), "{:?}", solo.paths);
+    assert!(solo.notes.iter().all(|n| !n.contains("uring/")), "{:?}", solo.notes);
 }
