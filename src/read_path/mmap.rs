@@ -42,7 +42,7 @@ const CHUNK: u64 = 1024 * 1024;
 /// See the module docs.
 #[derive(Debug, Default)]
 pub struct MmapPath {
-    maps: Vec<(Weak<SegmentFile>, Mmap)>,
+    maps: Mappings,
     stats: TransferStats,
 }
 
@@ -51,9 +51,34 @@ impl MmapPath {
     pub fn new() -> Self {
         MmapPath::default()
     }
+}
 
-    /// A mapping of `file` covering at least `[0, end)`, mapping it (again) when needed.
-    fn mapping(&mut self, file: &Arc<SegmentFile>, end: u64, file_len: u64) -> io::Result<&Mmap> {
+/// The read-only mappings of segment files, one per file, kept between transfers (see the module
+/// docs on mappings). Shared with `msg-zerocopy`, which sends from the same mappings.
+///
+/// Their bytes are never read by this process: only their addresses go to `send`, where the
+/// kernel copies them (or, with `MSG_ZEROCOPY`, pins the pages) and turns a fault on a page past
+/// the end of a truncated file into `EFAULT` rather than SIGBUS.
+#[derive(Debug, Default)]
+pub(crate) struct Mappings {
+    maps: Vec<(Weak<SegmentFile>, Mmap)>,
+}
+
+impl Mappings {
+    /// A mapping of `file` covering at least `[0, end)`, mapping it whole (`file_len` bytes, its
+    /// size now) when there is none or the one there is too short; a mapping of a file nobody
+    /// else holds any more is released first. Counts an `mmap` call in `stats`. Errors: `mmap`'s,
+    /// and `file_len` larger than the address space.
+    ///
+    /// A mapping returned stays valid until the next call (which may replace it with a larger
+    /// one): callers take one mapping per transfer, covering the whole transfer.
+    pub(crate) fn get(
+        &mut self,
+        file: &Arc<SegmentFile>,
+        end: u64,
+        file_len: u64,
+        stats: &mut TransferStats,
+    ) -> io::Result<&Mmap> {
         self.maps.retain(|(w, _)| w.strong_count() > 0);
         let key = Arc::downgrade(file);
         let i = match self.maps.iter().position(|(w, _)| w.ptr_eq(&key)) {
@@ -61,11 +86,12 @@ impl MmapPath {
             found => {
                 let len =
                     usize::try_from(file_len).map_err(|_| io::Error::other("file larger than the address space"))?;
-                self.stats.syscalls += 1;
+                stats.syscalls += 1;
                 // SAFETY: the mapping is read-only and its bytes are never read by this process:
-                // only their address is passed to `send`, where the kernel copies them and turns
-                // a fault (file truncated by another process) into EFAULT rather than SIGBUS.
-                // fetchbench never truncates a segment that can be read (retention unlinks).
+                // only their address is passed to `send`, where the kernel copies them (or pins
+                // the pages for MSG_ZEROCOPY) and turns a fault (file truncated by another
+                // process) into EFAULT rather than SIGBUS. fetchbench never truncates a segment
+                // that can be read (retention unlinks).
                 let map = unsafe { MmapOptions::new().len(len).map(file.file())? };
                 match found {
                     Some(i) => {
@@ -103,13 +129,11 @@ impl ReadPath for MmapPath {
                 // last chunk is noticed before its vanished pages are handed to `send`.
                 let from = slice.position + sent;
                 let to = end.min(from + CHUNK);
-                let mut stats = std::mem::take(&mut self.stats);
-                let res = self.mapping(&slice.segment, to, file_len).and_then(|map| {
+                let stats = &mut self.stats;
+                let res = self.maps.get(&slice.segment, to, file_len, stats).and_then(|map| {
                     let bytes = &map[from as usize..to as usize];
-                    util::write_all(socket, bytes, &mut stats, &mut sent)
+                    util::write_all(socket, bytes, stats, &mut sent)
                 });
-                stats.add(&self.stats);
-                self.stats = stats;
                 res.map_err(|e| {
                     if e.raw_os_error() == Some(libc::EFAULT) {
                         util::truncated(slice.len - sent)

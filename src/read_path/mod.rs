@@ -18,7 +18,8 @@
 //!   moves exactly the slice's bytes with blocking-socket semantics and never falls back to
 //!   another mechanism) and its counters ([`TransferStats`]);
 //! - one file per path ([`null`], [`copy`], [`mmap`], [`sendfile`], [`uring_splice`],
-//!   [`direct`]), each built on [`transfer`] and the socket helpers of `util`;
+//!   [`direct`]), each built on [`transfer`] and the socket helpers of `util`; `uring-splice`
+//!   takes its pipe from `pipe`, `sendfile` its SIGPIPE guard from `sigpipe`;
 //! - this file: the kinds ([`ReadPathKind`]: names, [`ReadPathKind::probe`],
 //!   [`ReadPathKind::create`], never a silent fallback: [`Unsupported`] says why a path cannot
 //!   run here) and the enum dispatch over the paths ([`AnyReadPath`]).
@@ -32,7 +33,9 @@ pub(crate) mod copy;
 pub(crate) mod direct;
 pub(crate) mod mmap;
 pub(crate) mod null;
+pub(crate) mod pipe;
 pub(crate) mod sendfile;
+pub(crate) mod sigpipe;
 pub(crate) mod transfer;
 pub(crate) mod uring_splice;
 pub(crate) mod util;

@@ -5,6 +5,7 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::time::Instant;
 
+use super::sigpipe::{sigpipe_ignored, SigpipeBlock};
 use super::transfer::{ReadPath, TransferStats};
 use super::util;
 use crate::log::FileSlice;
@@ -23,46 +24,6 @@ impl SendfilePath {
     /// so the caller gets `BrokenPipe` instead of being killed.
     pub fn new() -> Self {
         SendfilePath { stats: TransferStats::default(), block_sigpipe: !sigpipe_ignored() }
-    }
-}
-
-/// Whether SIGPIPE's disposition is SIG_IGN in this process.
-fn sigpipe_ignored() -> bool {
-    // SAFETY: `sigaction` with a null new action only reads the current disposition into `old`,
-    // a properly sized, zero-initialised `sigaction` struct owned by this frame.
-    unsafe {
-        let mut old: libc::sigaction = std::mem::zeroed();
-        libc::sigaction(libc::SIGPIPE, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_IGN
-    }
-}
-
-/// Blocks SIGPIPE on this thread until dropped; then discards a SIGPIPE raised meanwhile and
-/// restores the previous mask.
-struct SigpipeBlock {
-    old: nix::sys::signal::SigSet,
-}
-
-impl SigpipeBlock {
-    fn new() -> io::Result<Self> {
-        let mut set = nix::sys::signal::SigSet::empty();
-        set.add(nix::sys::signal::Signal::SIGPIPE);
-        let old = set.thread_swap_mask(nix::sys::signal::SigmaskHow::SIG_BLOCK).map_err(io::Error::from)?;
-        Ok(SigpipeBlock { old })
-    }
-}
-
-impl Drop for SigpipeBlock {
-    fn drop(&mut self) {
-        let mut set = nix::sys::signal::SigSet::empty();
-        set.add(nix::sys::signal::Signal::SIGPIPE);
-        // Discard a SIGPIPE that became pending while blocked (zero timeout: never waits).
-        let ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-        // SAFETY: `set` is a valid sigset for SIGPIPE; `ts` is a valid zero timeout; a null info
-        // pointer is allowed. The call only dequeues a pending SIGPIPE of this thread or process.
-        unsafe {
-            libc::sigtimedwait(set.as_ref(), std::ptr::null_mut(), &ts);
-        }
-        let _ = self.old.thread_set_mask();
     }
 }
 

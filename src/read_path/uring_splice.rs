@@ -71,16 +71,15 @@
 use std::fmt;
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::path::Path;
 use std::time::Instant;
 
 use io_uring::{opcode, squeue, types, IoUring};
-use nix::errno::Errno;
-use nix::fcntl::{FcntlArg, OFlag};
 
+use super::pipe::Pipe;
 use super::transfer::{ReadPath, TransferStats};
-use super::util;
+use super::util::{self, read_setting};
 use crate::log::FileSlice;
 
 /// Submission queue entries of a ring: one step needs at most two (the linked pair).
@@ -89,8 +88,6 @@ const RING_ENTRIES: u32 = 4;
 /// The kernel setting that disables io_uring (Linux 6.6+): 0 enabled, 1 only for
 /// `kernel.io_uring_group` or `CAP_SYS_ADMIN`, 2 disabled for everyone.
 const IO_URING_DISABLED: &str = "/proc/sys/kernel/io_uring_disabled";
-/// The largest pipe an unprivileged process may set with `F_SETPIPE_SZ`.
-const PIPE_MAX_SIZE: &str = "/proc/sys/fs/pipe-max-size";
 
 /// Creates the ring of one [`UringSplicePath`] (one ring per path, and so per thread): a plain
 /// interrupt-driven ring of [`RING_ENTRIES`] submission entries, without `SQPOLL` or `IOPOLL`
@@ -139,11 +136,6 @@ fn describe_setup_error(err: &io::Error) -> String {
     }
 }
 
-/// A one-line `/proc/sys` setting, trimmed; `None` when it cannot be read.
-fn read_setting(path: &str) -> Option<String> {
-    std::fs::read_to_string(path).ok().map(|s| s.trim().to_string())
-}
-
 /// Whether io_uring with `IORING_OP_SPLICE` works here; `Err` names the cause: no io_uring in
 /// the kernel (`ENOSYS`), io_uring disabled (`kernel.io_uring_disabled`, named with its value)
 /// or blocked (seccomp), or a kernel whose io_uring lacks `IORING_OP_SPLICE` (added in 5.7).
@@ -161,59 +153,6 @@ pub(crate) fn probe() -> Result<(), String> {
         return Err("this kernel's io_uring lacks IORING_OP_SPLICE (added in Linux 5.7)".into());
     }
     Ok(())
-}
-
-/// `F_SETPIPE_SZ` refused the requested pipe size.
-#[derive(Debug, thiserror::Error)]
-#[error(
-    "cannot raise the pipe to {requested} bytes with F_SETPIPE_SZ ({source}){}",
-    limit_note(*.max, .source)
-)]
-struct PipeSizeError {
-    /// The size asked for, in bytes.
-    requested: usize,
-    /// `/proc/sys/fs/pipe-max-size`, when readable.
-    max: Option<usize>,
-    /// The `fcntl` error.
-    #[source]
-    source: io::Error,
-}
-
-fn limit_note(max: Option<usize>, source: &io::Error) -> String {
-    if source.raw_os_error() != Some(libc::EPERM) {
-        return String::new();
-    }
-    let max = max.map_or_else(|| "unreadable".to_string(), |m| format!("{m} bytes"));
-    format!(
-        ": above fs.pipe-max-size ({PIPE_MAX_SIZE} = {max}) without CAP_SYS_RESOURCE, or this \
-         user's pipes exceed fs.pipe-user-pages-hard; ask for a smaller pipe size or raise the limit"
-    )
-}
-
-/// The pipe between the two splices. Both ends are owned; the path holds the write end too,
-/// which is what lets a splice from an empty pipe wait rather than see end of file.
-#[derive(Debug)]
-struct Pipe {
-    read: OwnedFd,
-    write: OwnedFd,
-    /// Capacity in bytes, as the kernel set it (a power of two pages).
-    capacity: u64,
-}
-
-impl Pipe {
-    /// A close-on-exec pipe raised to `size` bytes. Errors: `pipe2` errors, and
-    /// [`PipeSizeError`] (kind from the errno, e.g. `PermissionDenied`) when the size is refused.
-    fn new(size: usize) -> io::Result<Pipe> {
-        let (read, write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
-        let refused = |source: io::Error| {
-            let max = read_setting(PIPE_MAX_SIZE).and_then(|s| s.parse().ok());
-            io::Error::new(source.kind(), PipeSizeError { requested: size, max, source })
-        };
-        let arg = libc::c_int::try_from(size)
-            .map_err(|_| refused(io::Error::new(io::ErrorKind::InvalidInput, "larger than i32::MAX")))?;
-        let capacity = nix::fcntl::fcntl(&write, FcntlArg::F_SETPIPE_SZ(arg)).map_err(|e| refused(e.into()))?;
-        Ok(Pipe { read, write, capacity: capacity as u64 })
-    }
 }
 
 /// See the module docs.
@@ -250,9 +189,7 @@ impl UringSplicePath {
         let ring = setup_ring().map_err(|e| io::Error::new(e.kind(), describe_setup_error(&e)))?;
         let pipe = Pipe::new(pipe_size)?;
         let dev_null = File::options().write(true).open(Path::new("/dev/null"))?;
-        // SAFETY: `sysconf` reads a constant of the system; it takes no pointers.
-        let page_size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-        let page_size = u64::try_from(page_size).ok().filter(|p| *p > 0).unwrap_or(4096);
+        let page_size = util::page_size();
         Ok(UringSplicePath {
             ring: Some(Box::new(ring)),
             pipe: Some(pipe),
@@ -408,23 +345,8 @@ impl UringSplicePath {
     /// that fails, the pipe is dropped and the next transfer makes a new one.
     fn empty_pipe(&mut self) {
         let Some(pipe) = &self.pipe else { return };
-        loop {
-            self.stats.syscalls += 1;
-            match nix::fcntl::splice(
-                &pipe.read,
-                None,
-                self.dev_null.as_fd(),
-                None,
-                pipe.capacity as usize,
-                nix::fcntl::SpliceFFlags::SPLICE_F_NONBLOCK,
-            ) {
-                Ok(0) | Err(Errno::EAGAIN) => return,
-                Ok(_) | Err(Errno::EINTR) => {}
-                Err(_) => {
-                    self.pipe = None;
-                    return;
-                }
-            }
+        if pipe.discard(self.dev_null.as_fd(), &mut self.stats).is_err() {
+            self.pipe = None;
         }
     }
 }
@@ -452,6 +374,7 @@ impl ReadPath for UringSplicePath {
 mod tests {
     use std::io::{Read, Write};
     use std::net::{TcpListener, TcpStream};
+    use std::os::fd::OwnedFd;
     use std::os::unix::net::UnixStream;
     use std::path::PathBuf;
     use std::sync::{mpsc, Arc};
@@ -460,6 +383,7 @@ mod tests {
 
     use super::*;
     use crate::log::segment::SegmentFile;
+    use crate::read_path::pipe::PIPE_MAX_SIZE;
 
     /// Whether the path can run here; prints why not when it cannot.
     fn supported(test: &str) -> bool {

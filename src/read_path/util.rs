@@ -1,4 +1,5 @@
-//! Blocking-socket helpers shared by the read paths.
+//! Blocking-socket helpers shared by the read paths, and small system facts they need (the page
+//! size, a `/proc/sys` setting).
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
@@ -75,4 +76,17 @@ pub(crate) fn truncated(missing: u64) -> io::Error {
         io::ErrorKind::UnexpectedEof,
         format!("the file ended {missing} bytes before the slice (truncated under the reader?)"),
     )
+}
+
+/// A one-line `/proc/sys` setting (e.g. `/proc/sys/fs/pipe-max-size`), trimmed; `None` when it
+/// cannot be read.
+pub(crate) fn read_setting(path: &str) -> Option<String> {
+    std::fs::read_to_string(path).ok().map(|s| s.trim().to_string())
+}
+
+/// The size of a memory page in bytes (`sysconf(_SC_PAGESIZE)`; 4096 if it cannot be read).
+pub(crate) fn page_size() -> u64 {
+    // SAFETY: `sysconf` reads a constant of the system; it takes no pointers.
+    let page_size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u64::try_from(page_size).ok().filter(|p| *p > 0).unwrap_or(4096)
 }
