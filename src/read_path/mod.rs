@@ -9,6 +9,7 @@
 //! | `copy` | `pread` into a reusable buffer, `write` to the socket (Kafka under TLS) | yes |
 //! | `mmap` | the file mapped read-only, `write` from the mapping | no read copy; one copy into the socket |
 //! | `sendfile` | `sendfile64` loop (Kafka's `FileChannel.transferTo`) | no |
+//! | `splice` | `splice(2)` file->pipe, pipe->socket with plain system calls (uring-splice without the ring) | no |
 //! | `uring-splice` | io_uring: linked SPLICE file->pipe, pipe->socket | no |
 //! | `direct` | `O_DIRECT` reads into aligned buffers, bypassing the page cache (Redpanda) | yes |
 //!
@@ -17,9 +18,10 @@
 //! - [`transfer`]: the contract every path implements ([`ReadPath`]: `transfer(slice, socket)`
 //!   moves exactly the slice's bytes with blocking-socket semantics and never falls back to
 //!   another mechanism) and its counters ([`TransferStats`]);
-//! - one file per path ([`null`], [`copy`], [`mmap`], [`sendfile`], [`uring_splice`],
-//!   [`direct`]), each built on [`transfer`] and the socket helpers of `util`; `uring-splice`
-//!   takes its pipe from `pipe`, `sendfile` its SIGPIPE guard from `sigpipe`;
+//! - one file per path ([`null`], [`copy`], [`mmap`], [`sendfile`], [`splice`],
+//!   [`uring_splice`], [`direct`]), each built on [`transfer`] and the socket helpers of
+//!   `util`; the splice paths share their pipe (`pipe`), `sendfile` and `splice` their
+//!   SIGPIPE guard (`sigpipe`);
 //! - this file: the kinds ([`ReadPathKind`]: names, [`ReadPathKind::probe`],
 //!   [`ReadPathKind::create`], never a silent fallback: [`Unsupported`] says why a path cannot
 //!   run here) and the enum dispatch over the paths ([`AnyReadPath`]).
@@ -36,6 +38,7 @@ pub(crate) mod null;
 pub(crate) mod pipe;
 pub(crate) mod sendfile;
 pub(crate) mod sigpipe;
+pub(crate) mod splice;
 pub(crate) mod transfer;
 pub(crate) mod uring_splice;
 pub(crate) mod util;
@@ -71,6 +74,8 @@ pub enum ReadPathKind {
     Mmap,
     /// `sendfile64`.
     Sendfile,
+    /// `splice(2)` through a pipe, plain system calls.
+    Splice,
     /// io_uring linked splices through a pipe.
     UringSplice,
     /// `O_DIRECT` reads into aligned buffers, then `write`.
@@ -79,11 +84,12 @@ pub enum ReadPathKind {
 
 impl ReadPathKind {
     /// Every kind, in the order reports list them.
-    pub const ALL: [ReadPathKind; 6] = [
+    pub const ALL: [ReadPathKind; 7] = [
         ReadPathKind::Null,
         ReadPathKind::Copy,
         ReadPathKind::Mmap,
         ReadPathKind::Sendfile,
+        ReadPathKind::Splice,
         ReadPathKind::UringSplice,
         ReadPathKind::Direct,
     ];
@@ -95,6 +101,7 @@ impl ReadPathKind {
             ReadPathKind::Copy => "copy",
             ReadPathKind::Mmap => "mmap",
             ReadPathKind::Sendfile => "sendfile",
+            ReadPathKind::Splice => "splice",
             ReadPathKind::UringSplice => "uring-splice",
             ReadPathKind::Direct => "direct",
         }
@@ -119,6 +126,9 @@ impl ReadPathKind {
             ReadPathKind::Copy => AnyReadPath::Copy(copy::CopyPath::new(config.buffer_size)),
             ReadPathKind::Mmap => AnyReadPath::Mmap(mmap::MmapPath::new()),
             ReadPathKind::Sendfile => AnyReadPath::Sendfile(sendfile::SendfilePath::new()),
+            ReadPathKind::Splice => AnyReadPath::Splice(
+                splice::SplicePath::new(config.pipe_size).map_err(|source| CreateError::Io { kind: self, source })?,
+            ),
             ReadPathKind::UringSplice => AnyReadPath::UringSplice(
                 uring_splice::UringSplicePath::new(config.pipe_size)
                     .map_err(|source| CreateError::Io { kind: self, source })?,
@@ -136,10 +146,15 @@ impl fmt::Display for ReadPathKind {
 
 /// An unknown read path name.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("unknown read path {name:?}; known: null, copy, mmap, sendfile, uring-splice, direct")]
+#[error("unknown read path {name:?}; known: {}", known_names())]
 pub struct UnknownReadPath {
     /// The name given.
     pub name: String,
+}
+
+/// The names of [`ReadPathKind::ALL`], comma-separated, for [`UnknownReadPath`]'s message.
+fn known_names() -> String {
+    ReadPathKind::ALL.map(ReadPathKind::name).join(", ")
 }
 
 impl FromStr for ReadPathKind {
@@ -172,7 +187,7 @@ pub enum CreateError {
 pub struct ReadPathConfig {
     /// Buffer size of `copy`, `direct` and `null`, in bytes (default 64 KiB).
     pub buffer_size: usize,
-    /// Pipe size of `uring-splice`, in bytes, set with `F_SETPIPE_SZ` (default 1 MiB).
+    /// Pipe size of `splice` and `uring-splice`, in bytes, set with `F_SETPIPE_SZ` (default 1 MiB).
     pub pipe_size: usize,
 }
 
@@ -194,6 +209,8 @@ pub enum AnyReadPath {
     Mmap(mmap::MmapPath),
     /// See [`sendfile::SendfilePath`].
     Sendfile(sendfile::SendfilePath),
+    /// See [`splice::SplicePath`].
+    Splice(splice::SplicePath),
     /// See [`uring_splice::UringSplicePath`].
     UringSplice(uring_splice::UringSplicePath),
     /// See [`direct::DirectPath`].
@@ -207,6 +224,7 @@ macro_rules! dispatch {
             AnyReadPath::Copy($p) => $e,
             AnyReadPath::Mmap($p) => $e,
             AnyReadPath::Sendfile($p) => $e,
+            AnyReadPath::Splice($p) => $e,
             AnyReadPath::UringSplice($p) => $e,
             AnyReadPath::Direct($p) => $e,
         }
@@ -221,6 +239,7 @@ impl AnyReadPath {
             AnyReadPath::Copy(_) => ReadPathKind::Copy,
             AnyReadPath::Mmap(_) => ReadPathKind::Mmap,
             AnyReadPath::Sendfile(_) => ReadPathKind::Sendfile,
+            AnyReadPath::Splice(_) => ReadPathKind::Splice,
             AnyReadPath::UringSplice(_) => ReadPathKind::UringSplice,
             AnyReadPath::Direct(_) => ReadPathKind::Direct,
         }

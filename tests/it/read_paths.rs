@@ -858,7 +858,7 @@ fn kind_names_round_trip_and_unknown_names_list_the_known() {
         assert!(!names.contains(&kind.name()), "two kinds are named {:?}", kind.name());
         names.push(kind.name());
     }
-    for unknown in ["", "splice", "Copy", "uring_splice", " copy"] {
+    for unknown in ["", "plain-splice", "Copy", "uring_splice", " copy", "msg_zerocopy"] {
         let err = unknown.parse::<ReadPathKind>().expect_err(unknown);
         let msg = err.to_string();
         assert!(msg.contains(&format!("{unknown:?}")), "the error {msg:?} does not name {unknown:?}");
