@@ -11,6 +11,7 @@
 //! | `sendfile` | `sendfile64` loop (Kafka's `FileChannel.transferTo`) | no |
 //! | `splice` | `splice(2)` file->pipe, pipe->socket with plain system calls (uring-splice without the ring) | no |
 //! | `uring-splice` | io_uring: linked SPLICE file->pipe, pipe->socket | no |
+//! | `msg-zerocopy` | the file mapped read-only, `send(MSG_ZEROCOPY)` from the mapping, completions from the error queue | no, where the kernel does not copy (it does copy on loopback and Unix sockets) |
 //! | `direct` | `O_DIRECT` reads into aligned buffers, bypassing the page cache (Redpanda) | yes |
 //!
 //! ## Files
@@ -19,8 +20,8 @@
 //!   moves exactly the slice's bytes with blocking-socket semantics and never falls back to
 //!   another mechanism) and its counters ([`TransferStats`]);
 //! - one file per path ([`null`], [`copy`], [`mmap`], [`sendfile`], [`splice`],
-//!   [`uring_splice`], [`direct`]), each built on [`transfer`] and the socket helpers of
-//!   `util`; the splice paths share their pipe (`pipe`), `sendfile` and `splice` their
+//!   [`uring_splice`], [`msg_zerocopy`], [`direct`]), each built on [`transfer`] and the socket
+//!   helpers of `util`; the splice paths share their pipe (`pipe`), `sendfile` and `splice` their
 //!   SIGPIPE guard (`sigpipe`);
 //! - this file: the kinds ([`ReadPathKind`]: names, [`ReadPathKind::probe`],
 //!   [`ReadPathKind::create`], never a silent fallback: [`Unsupported`] says why a path cannot
@@ -34,6 +35,7 @@
 pub(crate) mod copy;
 pub(crate) mod direct;
 pub(crate) mod mmap;
+pub(crate) mod msg_zerocopy;
 pub(crate) mod null;
 pub(crate) mod pipe;
 pub(crate) mod sendfile;
@@ -78,19 +80,22 @@ pub enum ReadPathKind {
     Splice,
     /// io_uring linked splices through a pipe.
     UringSplice,
+    /// `send(MSG_ZEROCOPY)` from a read-only mapping, completions from the error queue.
+    MsgZerocopy,
     /// `O_DIRECT` reads into aligned buffers, then `write`.
     Direct,
 }
 
 impl ReadPathKind {
     /// Every kind, in the order reports list them.
-    pub const ALL: [ReadPathKind; 7] = [
+    pub const ALL: [ReadPathKind; 8] = [
         ReadPathKind::Null,
         ReadPathKind::Copy,
         ReadPathKind::Mmap,
         ReadPathKind::Sendfile,
         ReadPathKind::Splice,
         ReadPathKind::UringSplice,
+        ReadPathKind::MsgZerocopy,
         ReadPathKind::Direct,
     ];
 
@@ -103,6 +108,7 @@ impl ReadPathKind {
             ReadPathKind::Sendfile => "sendfile",
             ReadPathKind::Splice => "splice",
             ReadPathKind::UringSplice => "uring-splice",
+            ReadPathKind::MsgZerocopy => "msg-zerocopy",
             ReadPathKind::Direct => "direct",
         }
     }
@@ -112,6 +118,7 @@ impl ReadPathKind {
         let fail = |reason: String| Err(Unsupported { kind: self, reason });
         match self {
             ReadPathKind::UringSplice => uring_splice::probe().or_else(fail),
+            ReadPathKind::MsgZerocopy => msg_zerocopy::probe().or_else(fail),
             ReadPathKind::Direct => direct::probe().or_else(fail),
             _ => Ok(()),
         }
@@ -133,6 +140,7 @@ impl ReadPathKind {
                 uring_splice::UringSplicePath::new(config.pipe_size)
                     .map_err(|source| CreateError::Io { kind: self, source })?,
             ),
+            ReadPathKind::MsgZerocopy => AnyReadPath::MsgZerocopy(msg_zerocopy::MsgZerocopyPath::new()),
             ReadPathKind::Direct => AnyReadPath::Direct(direct::DirectPath::new(config.buffer_size)),
         })
     }
@@ -213,6 +221,8 @@ pub enum AnyReadPath {
     Splice(splice::SplicePath),
     /// See [`uring_splice::UringSplicePath`].
     UringSplice(uring_splice::UringSplicePath),
+    /// See [`msg_zerocopy::MsgZerocopyPath`].
+    MsgZerocopy(msg_zerocopy::MsgZerocopyPath),
     /// See [`direct::DirectPath`].
     Direct(direct::DirectPath),
 }
@@ -226,6 +236,7 @@ macro_rules! dispatch {
             AnyReadPath::Sendfile($p) => $e,
             AnyReadPath::Splice($p) => $e,
             AnyReadPath::UringSplice($p) => $e,
+            AnyReadPath::MsgZerocopy($p) => $e,
             AnyReadPath::Direct($p) => $e,
         }
     };
@@ -241,6 +252,7 @@ impl AnyReadPath {
             AnyReadPath::Sendfile(_) => ReadPathKind::Sendfile,
             AnyReadPath::Splice(_) => ReadPathKind::Splice,
             AnyReadPath::UringSplice(_) => ReadPathKind::UringSplice,
+            AnyReadPath::MsgZerocopy(_) => ReadPathKind::MsgZerocopy,
             AnyReadPath::Direct(_) => ReadPathKind::Direct,
         }
     }

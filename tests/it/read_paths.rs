@@ -702,11 +702,13 @@ fn truncation_check(kind: ReadPathKind) -> Result<(), String> {
                 // mmap's inherent race, documented on the path: truncation zeroes the tail of the
                 // page that holds the new end, and a send already copying from that page copies
                 // zeros. Bytes below the new end must be the original; in that one page, zeros
-                // are tolerated for mmap only. (The log never truncates a readable segment.)
+                // are tolerated for the paths that send from a mapping only (mmap, msg-zerocopy,
+                // which documents the same race). (The log never truncates a readable segment.)
                 let page_end = SHRUNK_TO.next_multiple_of(4096);
+                let from_mapping = matches!(kind, ReadPathKind::Mmap | ReadPathKind::MsgZerocopy);
                 let tolerated = |i: usize, b: u8| {
                     let pos = POSITION + i as u64;
-                    kind == ReadPathKind::Mmap && (SHRUNK_TO..page_end).contains(&pos) && b == 0
+                    from_mapping && (SHRUNK_TO..page_end).contains(&pos) && b == 0
                 };
                 if let Some(i) =
                     want.iter().zip(&received).enumerate().position(|(i, (a, b))| a != b && !tolerated(i, *b))
