@@ -170,10 +170,11 @@ struct ReadPathsArgs {
     /// Buffer size of `copy` and `direct` (`null` uses at least 1 MiB).
     #[arg(long, value_parser = parse_bytes, default_value = "64KiB")]
     buffer_size: u64,
-    /// Pipe size of `uring-splice`, set with F_SETPIPE_SZ (bounded by /proc/sys/fs/pipe-max-size).
+    /// Pipe size of `splice` and `uring-splice`, set with F_SETPIPE_SZ (bounded by /proc/sys/fs/pipe-max-size).
     #[arg(long, value_parser = parse_bytes, default_value = "1MiB")]
     pipe_size: u64,
-    /// Comma-separated read paths (null, copy, mmap, sendfile, uring-splice, direct), also as
+    /// Comma-separated read paths (null, copy, mmap, sendfile, splice, uring-splice, msg-zerocopy,
+    /// direct), also as
     /// `--read-path NAME` (repeatable). Default: all.
     #[arg(long, alias = "read-path", value_delimiter = ',')]
     paths: Vec<ReadPathKind>,

@@ -57,6 +57,7 @@ use nix::sys::resource::UsageWho;
 use super::usage::{evict_from_page_cache, resident_fraction, Usage};
 use crate::log::segment::SegmentFile;
 use crate::log::FileSlice;
+use crate::read_path::msg_zerocopy::ZerocopyStats;
 use crate::read_path::{AnyReadPath, CreateError, ReadPath, ReadPathConfig, ReadPathKind, TransferStats};
 
 /// The result of measuring one read path. See the module docs for what a pass is and what the
@@ -105,6 +106,9 @@ pub struct Measurement {
     pub syscalls_per_mb: f64,
     /// The path's counters over the measured passes.
     pub stats: TransferStats,
+    /// For `msg-zerocopy`, what the kernel did with its sends over the measured passes (how
+    /// many it copied: on loopback, every one); `None` for the other paths.
+    pub zerocopy: Option<ZerocopyStats>,
     /// The smallest fraction of the file's pages resident in the page cache at the start of a
     /// measured pass (`mincore`).
     pub resident_fraction_min: f64,
@@ -218,8 +222,10 @@ pub fn measure(
     let mut sent = run_pass(&mut path, &segment, file, slice_size, total_bytes.min(file_size), receiver.socket())?;
     receiver.wait_for(sent).map_err(|source| MeasureError::Receiver { source })?;
     let _ = path.take_stats();
+    let _ = take_zerocopy_stats(&mut path);
 
     let mut stats = TransferStats::default();
+    let mut zerocopy = take_zerocopy_stats(&mut path);
     let mut wall = Duration::ZERO;
     let (mut user, mut system) = (0.0f64, 0.0f64);
     let mut receiver_cpu = Some(Duration::ZERO);
@@ -230,6 +236,7 @@ pub fn measure(
         if cold_cache {
             // Drop the path first: a mapping it holds would keep the pages in the cache.
             stats.add(&path.take_stats());
+            add_zerocopy(&mut zerocopy, take_zerocopy_stats(&mut path));
             drop(path);
             evict_from_page_cache(segment.file()).map_err(evict_err)?;
             path = kind.create(config)?;
@@ -256,6 +263,7 @@ pub fn measure(
         passes += 1;
     }
     stats.add(&path.take_stats());
+    add_zerocopy(&mut zerocopy, take_zerocopy_stats(&mut path));
     let ran = path.kind();
     drop(path);
     let received = receiver.finish().map_err(|source| MeasureError::Receiver { source })?;
@@ -288,9 +296,27 @@ pub fn measure(
         syscalls: stats.syscalls,
         syscalls_per_mb: stats.syscalls as f64 / (total_bytes as f64 / 1e6),
         stats,
+        zerocopy,
         resident_fraction_min: resident_min,
         resident_fraction_max: resident_max,
     })
+}
+
+/// `msg-zerocopy`'s counters, reset (`None` for another path).
+fn take_zerocopy_stats(path: &mut AnyReadPath) -> Option<ZerocopyStats> {
+    match path {
+        AnyReadPath::MsgZerocopy(p) => Some(p.take_zerocopy_stats()),
+        _ => None,
+    }
+}
+
+/// Adds `more` to `acc` (both `None` for a path without zerocopy counters).
+fn add_zerocopy(acc: &mut Option<ZerocopyStats>, more: Option<ZerocopyStats>) {
+    match (acc.as_mut(), more) {
+        (Some(a), Some(m)) => a.add(&m),
+        (None, Some(m)) => *acc = Some(m),
+        (_, None) => {}
+    }
 }
 
 /// One pass: `len` bytes from position 0 in `slice_size` slices. Returns the bytes sent.
