@@ -78,20 +78,24 @@ const MAX_NINES: f64 = 4.0;
 const CURVE_POINTS: usize = 161;
 /// The colour of each read path by name (Tableau 10's first seven), `external` being an
 /// external cluster's entries.
-pub(crate) const PATH_COLORS: [(&str, RGBColor); 7] = [
-    ("copy", RGBColor(31, 119, 180)),        // blue
-    ("mmap", RGBColor(255, 127, 14)),        // orange
-    ("sendfile", RGBColor(44, 160, 44)),     // green
-    ("uring-splice", RGBColor(214, 39, 40)), // red
-    ("direct", RGBColor(148, 103, 189)),     // purple
-    ("null", RGBColor(140, 86, 75)),         // brown
-    ("external", RGBColor(227, 119, 194)),   // pink
+pub(crate) const PATH_COLORS: [(&str, RGBColor); 11] = [
+    ("copy", RGBColor(31, 119, 180)),            // blue
+    ("mmap", RGBColor(255, 127, 14)),            // orange
+    ("sendfile", RGBColor(44, 160, 44)),         // green
+    ("splice", RGBColor(188, 189, 34)),          // olive
+    ("uring-splice", RGBColor(214, 39, 40)),     // red
+    ("uring-read-send", RGBColor(23, 190, 207)), // cyan
+    ("uring-send-zc", RGBColor(0, 0, 128)),      // navy
+    ("msg-zerocopy", RGBColor(0, 128, 128)),     // teal
+    ("direct", RGBColor(148, 103, 189)),         // purple
+    ("null", RGBColor(140, 86, 75)),             // brown
+    ("external", RGBColor(227, 119, 194)),       // pink
 ];
 /// The factor a series under server model `uring` scales its read path's colour by (darker).
 pub(crate) const URING_SHADE: f64 = 0.6;
-/// Colours of read paths not in [`PATH_COLORS`], in order of first appearance (Tableau 10's
-/// olive and cyan; repeated beyond two such paths).
-pub(crate) const OTHER_COLORS: [RGBColor; 2] = [RGBColor(188, 189, 34), RGBColor(23, 190, 207)];
+/// Colours of read paths not in [`PATH_COLORS`], in order of first appearance (lime and
+/// magenta; repeated beyond two such paths).
+pub(crate) const OTHER_COLORS: [RGBColor; 2] = [RGBColor(128, 255, 0), RGBColor(200, 0, 200)];
 /// The broker CPU panel's `user` stack (dark gray).
 pub(crate) const CPU_USER_COLOR: RGBColor = RGBColor(64, 64, 64);
 /// The broker CPU panel's `sys` stack (light gray).

@@ -1169,7 +1169,7 @@ mod tests {
         assert!(e.starts_with("partitions: expected an integer from 1"), "{e}");
         let e = err("record_size = \"1 XB\"");
         assert!(e.starts_with("record_size: expected a size"), "{e}");
-        let e = err("read_paths = [\"copy\", \"splice\"]");
+        let e = err("read_paths = [\"copy\", \"no-such-path\"]");
         assert!(e.contains("read_paths: expected a non-empty list of distinct read paths from null, copy"), "{e}");
         let e = err("warmup = \"10 parsecs\"");
         assert!(e.starts_with("warmup: expected a duration"), "{e}");
