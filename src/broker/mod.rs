@@ -160,6 +160,7 @@
 //! kafka-python consume in groups (`tests/it/group_clients.rs`).
 
 pub(crate) mod config;
+pub(crate) mod conn_handle;
 pub(crate) mod connection;
 pub(crate) mod coordinator;
 pub(crate) mod delayed_fetch;
@@ -179,6 +180,7 @@ pub mod server_model;
 pub(crate) mod shared;
 pub(crate) mod test_support;
 pub(crate) mod topics;
+pub(crate) mod uring;
 pub(crate) mod write_deadline;
 
 pub use config::{BrokerConfig, DEFAULT_LISTEN};
@@ -186,3 +188,4 @@ pub use error::BrokerError;
 pub use request_metrics::FetchLatencies;
 pub use server::{Broker, BrokerHandle};
 pub use server_model::ServerModel;
+pub use uring::gauges::UringResources;

@@ -37,6 +37,7 @@ use std::time::{Duration, Instant};
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token, Waker};
 
+use super::conn_handle::ConnHandle;
 use super::connection::{is_disconnect, Connection, Inbox, InboxMessage};
 use super::request_handler;
 use super::shared::Shared;
@@ -237,7 +238,8 @@ impl Processor {
                 served.last_active = received;
                 let conn = Arc::clone(&served.conn);
                 let shared = Arc::clone(&self.shared);
-                let job = Box::new(move || request_handler::handle(&shared, conn, payload, received));
+                let job =
+                    Box::new(move || request_handler::handle(&shared, ConnHandle::Threaded(conn), payload, received));
                 if self.shared.io_pool().send_request(job).is_err() {
                     tracing::info!("{peer}: the broker has stopped serving requests; closing");
                     self.close(token);

@@ -9,17 +9,31 @@ use std::time::Instant;
 use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
 
-use super::connection::Connection;
+use super::conn_handle::ConnHandle;
 use super::handler::api_versions;
 use super::handler::dispatch::dispatch;
 use super::responder::Responder;
 use super::shared::Shared;
-use crate::protocol::frame::{self, ProtocolError};
+use crate::protocol::frame::{self, DecodedRequest, ProtocolError};
 
 /// Handles the request `payload` (a whole frame's payload) read from `conn` at `received`, on the
 /// calling io thread. A request whose client hung up meanwhile is still handled: its answer is
 /// written if the socket takes it, and a request that would wait is dropped instead.
-pub(crate) fn handle(shared: &Arc<Shared>, conn: Arc<Connection>, payload: Bytes, received: Instant) {
+pub(crate) fn handle(shared: &Arc<Shared>, conn: ConnHandle, payload: Bytes, received: Instant) {
+    handle_with(shared, conn, payload, received, |shared, request, responder| dispatch(shared, request, responder));
+}
+
+/// As [`handle`], with the decoded request and its Responder handed to `run` instead of
+/// [`dispatch`] on the calling thread: a `uring` core runs the requests that only read inline
+/// and sends the others to the io pool ([`super::uring`]). The decode errors are answered (or
+/// the connection closed) here, on the calling thread, as [`handle`] does.
+pub(crate) fn handle_with(
+    shared: &Arc<Shared>,
+    conn: ConnHandle,
+    payload: Bytes,
+    received: Instant,
+    run: impl FnOnce(&Arc<Shared>, DecodedRequest, Responder),
+) {
     if conn.is_closed() {
         return;
     }
@@ -27,7 +41,7 @@ pub(crate) fn handle(shared: &Arc<Shared>, conn: Arc<Connection>, payload: Bytes
     match frame::decode_request(payload) {
         Ok(request) => {
             let responder = Responder::new(shared, conn, &request, received);
-            dispatch(shared, request, responder);
+            run(shared, request, responder);
         }
         Err(ProtocolError::UnsupportedVersion { api_key, api_version, correlation_id, .. })
             if api_key == ApiKey::ApiVersions as i16 =>

@@ -2,10 +2,11 @@
 //! histograms ([`FetchLatencies`]) recorded per io thread, and the count of Fetch requests in
 //! flight ([`FetchInFlight`]).
 //!
-//! Each io thread records into its own slot (a mutex nobody else takes but the reader), so
+//! Each io thread, and each core of `server.model=uring` (which writes its connections'
+//! responses itself), records into its own slot (a mutex nobody else takes but the reader), so
 //! recording never waits on another request; [`FetchMetrics::take`] swaps every slot for an
-//! empty one and merges them. One more slot serves threads outside the io pool (none answers a
-//! Fetch today). A Fetch recorded while a take runs lands in this take or the next, never lost.
+//! empty one and merges them. One more slot serves any other thread (none answers a Fetch
+//! today). A Fetch recorded while a take runs lands in this take or the next, never lost.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -52,19 +53,23 @@ impl Drop for FetchInFlight {
     }
 }
 
-/// Per-io-thread Fetch latency slots and the in-flight count (see the [module docs](self)).
+/// Per-io-thread (and per-core) Fetch latency slots and the in-flight count (see the
+/// [module docs](self)).
 #[derive(Debug)]
 pub(crate) struct FetchMetrics {
-    /// One per io thread, then one for any other thread.
+    /// One per io thread, then one per `uring` core, then one for any other thread.
     slots: Box<[Mutex<FetchLatencies>]>,
+    io_threads: usize,
     in_flight: Arc<AtomicU64>,
 }
 
 impl FetchMetrics {
-    /// Empty histograms for `io_threads` io threads (and the other threads' slot).
-    pub(crate) fn new(io_threads: usize) -> FetchMetrics {
+    /// Empty histograms for `io_threads` io threads, `cores` `uring` cores (0 under
+    /// `server.model=threaded`) and the other threads' slot.
+    pub(crate) fn new(io_threads: usize, cores: usize) -> FetchMetrics {
         FetchMetrics {
-            slots: (0..=io_threads).map(|_| Mutex::new(FetchLatencies::default())).collect(),
+            slots: (0..=io_threads + cores).map(|_| Mutex::new(FetchLatencies::default())).collect(),
+            io_threads,
             in_flight: Arc::new(AtomicU64::new(0)),
         }
     }
@@ -79,7 +84,17 @@ impl FetchMetrics {
     /// [`Latency::record_ns`].
     pub(crate) fn record(&self, io_thread: Option<usize>, total: Duration, with_records: bool) {
         let other = self.slots.len() - 1;
-        let index = io_thread.filter(|&i| i < other).unwrap_or(other);
+        self.record_at(io_thread.filter(|&i| i < self.io_threads).unwrap_or(other), total, with_records);
+    }
+
+    /// Records one consumer Fetch's total time in the slot of `uring` core `core` (an index past
+    /// the cores: the other threads' slot).
+    pub(crate) fn record_core(&self, core: usize, total: Duration, with_records: bool) {
+        let other = self.slots.len() - 1;
+        self.record_at((self.io_threads + core).min(other), total, with_records);
+    }
+
+    fn record_at(&self, index: usize, total: Duration, with_records: bool) {
         let ns = u64::try_from(total.as_nanos()).unwrap_or(u64::MAX);
         let mut slot = self.slot(index);
         if with_records {
@@ -119,20 +134,22 @@ mod tests {
 
     #[test]
     fn slots_are_merged_and_reset_by_take() {
-        let metrics = FetchMetrics::new(2);
+        let metrics = FetchMetrics::new(2, 2);
         metrics.record(Some(0), Duration::from_millis(1), true);
         metrics.record(Some(1), Duration::from_millis(2), false);
         metrics.record(None, Duration::from_millis(3), true);
         metrics.record(Some(7), Duration::from_millis(4), true);
+        metrics.record_core(0, Duration::from_millis(5), true);
+        metrics.record_core(9, Duration::from_millis(6), false);
         let taken = metrics.take();
-        assert_eq!((taken.with_records.count(), taken.without_records.count()), (3, 1));
-        assert_eq!(taken.all().count(), 4);
+        assert_eq!((taken.with_records.count(), taken.without_records.count()), (4, 2));
+        assert_eq!(taken.all().count(), 6);
         assert_eq!(metrics.take().all().count(), 0);
     }
 
     #[test]
     fn in_flight_counts_until_the_guard_drops() {
-        let metrics = FetchMetrics::new(1);
+        let metrics = FetchMetrics::new(1, 0);
         let a = metrics.track();
         let b = metrics.track();
         assert_eq!(metrics.in_flight(), 2);

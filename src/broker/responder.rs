@@ -10,6 +10,12 @@
 //! next request is read. Dropping a Responder unsent closes the connection (a handler that
 //! panicked, a waiting request whose client went away).
 //!
+//! Under `server.model=uring` the Responder holds a [`UringConn`](super::uring::mailbox::UringConn)
+//! instead ([`ConnHandle`]): [`Responder::send`] writes nothing, it posts the response with the
+//! request's Fetch bookkeeping (received time, consumer fetch, in-flight guard) to the
+//! connection's core, which writes it asynchronously on its ring, then records the latency,
+//! drops the guard and unmutes (see [`super::uring`]). Dropping it unsent posts a close.
+//!
 //! ## Read paths per io thread
 //!
 //! A Fetch response's record sets move through the calling io thread's own
@@ -39,11 +45,13 @@ use std::time::Instant;
 
 use kafka_protocol::messages::RequestKind;
 
+use super::conn_handle::ConnHandle;
 use super::connection::{is_disconnect, Connection};
 use super::io_pool::Job;
 use super::request_metrics::FetchInFlight;
 use super::response::Response;
 use super::shared::Shared;
+use super::uring::mailbox::FetchContext;
 use super::write_deadline::{WriteTarget, SEND_TIMEOUT};
 use crate::protocol::frame::DecodedRequest;
 use crate::read_path::AnyReadPath;
@@ -57,7 +65,7 @@ thread_local! {
 #[derive(Debug)]
 pub(crate) struct Responder {
     shared: Arc<Shared>,
-    conn: Arc<Connection>,
+    conn: ConnHandle,
     correlation_id: i32,
     api_version: i16,
     /// When the request's frame was completely read (Kafka's TotalTimeMs starts there).
@@ -80,7 +88,7 @@ impl Responder {
     /// flight from now on.
     pub(crate) fn new(
         shared: &Arc<Shared>,
-        conn: Arc<Connection>,
+        conn: ConnHandle,
         request: &DecodedRequest,
         received: Instant,
     ) -> Responder {
@@ -97,7 +105,7 @@ impl Responder {
     /// decoded but is answered, as ApiVersions at an unknown version).
     pub(crate) fn for_correlation_id(
         shared: &Arc<Shared>,
-        conn: Arc<Connection>,
+        conn: ConnHandle,
         correlation_id: i32,
         received: Instant,
     ) -> Responder {
@@ -139,7 +147,7 @@ impl Responder {
     /// without holding the Responder (for a delayed operation that keeps its Responder behind a
     /// lock).
     pub(crate) fn connection_probe(&self) -> ConnectionProbe {
-        ConnectionProbe(Arc::clone(&self.conn))
+        ConnectionProbe(self.conn.clone())
     }
 
     /// Runs `job` on the io pool of `shared` (completions of delayed operations).
@@ -151,9 +159,31 @@ impl Responder {
     /// Writes `response` (nothing for [`Response::None`], a close for [`Response::Close`]) on
     /// the calling thread, records the Fetch metrics, and unmutes the connection; on a write
     /// error, or when the peer hung up, closes it instead. Errors are logged with the peer.
+    ///
+    /// Under `server.model=uring` the response goes to the connection's core instead, which
+    /// does all of this on its ring (see the [module docs](self)).
     pub(crate) fn send(mut self, response: Response) {
         self.sent = true;
-        let conn = Arc::clone(&self.conn);
+        let conn = match &self.conn {
+            ConnHandle::Threaded(conn) => Arc::clone(conn),
+            ConnHandle::Uring(conn) => {
+                if conn.is_closed() {
+                    tracing::debug!(
+                        "{}: connection closed before the response to correlation id {}",
+                        conn.peer(),
+                        self.correlation_id
+                    );
+                    return;
+                }
+                let context = FetchContext {
+                    received: self.received,
+                    consumer_fetch: self.consumer_fetch,
+                    in_flight: self.in_flight.take(),
+                };
+                conn.respond(response, context);
+                return;
+            }
+        };
         let peer = conn.peer();
         if conn.is_closed() {
             tracing::debug!("{peer}: connection closed before the response to correlation id {}", self.correlation_id);
@@ -207,7 +237,7 @@ impl Drop for Responder {
 
 /// Tells whether a connection is gone (see [`Responder::connection_probe`]).
 #[derive(Debug, Clone)]
-pub(crate) struct ConnectionProbe(Arc<Connection>);
+pub(crate) struct ConnectionProbe(ConnHandle);
 
 impl ConnectionProbe {
     /// Whether the peer hung up or the broker closed the connection.

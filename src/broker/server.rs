@@ -29,6 +29,8 @@ use super::request_metrics::FetchLatencies;
 use super::server_model::{ModelUnsupported, ServerModel};
 use super::shared::Shared;
 use super::test_support::TestSupport;
+use super::uring::send::Engine;
+use super::uring::start::{self as uring_start, Cores};
 use super::write_deadline::SEND_TIMEOUT;
 use crate::log::manager::LogManager;
 use crate::log::scheduler::LogScheduler;
@@ -52,13 +54,16 @@ impl Broker {
         config.read_path.probe().map_err(|e| BrokerError::ReadPath { source: e.into() })?;
         config.server_model.probe()?;
         config.server_model.supports(config.read_path)?;
-        if config.server_model == ServerModel::Uring {
-            return Err(BrokerError::ServerModel(ModelUnsupported {
-                model: ServerModel::Uring,
-                read_path: None,
-                reason: "its front end is not built yet (issue 16 in progress)".into(),
-            }));
-        }
+        let engine = match config.server_model {
+            ServerModel::Uring => Some(Engine::for_path(config.read_path).ok_or_else(|| {
+                BrokerError::ServerModel(ModelUnsupported {
+                    model: ServerModel::Uring,
+                    read_path: Some(config.read_path),
+                    reason: "no core engine drives this path".into(),
+                })
+            })?),
+            _ => None,
+        };
         let (logs, report) = LogManager::open(&config.log_dir, config.log_config.clone(), |_| None, false)?;
         tracing::info!(
             partitions = report.partitions.len(),
@@ -67,39 +72,58 @@ impl Broker {
             config.log_dir.display()
         );
         let logs = Arc::new(logs);
-        let listener =
-            TcpListener::bind(config.listen).map_err(|source| BrokerError::Bind { addr: config.listen, source })?;
+        let bind_error = |source| BrokerError::Bind { addr: config.listen, source };
+        // threaded: one listener for the acceptor; uring: one per core (SO_REUSEPORT).
+        let core_count = if engine.is_some() { uring_start::core_count(config.uring_cores) } else { 0 };
+        let mut listeners = match engine {
+            Some(_) => uring_start::bind(config.listen, core_count).map_err(bind_error)?,
+            None => vec![TcpListener::bind(config.listen).map_err(bind_error)?],
+        };
         // Rolled segments' fsyncs, flush.* and the offset checkpoints run on its thread.
         let scheduler = LogScheduler::start(Arc::clone(&logs), config.scheduler_config())?;
-        let local_addr = listener.local_addr().map_err(|source| BrokerError::Bind { addr: config.listen, source })?;
+        let local_addr = listeners[0].local_addr().map_err(bind_error)?;
         let coordinator = GroupCoordinator::new(config.coordinator_config());
-        let network_threads = config.num_network_threads.max(1);
-        let shared = Arc::new(Shared::new(config, local_addr, logs, coordinator));
+        let network_threads = if engine.is_some() { 0 } else { config.num_network_threads.max(1) };
+        let shared = Arc::new(Shared::new(config, local_addr, logs, coordinator, core_count));
         // Parked JoinGroup / SyncGroup requests wait in the purgatory: a group's change tries them.
         shared.coordinator().set_waiters(Arc::new(PurgatoryWaiters(Arc::clone(shared.purgatory()))));
         let control = Arc::new(NetworkControl::new(network_threads));
         let mut inboxes = Vec::new();
+        let mut cores: Option<Cores> = None;
         let started = (|| {
             shared.io_pool().start("fetchbench-io").map_err(|source| BrokerError::Thread { what: "io", source })?;
             let timer = shared
                 .purgatory()
                 .start_timer()
                 .map_err(|source| BrokerError::Thread { what: "purgatory timer", source })?;
-            shared
-                .write_deadlines()
-                .start()
-                .map_err(|source| BrokerError::Thread { what: "write deadline", source })?;
-            for index in 0..network_threads {
-                let (inbox, _thread) = network::start(index, Arc::clone(&shared), Arc::clone(&control))
-                    .map_err(|source| BrokerError::Thread { what: "network", source })?;
-                inboxes.push(inbox);
-            }
-            let accept_shared = Arc::clone(&shared);
-            let accept_inboxes = inboxes.clone();
-            let accept = std::thread::Builder::new()
-                .name("fetchbench-accept".into())
-                .spawn(move || accept_loop(listener, accept_shared, accept_inboxes))
-                .map_err(|source| BrokerError::Thread { what: "acceptor", source })?;
+            let accept = match engine {
+                Some(engine) => {
+                    let started = Cores::start(&shared, std::mem::take(&mut listeners), engine)
+                        .map_err(|(what, source)| BrokerError::Thread { what, source })?;
+                    cores = Some(started);
+                    None
+                }
+                None => {
+                    shared
+                        .write_deadlines()
+                        .start()
+                        .map_err(|source| BrokerError::Thread { what: "write deadline", source })?;
+                    for index in 0..network_threads {
+                        let (inbox, _thread) = network::start(index, Arc::clone(&shared), Arc::clone(&control))
+                            .map_err(|source| BrokerError::Thread { what: "network", source })?;
+                        inboxes.push(inbox);
+                    }
+                    let accept_shared = Arc::clone(&shared);
+                    let accept_inboxes = inboxes.clone();
+                    let listener = listeners.pop().expect("one listener");
+                    Some(
+                        std::thread::Builder::new()
+                            .name("fetchbench-accept".into())
+                            .spawn(move || accept_loop(listener, accept_shared, accept_inboxes))
+                            .map_err(|source| BrokerError::Thread { what: "acceptor", source })?,
+                    )
+                }
+            };
             // The coordinator replays __consumer_offsets (COORDINATOR_LOAD_IN_PROGRESS until done),
             // then its timer thread fires session, rebalance and retention deadlines.
             let coordinator_shared = Arc::clone(&shared);
@@ -121,6 +145,9 @@ impl Broker {
                 shared.coordinator().shutdown();
                 control.stop();
                 inboxes.iter().for_each(|inbox| inbox.wake());
+                if let Some(cores) = cores.as_mut() {
+                    cores.stop();
+                }
                 shared.io_pool().close();
                 return Err(e);
             }
@@ -128,7 +155,8 @@ impl Broker {
         tracing::info!("broker listening on {local_addr}");
         Ok(BrokerHandle {
             shared,
-            accept: Some(accept),
+            accept,
+            cores,
             scheduler: Some(scheduler),
             timer: Some(timer),
             control,
@@ -192,6 +220,8 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>, inboxes: Vec<Arc<Inbo
 pub struct BrokerHandle {
     shared: Arc<Shared>,
     accept: Option<JoinHandle<()>>,
+    /// The cores of `server.model=uring` (`None` under `threaded`).
+    cores: Option<Cores>,
     scheduler: Option<LogScheduler>,
     timer: Option<JoinHandle<()>>,
     control: Arc<NetworkControl>,
@@ -267,10 +297,14 @@ impl BrokerHandle {
     }
 
     /// Blocks until the accept thread ends (it ends only after [`Self::shutdown`] from another
-    /// handle, or when accepting fails for good).
+    /// handle, or when accepting fails for good); under `server.model=uring`, until the cores
+    /// end.
     pub fn join(mut self) {
         if let Some(t) = self.accept.take() {
             let _ = t.join();
+        }
+        if let Some(cores) = self.cores.as_mut() {
+            cores.join();
         }
     }
 
@@ -287,9 +321,15 @@ impl BrokerHandle {
         // Waiting fetches answer now, on the io threads; the timer thread ends.
         self.shared.purgatory().shutdown();
         self.shared.coordinator().shutdown();
+        if let Some(mut cores) = self.cores.take() {
+            // Each core stops accepting, finishes (5 s at most) or closes its connections and
+            // waits for every completion of its ring; then no request comes any more.
+            cores.stop();
+            self.shared.io_pool().close();
+        }
         // Wake the accept thread so it sees the flag.
-        let _ = TcpStream::connect(self.shared.local_addr);
         if let Some(t) = self.accept.take() {
+            let _ = TcpStream::connect(self.shared.local_addr);
             let _ = t.join();
         }
         // No connection comes any more: network threads end with their last connection.

@@ -16,6 +16,7 @@ use super::coordinator::runtime::GroupCoordinator;
 use super::io_pool::IoPool;
 use super::purgatory::Purgatory;
 use super::request_metrics::{FetchInFlight, FetchLatencies, FetchMetrics};
+use super::uring::gauges::UringGauges;
 use super::write_deadline::{WriteDeadlines, SEND_TIMEOUT};
 use crate::log::manager::LogManager;
 use crate::metrics::Latency;
@@ -50,6 +51,8 @@ pub(crate) struct Shared {
     /// Total times of consumer Fetches answered since the last take (per io thread) and the
     /// Fetch requests in flight (see [`Shared::take_fetch_latencies`]).
     fetch_metrics: FetchMetrics,
+    /// What the `uring` model's cores hold (all 0 under `threaded`).
+    uring_gauges: Arc<UringGauges>,
 }
 
 /// Open connections, counted against `max.connections` and `max.connections.per.ip`.
@@ -82,18 +85,21 @@ impl Drop for ConnectionSlot {
 
 impl Shared {
     /// The state of a broker that has opened `logs` and bound `local_addr`, with no connection
-    /// yet and empty Fetch latency histograms. The io pool (`num.io.threads`,
-    /// `queued.max.requests`) and the purgatory are made here, their threads not started.
+    /// yet and empty Fetch latency histograms (one per io thread and one per `uring` core:
+    /// `cores`, 0 under `threaded`). The io pool (`num.io.threads`, `queued.max.requests`) and
+    /// the purgatory are made here, their threads not started.
     pub(crate) fn new(
         config: BrokerConfig,
         local_addr: SocketAddr,
         logs: Arc<LogManager>,
         coordinator: GroupCoordinator,
+        cores: usize,
     ) -> Shared {
         let io_pool = IoPool::new(config.num_io_threads, config.queued_max_requests);
         let purgatory = Purgatory::new(Arc::clone(&io_pool));
         Shared {
-            fetch_metrics: FetchMetrics::new(io_pool.threads()),
+            fetch_metrics: FetchMetrics::new(io_pool.threads(), cores),
+            uring_gauges: Arc::default(),
             config,
             local_addr,
             logs,
@@ -219,6 +225,22 @@ impl Shared {
     /// bytes. Clamped to 1 us ..= 60 s by [`Latency::record_ns`].
     pub(crate) fn record_fetch_latency(&self, total: Duration, with_records: bool) {
         self.fetch_metrics.record(self.io_pool.current_thread(), total, with_records);
+    }
+
+    /// Records one consumer Fetch's total time in `uring` core `core`'s own histograms (the
+    /// core wrote its response).
+    pub(crate) fn record_core_fetch_latency(&self, core: usize, total: Duration, with_records: bool) {
+        self.fetch_metrics.record_core(core, total, with_records);
+    }
+
+    /// What the `uring` cores hold now (registered and provided buffers, pipes).
+    pub(crate) fn uring_gauges(&self) -> &UringGauges {
+        &self.uring_gauges
+    }
+
+    /// The same counters, shared (each core's buffers and pipes update them).
+    pub(crate) fn uring_gauges_arc(&self) -> Arc<UringGauges> {
+        Arc::clone(&self.uring_gauges)
     }
 
     fn connection_counts(&self) -> MutexGuard<'_, ConnectionCounts> {

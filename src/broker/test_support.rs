@@ -13,6 +13,8 @@
 //! - [`TestSupport::create_topic`]: setup, a topic made in the log directory as CreateTopics does;
 //! - [`TestSupport::log_end_offset`], [`TestSupport::log_config`]: a partition's log end offset
 //!   (read without the partition's lock) and log configuration;
+//! - [`TestSupport::uring_resources`]: the buffers and pipes the `uring` cores hold now (all 0
+//!   once no transfer is in flight);
 //! - [`TestSupport::hold_partition_lock`]: a partition's lock held (for writing) until the
 //!   returned guard is dropped, to show that other partitions go on meanwhile.
 
@@ -22,6 +24,7 @@ use std::thread::JoinHandle;
 use super::coordinator::runtime::GroupCoordinator;
 use super::shared::Shared;
 use super::topics;
+use super::uring::gauges::UringResources;
 use crate::log::checkpoint::TopicId;
 use crate::log::{LogConfig, LogError};
 
@@ -45,6 +48,13 @@ impl<'a> TestSupport<'a> {
     /// Client connections open now (those counted against `max.connections`).
     pub fn open_connections(&self) -> usize {
         self.shared.open_connections()
+    }
+
+    /// The registered buffers, provided buffers and pipes the `uring` model's cores hold now,
+    /// summed over the cores (all 0 under `threaded`, and under `uring` whenever no transfer is
+    /// in flight).
+    pub fn uring_resources(&self) -> UringResources {
+        self.shared.uring_gauges().snapshot()
     }
 
     /// Requests waiting in the purgatory now (long-polling fetches short of `min_bytes`).

@@ -1,0 +1,523 @@
+//! [`Transfer`]: one response being written by a core, asynchronously, with the state machine of
+//! the configured path ([`Engine`]). Bytes in memory (an encoded response, a Fetch response's
+//! header and fields) go out with `SEND` (`MSG_NOSIGNAL`), continued after a short send; a Fetch
+//! response's record sets (`File` chunks) go through the engine:
+//!
+//! - `uring-splice` ([`Engine::Splice`]): a pipe from the core's [`PipePool`], and a CHAIN of
+//!   linked (`IOSQE_IO_LINK`) `SPLICE` pairs file -> pipe, pipe -> socket, up to
+//!   [`SPLICE_CHAIN_PAIRS`] pairs in one submission, so several chunks are in flight per
+//!   connection (and, across connections, many per ring). Each file -> pipe splice asks for at
+//!   most the pipe's room minus the position's offset in its page (a page-cache splice fills one
+//!   pipe slot per page), so it never waits for room. A short splice fails the link: the rest of
+//!   the chain completes with `ECANCELED`; once every completion of the chain is in, the results
+//!   are applied in order, and the next chain first drains what the pipe still holds (as
+//!   `uring_splice.rs` does).
+//! - `uring-read-send` ([`Engine::ReadSend`]): `READ_FIXED` into the core's registered buffers
+//!   ([`FixedBuffers`]), up to [`READS_PER_CONNECTION`] reads in flight per connection (they
+//!   complete in any order), and a `SEND` of each buffer in file order, one send in flight per
+//!   connection (the socket's byte order).
+//! - `uring-send-zc` ([`Engine::SendZc`]): the same reads, then `SEND_ZC` from the registered
+//!   buffer (`IORING_RECVSEND_FIXED_BUF`); the buffer is held until the notification completion
+//!   (`IORING_CQE_F_NOTIF`), handled by the core even after the transfer ended.
+//!
+//! A read or a file -> pipe splice that returns 0 before the slice's end means the file was
+//! truncated under the transfer: the transfer fails (`UnexpectedEof`), the core closes that
+//! connection (the client holds a partial frame, as under `threaded`). A send error (`EPIPE`,
+//! `ECONNRESET`) fails it too. After a failure nothing more is submitted; the operations in
+//! flight complete (or are cancelled by the core) and only then are their buffers and pipe given
+//! back ([`Transfer::release`]): memory the kernel may still write is never reused.
+
+use std::collections::VecDeque;
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use io_uring::{opcode, squeue, types};
+
+use super::buffers::{FixedBuffers, Pipe, PipePool};
+use super::mailbox::ConnId;
+use super::ops::{tag, OP_READ, OP_SEND, OP_SEND_ZC, OP_SPLICE};
+use crate::broker::response::Response;
+use crate::log::segment::SegmentFile;
+use crate::protocol::fetch_response::Chunk;
+use crate::read_path::ReadPathKind;
+
+/// Linked file -> pipe / pipe -> socket pairs submitted at once per `uring-splice` transfer.
+pub(crate) const SPLICE_CHAIN_PAIRS: usize = 4;
+/// `READ_FIXED`s in flight at most per connection (`uring-read-send`, `uring-send-zc`).
+pub(crate) const READS_PER_CONNECTION: u16 = 8;
+/// Chains in a row that moved no byte and met no error before a transfer gives up (a guard
+/// against a loop of interrupted splices; never reached in the tests).
+const MAX_STALLS: u32 = 1000;
+
+/// How a core moves a Fetch response's record sets (see the [module docs](self)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Engine {
+    /// `uring-splice`.
+    Splice,
+    /// `uring-read-send`.
+    ReadSend,
+    /// `uring-send-zc`.
+    SendZc,
+}
+
+impl Engine {
+    /// The engine of read path `kind` (matched by name), `None` for a path a core cannot drive
+    /// (refused before: [`ServerModel::supports`](crate::broker::server_model::ServerModel::supports)).
+    pub(crate) fn for_path(kind: ReadPathKind) -> Option<Engine> {
+        match kind.name() {
+            "uring-splice" => Some(Engine::Splice),
+            "uring-read-send" => Some(Engine::ReadSend),
+            "uring-send-zc" => Some(Engine::SendZc),
+            _ => None,
+        }
+    }
+
+    /// Whether the engine reads into registered buffers.
+    pub(crate) fn uses_fixed_buffers(self) -> bool {
+        matches!(self, Engine::ReadSend | Engine::SendZc)
+    }
+}
+
+/// What a transfer needs of its core while it submits: the SQE backlog, the core's buffers and
+/// pipes, the socket, and the connection's in-flight count.
+pub(crate) struct Io<'a> {
+    /// Entries to submit (the core pushes them to its ring in order).
+    pub(crate) sqes: &'a mut Vec<squeue::Entry>,
+    /// The registered buffers (`None` under `uring-splice`).
+    pub(crate) fixed: Option<&'a mut FixedBuffers>,
+    /// The pipes.
+    pub(crate) pipes: &'a mut PipePool,
+    /// The connection's socket.
+    pub(crate) socket: RawFd,
+    /// The connection.
+    pub(crate) conn: ConnId,
+    /// Its operations in flight (each submission adds one; the core subtracts at the last
+    /// completion of each).
+    pub(crate) inflight: &'a mut u32,
+    /// The system's page size in bytes.
+    pub(crate) page_size: u64,
+    /// Set when the transfer waits for a free registered buffer.
+    pub(crate) starved: bool,
+}
+
+impl Io<'_> {
+    fn submit(&mut self, entry: squeue::Entry, kind: u8, aux: u16) {
+        self.sqes.push(entry.user_data(tag(kind, Some(self.conn), aux)));
+        *self.inflight += 1;
+    }
+}
+
+/// One piece of the response, in wire order, once started.
+enum Piece {
+    /// Bytes in memory; `sent` of them sent.
+    Bytes { bytes: Bytes, sent: usize },
+    /// A registered buffer holding (or being filled with) `want` bytes of a file at `position`.
+    Buf { index: u16, segment: Arc<SegmentFile>, position: u64, want: u32, filled: u32, sent: u32, reading: bool },
+}
+
+/// One splice of a chain.
+struct ChainOp {
+    into_pipe: bool,
+    result: Option<i32>,
+}
+
+/// The linked splices in flight of a `uring-splice` transfer.
+struct Chain {
+    ops: Vec<ChainOp>,
+    pending: usize,
+    /// Keeps the segment file open until every splice completed.
+    _segment: Arc<SegmentFile>,
+}
+
+/// One response being written (see the [module docs](self)).
+pub(crate) struct Transfer {
+    chunks: VecDeque<Chunk>,
+    /// Bytes of the front `File` chunk already read (or spliced into the pipe).
+    front_off: u64,
+    pieces: VecDeque<Piece>,
+    sending: bool,
+    reads: u16,
+    chain: Option<Chain>,
+    pipe: Option<Pipe>,
+    pipe_bytes: u64,
+    stalls: u32,
+    failed: Option<io::Error>,
+    /// Whether the response carried record bytes (the latency histogram it goes to).
+    pub(crate) with_records: bool,
+}
+
+impl Transfer {
+    /// The transfer of `response`; `None` for a response with nothing to write
+    /// ([`Response::None`], [`Response::Close`]).
+    pub(crate) fn new(response: Response) -> Option<Transfer> {
+        let (chunks, with_records): (VecDeque<Chunk>, bool) = match response {
+            Response::None | Response::Close => return None,
+            Response::Encoded(bytes) => ([Chunk::Bytes(bytes.freeze())].into(), false),
+            Response::Fetch(frame) => (frame.chunks().iter().cloned().collect(), frame.record_bytes() > 0),
+        };
+        Some(Transfer {
+            chunks,
+            front_off: 0,
+            pieces: VecDeque::new(),
+            sending: false,
+            reads: 0,
+            chain: None,
+            pipe: None,
+            pipe_bytes: 0,
+            stalls: 0,
+            failed: None,
+            with_records,
+        })
+    }
+
+    /// The error that ended the transfer, if one did.
+    pub(crate) fn failure(&self) -> Option<&io::Error> {
+        self.failed.as_ref()
+    }
+
+    /// Whether every byte was written (and no operation of the transfer is in flight; a
+    /// `SEND_ZC` notification may still be, which the core handles).
+    pub(crate) fn is_done(&self) -> bool {
+        self.failed.is_none()
+            && self.chunks.is_empty()
+            && self.pieces.is_empty()
+            && !self.sending
+            && self.reads == 0
+            && self.chain.is_none()
+    }
+
+    fn fail(&mut self, error: io::Error) {
+        if self.failed.is_none() {
+            self.failed = Some(error);
+        }
+    }
+
+    /// Submits what can be submitted now.
+    pub(crate) fn pump(&mut self, engine: Engine, io: &mut Io<'_>) {
+        if self.failed.is_some() {
+            return;
+        }
+        match engine {
+            Engine::Splice => self.pump_splice(io),
+            Engine::ReadSend | Engine::SendZc => self.pump_reads(io),
+        }
+        if self.failed.is_none() && !self.sending {
+            self.send_front(engine, io);
+        }
+        if self.is_done() {
+            if let Some(pipe) = self.pipe.take() {
+                io.pipes.give_back(pipe, self.pipe_bytes == 0);
+            }
+        }
+    }
+
+    /// `uring-read-send` / `uring-send-zc`: pieces for the chunks, reads into free buffers.
+    fn pump_reads(&mut self, io: &mut Io<'_>) {
+        while let Some(front) = self.chunks.front() {
+            match front {
+                Chunk::Bytes(bytes) => {
+                    self.pieces.push_back(Piece::Bytes { bytes: bytes.clone(), sent: 0 });
+                    self.chunks.pop_front();
+                }
+                Chunk::File(slice) => {
+                    if self.reads >= READS_PER_CONNECTION {
+                        return;
+                    }
+                    let Some(fixed) = io.fixed.as_deref_mut() else {
+                        self.fail(io::Error::other("no registered buffers on this core (a bug)"));
+                        return;
+                    };
+                    let Some(index) = fixed.take() else {
+                        io.starved = true;
+                        return;
+                    };
+                    let want = (slice.len - self.front_off).min(u64::from(fixed.buf_len())) as u32;
+                    let position = slice.position + self.front_off;
+                    let segment = Arc::clone(&slice.segment);
+                    let entry = read_entry(fixed, index, &segment, position, 0, want);
+                    self.pieces.push_back(Piece::Buf {
+                        index,
+                        segment,
+                        position,
+                        want,
+                        filled: 0,
+                        sent: 0,
+                        reading: true,
+                    });
+                    io.submit(entry, OP_READ, index);
+                    self.reads += 1;
+                    self.front_off += u64::from(want);
+                    if self.front_off == slice.len {
+                        self.chunks.pop_front();
+                        self.front_off = 0;
+                    }
+                }
+            }
+        }
+    }
+
+    /// `uring-splice`: bytes chunks become pieces (sent by `send_front`); a file chunk gets a
+    /// chain once the pieces before it are sent.
+    fn pump_splice(&mut self, io: &mut Io<'_>) {
+        if self.sending || self.chain.is_some() || !self.pieces.is_empty() {
+            return;
+        }
+        while let Some(front) = self.chunks.front() {
+            match front {
+                Chunk::Bytes(bytes) => {
+                    self.pieces.push_back(Piece::Bytes { bytes: bytes.clone(), sent: 0 });
+                    self.chunks.pop_front();
+                    return;
+                }
+                Chunk::File(slice) => {
+                    if self.front_off == slice.len && self.pipe_bytes == 0 {
+                        self.chunks.pop_front();
+                        self.front_off = 0;
+                        continue;
+                    }
+                    let slice = slice.clone();
+                    if self.pipe.is_none() {
+                        match io.pipes.take() {
+                            Ok(pipe) => self.pipe = Some(pipe),
+                            Err(e) => return self.fail(e),
+                        }
+                    }
+                    let pipe = self.pipe.as_ref().expect("taken above");
+                    let file = slice.segment.file().as_raw_fd();
+                    let mut ops = Vec::new();
+                    let mut entries = Vec::new();
+                    let out = |len: u64| {
+                        opcode::Splice::new(
+                            types::Fd(pipe.read.as_raw_fd()),
+                            -1,
+                            types::Fd(io.socket),
+                            -1,
+                            len as u32,
+                        )
+                        .build()
+                    };
+                    if self.pipe_bytes > 0 {
+                        entries.push(out(self.pipe_bytes));
+                        ops.push(ChainOp { into_pipe: false, result: None });
+                    }
+                    let mut off = self.front_off;
+                    for _ in 0..SPLICE_CHAIN_PAIRS {
+                        if off >= slice.len {
+                            break;
+                        }
+                        let position = slice.position + off;
+                        let room = pipe.capacity - position % io.page_size;
+                        let len = (slice.len - off).min(room).min(u64::from(u32::MAX));
+                        entries.push(
+                            opcode::Splice::new(
+                                types::Fd(file),
+                                position as i64,
+                                types::Fd(pipe.write.as_raw_fd()),
+                                -1,
+                                len as u32,
+                            )
+                            .build(),
+                        );
+                        ops.push(ChainOp { into_pipe: true, result: None });
+                        entries.push(out(len));
+                        ops.push(ChainOp { into_pipe: false, result: None });
+                        off += len;
+                    }
+                    let last = entries.len() - 1;
+                    for (i, entry) in entries.into_iter().enumerate() {
+                        let entry = if i < last { entry.flags(squeue::Flags::IO_LINK) } else { entry };
+                        io.submit(entry, OP_SPLICE, i as u16);
+                    }
+                    self.chain = Some(Chain { pending: ops.len(), ops, _segment: slice.segment });
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Sends the front piece if it is ready.
+    fn send_front(&mut self, engine: Engine, io: &mut Io<'_>) {
+        let Some(front) = self.pieces.front() else { return };
+        match front {
+            Piece::Bytes { bytes, sent } => {
+                let rest = &bytes[*sent..];
+                let entry = opcode::Send::new(types::Fd(io.socket), rest.as_ptr(), rest.len() as u32)
+                    .flags(libc::MSG_NOSIGNAL)
+                    .build();
+                io.submit(entry, OP_SEND, 0);
+            }
+            Piece::Buf { reading: true, .. } => return,
+            &Piece::Buf { index, filled, sent, .. } => {
+                let Some(fixed) = io.fixed.as_deref() else { return };
+                let ptr = fixed.ptr(index, sent);
+                let len = filled - sent;
+                if engine == Engine::SendZc {
+                    let entry = opcode::SendZc::new(types::Fd(io.socket), ptr, len)
+                        .buf_index(Some(index))
+                        .flags(libc::MSG_NOSIGNAL)
+                        .build();
+                    io.submit(entry, OP_SEND_ZC, index);
+                } else {
+                    let entry = opcode::Send::new(types::Fd(io.socket), ptr, len).flags(libc::MSG_NOSIGNAL).build();
+                    io.submit(entry, OP_SEND, index);
+                }
+            }
+        }
+        self.sending = true;
+    }
+
+    /// A send's (or a `SEND_ZC`'s result) completion: `res` bytes taken by the socket, or
+    /// `-errno`.
+    pub(crate) fn on_send(&mut self, res: i32, fixed: Option<&mut FixedBuffers>) {
+        self.sending = false;
+        if self.failed.is_some() {
+            return;
+        }
+        if res == -libc::EINTR || res == -libc::EAGAIN {
+            return; // resent by the next pump
+        }
+        if res < 0 {
+            return self.fail(io::Error::from_raw_os_error(-res));
+        }
+        if res == 0 {
+            return self.fail(io::Error::new(io::ErrorKind::WriteZero, "the socket took 0 bytes"));
+        }
+        let n = res as usize;
+        let complete = match self.pieces.front_mut() {
+            Some(Piece::Bytes { bytes, sent }) => {
+                *sent += n;
+                *sent >= bytes.len()
+            }
+            Some(Piece::Buf { filled, sent, .. }) => {
+                *sent += n as u32;
+                *sent >= *filled
+            }
+            None => false,
+        };
+        if complete {
+            if let Some(Piece::Buf { index, .. }) = self.pieces.pop_front() {
+                if let Some(fixed) = fixed {
+                    fixed.release(index);
+                }
+            }
+        }
+    }
+
+    /// A `READ_FIXED` completion into buffer `index`: `res` bytes or `-errno`. A short read is
+    /// continued into the rest of the buffer; a read of 0 before the slice's end is a truncated
+    /// file.
+    pub(crate) fn on_read(&mut self, index: u16, res: i32, io: &mut Io<'_>) {
+        self.reads = self.reads.saturating_sub(1);
+        let failed = self.failed.is_some();
+        let Some(piece) = self.pieces.iter_mut().find(|p| matches!(p, Piece::Buf { index: i, .. } if *i == index))
+        else {
+            return;
+        };
+        let Piece::Buf { segment, position, want, filled, reading, .. } = piece else { return };
+        *reading = false;
+        if failed {
+            return;
+        }
+        let error = match res {
+            n if n > 0 => {
+                *filled += n as u32;
+                None
+            }
+            0 => Some(crate::read_path::util::truncated(u64::from(*want - *filled))),
+            e if e == -libc::EINTR || e == -libc::EAGAIN => None,
+            e => Some(io::Error::from_raw_os_error(-e)),
+        };
+        if let Some(error) = error {
+            return self.fail(error);
+        }
+        if *filled < *want {
+            let Some(fixed) = io.fixed.as_deref() else { return };
+            let entry = read_entry(fixed, index, segment, *position + u64::from(*filled), *filled, *want - *filled);
+            *reading = true;
+            io.submit(entry, OP_READ, index);
+            self.reads += 1;
+        }
+    }
+
+    /// A splice completion: op `index` of the chain. Once every op of the chain is in, the
+    /// results are applied in order.
+    pub(crate) fn on_splice(&mut self, index: u16, res: i32) {
+        let Some(chain) = self.chain.as_mut() else { return };
+        if let Some(op) = chain.ops.get_mut(usize::from(index)) {
+            op.result = Some(res);
+        }
+        chain.pending = chain.pending.saturating_sub(1);
+        if chain.pending > 0 {
+            return;
+        }
+        let chain = self.chain.take().expect("checked above");
+        if self.failed.is_some() {
+            return;
+        }
+        let mut moved = false;
+        for op in &chain.ops {
+            let res = op.result.unwrap_or(-libc::ECANCELED);
+            match res {
+                n if n > 0 => {
+                    moved = true;
+                    if op.into_pipe {
+                        self.pipe_bytes += n as u64;
+                        self.front_off += n as u64;
+                    } else {
+                        self.pipe_bytes = self.pipe_bytes.saturating_sub(n as u64);
+                    }
+                }
+                0 if op.into_pipe => {
+                    let missing = match self.chunks.front() {
+                        Some(Chunk::File(slice)) => slice.len - self.front_off,
+                        _ => 0,
+                    };
+                    return self.fail(crate::read_path::util::truncated(missing));
+                }
+                0 => return self.fail(io::Error::new(io::ErrorKind::WriteZero, "splice to the socket moved 0 bytes")),
+                e if e == -libc::ECANCELED || e == -libc::EINTR || e == -libc::EAGAIN => {}
+                e => return self.fail(io::Error::from_raw_os_error(-e)),
+            }
+        }
+        if moved {
+            self.stalls = 0;
+        } else {
+            self.stalls += 1;
+            if self.stalls > MAX_STALLS {
+                self.fail(io::Error::other(format!("{MAX_STALLS} splice chains in a row moved no byte")));
+            }
+        }
+    }
+
+    /// Gives back what the transfer holds: every registered buffer of its pieces and its pipe
+    /// (closed unless empty). Only once none of its operations is in flight.
+    pub(crate) fn release(&mut self, fixed: Option<&mut FixedBuffers>, pipes: &mut PipePool) {
+        if let Some(fixed) = fixed {
+            for piece in self.pieces.drain(..) {
+                if let Piece::Buf { index, .. } = piece {
+                    fixed.release(index);
+                }
+            }
+        }
+        self.pieces.clear();
+        if let Some(pipe) = self.pipe.take() {
+            pipes.give_back(pipe, self.pipe_bytes == 0 && self.failed.is_none());
+        }
+    }
+}
+
+/// A `READ_FIXED` of `len` bytes of `segment` at `position` into buffer `index` at `offset`.
+fn read_entry(
+    fixed: &FixedBuffers,
+    index: u16,
+    segment: &SegmentFile,
+    position: u64,
+    offset: u32,
+    len: u32,
+) -> squeue::Entry {
+    opcode::ReadFixed::new(types::Fd(segment.file().as_raw_fd()), fixed.ptr(index, offset), len, index)
+        .offset(position)
+        .build()
+}

@@ -1,0 +1,164 @@
+//! Starting and stopping the cores: [`core_count`] (`server.uring.cores`), [`bind`] (one
+//! listening socket per core, `SO_REUSEPORT`), [`Cores::start`] and [`Cores::stop`].
+
+use std::io;
+use std::net::{SocketAddr, TcpListener};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
+
+use nix::sys::socket::{self, sockopt, AddressFamily, Backlog, SockFlag, SockType};
+
+use super::core::{Core, CoreSetup};
+use super::mailbox::{CoreMailbox, CoreMessage};
+use super::send::Engine;
+use crate::broker::shared::Shared;
+
+/// The number of cores to run: `configured`, or with 0 one per CPU in the process's affinity
+/// mask (`sched_getaffinity(2)`; 1 if it cannot be read).
+pub(crate) fn core_count(configured: usize) -> usize {
+    if configured > 0 {
+        return configured;
+    }
+    match nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)) {
+        Ok(set) => (0..nix::sched::CpuSet::count()).filter(|&cpu| set.is_set(cpu).unwrap_or(false)).count().max(1),
+        Err(_) => 1,
+    }
+}
+
+/// A listening socket on `addr` with `SO_REUSEADDR` and `SO_REUSEPORT` (so every core can have
+/// its own on the same address; the kernel spreads the connections over them).
+fn listener(addr: SocketAddr) -> io::Result<TcpListener> {
+    let family = if addr.is_ipv4() { AddressFamily::Inet } else { AddressFamily::Inet6 };
+    let fd = socket::socket(family, SockType::Stream, SockFlag::SOCK_CLOEXEC, None)?;
+    socket::setsockopt(&fd, sockopt::ReuseAddr, &true)?;
+    socket::setsockopt(&fd, sockopt::ReusePort, &true)?;
+    bind_fd(&fd, addr)?;
+    socket::listen(&fd, Backlog::new(1024).map_err(io::Error::from)?)?;
+    Ok(TcpListener::from(fd))
+}
+
+/// `bind(2)` of `fd` to `addr` (nix's socket address types need its `net` feature; this is the
+/// one place a raw address is built).
+fn bind_fd(fd: &OwnedFd, addr: SocketAddr) -> io::Result<()> {
+    // SAFETY: zeroed sockaddr structs are valid (all-integer fields); each is filled below and
+    // passed with its own size.
+    let rc = unsafe {
+        match addr {
+            SocketAddr::V4(a) => {
+                let mut sa: libc::sockaddr_in = std::mem::zeroed();
+                sa.sin_family = libc::AF_INET as libc::sa_family_t;
+                sa.sin_port = a.port().to_be();
+                sa.sin_addr.s_addr = u32::from_ne_bytes(a.ip().octets());
+                libc::bind(
+                    fd.as_raw_fd(),
+                    (&sa as *const libc::sockaddr_in).cast(),
+                    std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+                )
+            }
+            SocketAddr::V6(a) => {
+                let mut sa: libc::sockaddr_in6 = std::mem::zeroed();
+                sa.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+                sa.sin6_port = a.port().to_be();
+                sa.sin6_addr.s6_addr = a.ip().octets();
+                sa.sin6_flowinfo = a.flowinfo();
+                sa.sin6_scope_id = a.scope_id();
+                libc::bind(
+                    fd.as_raw_fd(),
+                    (&sa as *const libc::sockaddr_in6).cast(),
+                    std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t,
+                )
+            }
+        }
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `count` listening sockets on `addr`: the first binds it (a port 0 is resolved there), the
+/// others the resolved address. Errors: `socket`, `setsockopt`, `bind`, `listen`.
+pub(crate) fn bind(addr: SocketAddr, count: usize) -> io::Result<Vec<TcpListener>> {
+    let first = listener(addr)?;
+    let resolved = first.local_addr()?;
+    let mut all = vec![first];
+    for _ in 1..count {
+        all.push(listener(resolved)?);
+    }
+    Ok(all)
+}
+
+/// The running cores: each one's mailbox and thread.
+#[derive(Debug)]
+pub(crate) struct Cores {
+    cores: Vec<(Arc<CoreMailbox>, Option<JoinHandle<()>>)>,
+}
+
+impl Cores {
+    /// Starts one core per listener, threads `fetchbench-core-N`, each setting up its own ring
+    /// and buffers; returns once every core is ready. Errors: the first core that could not be
+    /// set up (the cores already started are stopped), with what failed.
+    pub(crate) fn start(
+        shared: &Arc<Shared>,
+        listeners: Vec<TcpListener>,
+        engine: Engine,
+    ) -> Result<Cores, (&'static str, io::Error)> {
+        let mut cores = Cores { cores: Vec::new() };
+        for (index, listener) in listeners.into_iter().enumerate() {
+            let mailbox = match CoreMailbox::new() {
+                Ok(m) => Arc::new(m),
+                Err(e) => {
+                    cores.stop();
+                    return Err(("core mailbox (eventfd)", e));
+                }
+            };
+            let (ready_tx, ready_rx) = mpsc::channel();
+            let setup = CoreSetup { index, shared: Arc::clone(shared), mailbox: Arc::clone(&mailbox), listener, engine };
+            let spawned = std::thread::Builder::new().name(format!("fetchbench-core-{index}")).spawn(move || {
+                match Core::new(setup) {
+                    Ok(core) => {
+                        let _ = ready_tx.send(Ok(()));
+                        core.run();
+                    }
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                    }
+                }
+            });
+            let thread = match spawned {
+                Ok(t) => t,
+                Err(e) => {
+                    cores.stop();
+                    return Err(("core thread", e));
+                }
+            };
+            let ready = ready_rx.recv().unwrap_or_else(|_| Err(io::Error::other("the core thread ended at its start")));
+            if let Err(e) = ready {
+                let _ = thread.join();
+                cores.stop();
+                return Err(("core ring setup", e));
+            }
+            cores.cores.push((mailbox, Some(thread)));
+        }
+        Ok(cores)
+    }
+
+    /// Stops every core (each stops accepting, lets responses in progress finish for a few
+    /// seconds, closes its connections, waits for every completion of its ring) and joins them.
+    pub(crate) fn stop(&mut self) {
+        for (mailbox, _) in &self.cores {
+            mailbox.post(CoreMessage::Stop);
+        }
+        self.join();
+    }
+
+    /// Waits for every core thread to end.
+    pub(crate) fn join(&mut self) {
+        for (_, thread) in &mut self.cores {
+            if let Some(t) = thread.take() {
+                let _ = t.join();
+            }
+        }
+    }
+}
