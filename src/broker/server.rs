@@ -51,7 +51,11 @@ impl Broker {
     /// a fallback), [`BrokerError::Bind`], [`BrokerError::Thread`] (threads already started
     /// are stopped).
     pub fn start(config: BrokerConfig) -> Result<BrokerHandle, BrokerError> {
-        config.read_path.probe().map_err(|e| BrokerError::ReadPath { source: e.into() })?;
+        // Under uring the path's synchronous implementation never runs: the core's engine does,
+        // and each core checks the opcodes its engine issues when it sets up its ring.
+        if config.server_model != ServerModel::Uring {
+            config.read_path.probe().map_err(|e| BrokerError::ReadPath { source: e.into() })?;
+        }
         config.server_model.probe()?;
         config.server_model.supports(config.read_path)?;
         let engine = match config.server_model {
