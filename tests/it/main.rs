@@ -38,3 +38,4 @@ mod python_clients;
 mod read_paths;
 mod serve_corpus;
 mod serve_process;
+mod uring_model;

@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use fetchbench::broker::ServerModel;
 use fetchbench::read_path::ReadPathKind;
 use serde_json::Value;
 
@@ -114,9 +115,14 @@ fn check(summary: &Value, log_dir: &Path, topics: &[(&str, u8)], time_lookups: u
 }
 
 fn confluent(kind: ReadPathKind) {
+    confluent_on(kind, ServerModel::Threaded);
+}
+
+/// The confluent-kafka interop run against a broker of `model` on `kind`.
+pub(crate) fn confluent_on(kind: ReadPathKind, model: ServerModel) {
     let Some(python) = python_with("confluent_kafka") else { return };
-    let (tmp, broker) = crate::broker::start(kind);
-    let what = format!("confluent-kafka, read path {kind}");
+    let (tmp, broker) = crate::uring_model::start_model(kind, model, |_| {});
+    let what = format!("confluent-kafka, server model {model}, read path {kind}");
     let summary = run_script(&python, "confluent_interop.py", &broker.local_addr().to_string(), &what);
     eprintln!("{what}: {summary}");
     let logs = tmp.path().join("logs");
@@ -130,9 +136,14 @@ fn confluent(kind: ReadPathKind) {
 }
 
 fn kafka_python(kind: ReadPathKind) {
+    kafka_python_on(kind, ServerModel::Threaded);
+}
+
+/// The kafka-python interop run against a broker of `model` on `kind`.
+pub(crate) fn kafka_python_on(kind: ReadPathKind, model: ServerModel) {
     let Some(python) = python_with("kafka") else { return };
-    let (tmp, broker) = crate::broker::start(kind);
-    let what = format!("kafka-python, read path {kind}");
+    let (tmp, broker) = crate::uring_model::start_model(kind, model, |_| {});
+    let what = format!("kafka-python, server model {model}, read path {kind}");
     let summary = run_script(&python, "kafka_python_interop.py", &broker.local_addr().to_string(), &what);
     eprintln!("{what}: {summary}");
     let logs = tmp.path().join("logs");

@@ -166,10 +166,7 @@ impl FixedBuffers {
             } else {
                 ""
             };
-            io::Error::new(
-                e.kind(),
-                format!("IORING_REGISTER_BUFFERS of {count} x {buf_len} bytes: {e}{hint}"),
-            )
+            io::Error::new(e.kind(), format!("IORING_REGISTER_BUFFERS of {count} x {buf_len} bytes: {e}{hint}"))
         })?;
         Ok(FixedBuffers {
             memory,

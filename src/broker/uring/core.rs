@@ -126,7 +126,9 @@ impl Core {
         // SAFETY: `sysconf` reads a constant of the system; it takes no pointers.
         let page_size = u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).ok().filter(|p| *p > 0);
         let idle = setup.shared.config.connections_max_idle_ms.map(Duration::from_millis);
-        let tick = idle.map_or(Duration::from_millis(250), |i| (i / 10).clamp(Duration::from_millis(10), Duration::from_millis(250)));
+        let tick = idle.map_or(Duration::from_millis(250), |i| {
+            (i / 10).clamp(Duration::from_millis(10), Duration::from_millis(250))
+        });
         Ok(Core {
             ring,
             provided,
@@ -242,8 +244,9 @@ impl Core {
     }
 
     fn arm_wake(&mut self) {
-        let entry =
-            opcode::PollAdd::new(types::Fd(self.mailbox.eventfd().as_raw_fd()), libc::POLLIN as u32).multi(true).build();
+        let entry = opcode::PollAdd::new(types::Fd(self.mailbox.eventfd().as_raw_fd()), libc::POLLIN as u32)
+            .multi(true)
+            .build();
         self.sqes.push(entry.user_data(tag(OP_WAKE, None, 0)));
         self.own_inflight += 1;
         self.wake_armed = true;
@@ -696,7 +699,8 @@ impl Core {
     /// its transfer held.
     fn maybe_finalize(&mut self, id: ConnId) {
         let slot = id.slot as usize;
-        let ready = self.conns.get(slot).and_then(Option::as_ref).is_some_and(|c| c.id == id && c.closing && c.inflight == 0);
+        let ready =
+            self.conns.get(slot).and_then(Option::as_ref).is_some_and(|c| c.id == id && c.closing && c.inflight == 0);
         if !ready {
             return;
         }

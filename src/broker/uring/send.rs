@@ -13,9 +13,14 @@
 //!   are applied in order, and the next chain first drains what the pipe still holds (as
 //!   `uring_splice.rs` does).
 //! - `uring-read-send` ([`Engine::ReadSend`]): `READ_FIXED` into the core's registered buffers
-//!   ([`FixedBuffers`]), up to [`READS_PER_CONNECTION`] reads in flight per connection (they
-//!   complete in any order), and a `SEND` of each buffer in file order, one send in flight per
-//!   connection (the socket's byte order).
+//!   ([`FixedBuffers`]), up to [`READS_PER_CONNECTION`] buffers per connection (reads in flight
+//!   plus buffers read and not yet sent; the reads complete in any order), and a `SEND` of each
+//!   buffer in file order, one send in flight per connection (the socket's byte order). A
+//!   connection whose peer stopped reading thus holds at most that many of the core's
+//!   [`FIXED_BUFFERS`](super::core::FIXED_BUFFERS); with more stalled peers than
+//!   `FIXED_BUFFERS / READS_PER_CONNECTION` (8), the core's other file transfers wait for a
+//!   buffer until the write deadline (`SEND_TIMEOUT`) closes a stalled one (a known limit of a
+//!   bounded pool; bytes-only responses never wait).
 //! - `uring-send-zc` ([`Engine::SendZc`]): the same reads, then `SEND_ZC` from the registered
 //!   buffer (`IORING_RECVSEND_FIXED_BUF`); the buffer is held until the notification completion
 //!   (`IORING_CQE_F_NOTIF`), handled by the core even after the transfer ended.
@@ -45,7 +50,8 @@ use crate::read_path::ReadPathKind;
 
 /// Linked file -> pipe / pipe -> socket pairs submitted at once per `uring-splice` transfer.
 pub(crate) const SPLICE_CHAIN_PAIRS: usize = 4;
-/// `READ_FIXED`s in flight at most per connection (`uring-read-send`, `uring-send-zc`).
+/// Registered buffers a connection holds at most (`uring-read-send`, `uring-send-zc`): reads in
+/// flight plus buffers read and not yet sent.
 pub(crate) const READS_PER_CONNECTION: u16 = 8;
 /// Chains in a row that moved no byte and met no error before a transfer gives up (a guard
 /// against a loop of interrupted splices; never reached in the tests).
@@ -222,7 +228,10 @@ impl Transfer {
                     self.chunks.pop_front();
                 }
                 Chunk::File(slice) => {
-                    if self.reads >= READS_PER_CONNECTION {
+                    // Reads in flight and buffers read but not yet sent together: a reader that
+                    // stopped reading holds at most this many of the core's buffers.
+                    let held = self.pieces.iter().filter(|p| matches!(p, Piece::Buf { .. })).count();
+                    if held >= usize::from(READS_PER_CONNECTION) {
                         return;
                     }
                     let Some(fixed) = io.fixed.as_deref_mut() else {
@@ -289,14 +298,8 @@ impl Transfer {
                     let mut ops = Vec::new();
                     let mut entries = Vec::new();
                     let out = |len: u64| {
-                        opcode::Splice::new(
-                            types::Fd(pipe.read.as_raw_fd()),
-                            -1,
-                            types::Fd(io.socket),
-                            -1,
-                            len as u32,
-                        )
-                        .build()
+                        opcode::Splice::new(types::Fd(pipe.read.as_raw_fd()), -1, types::Fd(io.socket), -1, len as u32)
+                            .build()
                     };
                     if self.pipe_bytes > 0 {
                         entries.push(out(self.pipe_bytes));

@@ -114,7 +114,8 @@ impl Cores {
                 }
             };
             let (ready_tx, ready_rx) = mpsc::channel();
-            let setup = CoreSetup { index, shared: Arc::clone(shared), mailbox: Arc::clone(&mailbox), listener, engine };
+            let setup =
+                CoreSetup { index, shared: Arc::clone(shared), mailbox: Arc::clone(&mailbox), listener, engine };
             let spawned = std::thread::Builder::new().name(format!("fetchbench-core-{index}")).spawn(move || {
                 match Core::new(setup) {
                     Ok(core) => {
