@@ -31,6 +31,14 @@
 //!        client hung up (its member stays until its session times out, as in Kafka)
 //! ```
 //!
+//! Under `server.model=uring` ([`uring`]) the acceptor, the network threads and the
+//! write-deadline watchdog are replaced by `server.uring.cores` core threads
+//! (`fetchbench-core-N`, 0: one per CPU of the affinity mask), each with its own io_uring ring,
+//! listening socket (`SO_REUSEPORT`) and connections; the io threads, the purgatory's timer, the
+//! log scheduler and the coordinator's thread stay. A core decodes each request and handles
+//! Fetch, ApiVersions, ListOffsets and Metadata (not creating topics) itself; every other API
+//! runs on the io threads; every response is written by the connection's core, asynchronously.
+//!
 //! A connection is muted from the moment a whole request is read until its response is written,
 //! so the responses on one connection are in request order (as Kafka's `SocketServer` mutes a
 //! channel). Bad input affects only its own connection (the table in [`connection`]).
@@ -75,6 +83,9 @@
 //!   offsets sharded by `__consumer_offsets` partition, a lock each, timers), per-group wakeups,
 //!   waiting JoinGroup / SyncGroup requests in the purgatory (`delayed_join`), the group APIs'
 //!   handlers, and `__consumer_offsets` storage in the broker's log.
+//! - [`uring`]: the `uring` server model's front end (cores, rings, the async response writer).
+//! - [`conn_handle`]: [`ConnHandle`](conn_handle::ConnHandle), the connection a Responder answers
+//!   on, of either model.
 //! - [`topics`]: topic lookup (by name or topic id) and creation, for CreateTopics, Metadata's
 //!   auto-create and `__consumer_offsets`.
 //! - [`errors`]: the Kafka error codes, and the mapping of log errors to them (one place).

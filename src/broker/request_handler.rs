@@ -20,7 +20,7 @@ use crate::protocol::frame::{self, DecodedRequest, ProtocolError};
 /// calling io thread. A request whose client hung up meanwhile is still handled: its answer is
 /// written if the socket takes it, and a request that would wait is dropped instead.
 pub(crate) fn handle(shared: &Arc<Shared>, conn: ConnHandle, payload: Bytes, received: Instant) {
-    handle_with(shared, conn, payload, received, |shared, request, responder| dispatch(shared, request, responder));
+    handle_with(shared, conn, payload, received, dispatch);
 }
 
 /// As [`handle`], with the decoded request and its Responder handed to `run` instead of
