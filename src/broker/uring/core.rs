@@ -520,10 +520,9 @@ impl Core {
                 if let Some(fixed) = self.fixed.as_mut() {
                     fixed.release(aux);
                 }
-                if conn.closing {
-                    self.maybe_finalize(id);
+                if let Some((transfer, _)) = conn.transfer.as_mut() {
+                    transfer.clear_backoff();
                 }
-                return;
             }
             OP_SEND_ZC => {
                 if cqueue::more(flags) {
@@ -738,6 +737,21 @@ impl Core {
                     expired.push(conn.id);
                 }
             }
+        }
+        let backoff: Vec<ConnId> = self
+            .conns
+            .iter_mut()
+            .flatten()
+            .filter_map(|c| match c.transfer.as_mut() {
+                Some((t, _)) if t.in_backoff() => {
+                    t.clear_backoff();
+                    Some(c.id)
+                }
+                _ => None,
+            })
+            .collect();
+        for id in backoff {
+            self.progress(id);
         }
         if self.stop_deadline.is_some_and(|d| now >= d) {
             expired.extend(self.conns.iter().flatten().map(|c| c.id));

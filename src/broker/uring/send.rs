@@ -149,6 +149,9 @@ pub(crate) struct Transfer {
     pipe: Option<Pipe>,
     pipe_bytes: u64,
     stalls: u32,
+    /// A `SEND_ZC` got `ENOBUFS` (the socket's zerocopy accounting, `optmem_max`, is full until
+    /// notifications come back): no send until [`Self::clear_backoff`].
+    backoff: bool,
     failed: Option<io::Error>,
     /// Whether the response carried record bytes (the latency histogram it goes to).
     pub(crate) with_records: bool,
@@ -173,6 +176,7 @@ impl Transfer {
             pipe: None,
             pipe_bytes: 0,
             stalls: 0,
+            backoff: false,
             failed: None,
             with_records,
         })
@@ -209,7 +213,7 @@ impl Transfer {
             Engine::Splice => self.pump_splice(io),
             Engine::ReadSend | Engine::SendZc => self.pump_reads(io),
         }
-        if self.failed.is_none() && !self.sending {
+        if self.failed.is_none() && !self.sending && !self.backoff {
             self.send_front(engine, io);
         }
         if self.is_done() {
@@ -381,6 +385,12 @@ impl Transfer {
         if res == -libc::EINTR || res == -libc::EAGAIN {
             return; // resent by the next pump
         }
+        if res == -libc::ENOBUFS {
+            // SEND_ZC past the socket's zerocopy memory: resent after a notification (or the
+            // core's next tick) frees some.
+            self.backoff = true;
+            return;
+        }
         if res < 0 {
             return self.fail(io::Error::from_raw_os_error(-res));
         }
@@ -406,6 +416,16 @@ impl Transfer {
                 }
             }
         }
+    }
+
+    /// Whether the transfer waits for zerocopy memory ([`Self::on_send`] got `ENOBUFS`).
+    pub(crate) fn in_backoff(&self) -> bool {
+        self.backoff
+    }
+
+    /// Lets the transfer send again after an `ENOBUFS`.
+    pub(crate) fn clear_backoff(&mut self) {
+        self.backoff = false;
     }
 
     /// A `READ_FIXED` completion into buffer `index`: `res` bytes or `-errno`. A short read is
