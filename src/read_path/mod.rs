@@ -23,6 +23,8 @@
 //!   [`uring_splice`], [`msg_zerocopy`], [`direct`]), each built on [`transfer`] and the socket
 //!   helpers of `util`; the splice paths share their pipe (`pipe`), `sendfile` and `splice` their
 //!   SIGPIPE guard (`sigpipe`);
+//! - `uring`: the io_uring pieces the io_uring paths share (the one ring setup, its error
+//!   words, the opcode probe);
 //! - this file: the kinds ([`ReadPathKind`]: names, [`ReadPathKind::probe`],
 //!   [`ReadPathKind::create`], never a silent fallback: [`Unsupported`] says why a path cannot
 //!   run here) and the enum dispatch over the paths ([`AnyReadPath`]).
@@ -42,6 +44,7 @@ pub(crate) mod sendfile;
 pub(crate) mod sigpipe;
 pub(crate) mod splice;
 pub(crate) mod transfer;
+pub(crate) mod uring;
 pub(crate) mod uring_splice;
 pub(crate) mod util;
 

@@ -45,11 +45,12 @@
 //!
 //! ## One ring per thread
 //!
-//! Each [`UringSplicePath`] owns one ring, created by `setup_ring` (the one place a ring is set
-//! up), and a path is used by one thread at a time (`transfer` takes `&mut self`), so a ring is
-//! never shared: create one path per worker thread. The ring is not `SQPOLL` (a kernel thread spinning on the queue would hide
-//! its CPU time from the comparison and take one of few cores) and not `IOPOLL` (sockets cannot
-//! be polled for completion).
+//! Each [`UringSplicePath`] owns one ring, created by `uring::setup_ring` (the one place a
+//! read path sets a ring up, shared with `uring-read-send` and `uring-send-zc`), and a path is
+//! used by one thread at a time (`transfer` takes `&mut self`), so a ring is never shared:
+//! create one path per worker thread. The ring is not `SQPOLL` (a kernel thread spinning on
+//! the queue would hide its CPU time from the comparison and take one of few cores) and not
+//! `IOPOLL` (sockets cannot be polled for completion).
 //!
 //! ## The pipe size
 //!
@@ -79,80 +80,19 @@ use io_uring::{opcode, squeue, types, IoUring};
 
 use super::pipe::Pipe;
 use super::transfer::{ReadPath, TransferStats};
-use super::util::{self, read_setting};
+use super::uring::{self, Op};
+use super::util;
 use crate::log::FileSlice;
 
 /// Submission queue entries of a ring: one step needs at most two (the linked pair).
 const RING_ENTRIES: u32 = 4;
 
-/// The kernel setting that disables io_uring (Linux 6.6+): 0 enabled, 1 only for
-/// `kernel.io_uring_group` or `CAP_SYS_ADMIN`, 2 disabled for everyone.
-const IO_URING_DISABLED: &str = "/proc/sys/kernel/io_uring_disabled";
-
-/// Creates the ring of one [`UringSplicePath`] (one ring per path, and so per thread): a plain
-/// interrupt-driven ring of [`RING_ENTRIES`] submission entries, without `SQPOLL` or `IOPOLL`
-/// (see the module docs), completions reaped by the same thread that submits.
-///
-/// This is the only place a ring is set up; [`probe`] calls it too, so the probe checks exactly
-/// what [`UringSplicePath::new`] does. Errors: the `io_uring_setup` error (`ENOSYS`, `EPERM`,
-/// `ENOMEM`, ...); [`describe_setup_error`] names its cause.
-fn setup_ring() -> io::Result<IoUring> {
-    IoUring::builder().build(RING_ENTRIES)
-}
-
-/// Why `io_uring_setup` failed, in words that name the cause.
-fn describe_setup_error(err: &io::Error) -> String {
-    match err.raw_os_error() {
-        Some(libc::ENOSYS) => format!(
-            "io_uring_setup failed with ENOSYS ({err}): this kernel lacks io_uring \
-             (CONFIG_IO_URING off, or older than Linux 5.1), or a seccomp filter answers ENOSYS"
-        ),
-        Some(libc::EPERM) | Some(libc::EACCES) => {
-            let cause = match read_setting(IO_URING_DISABLED).as_deref() {
-                Some("2") => "io_uring is disabled for every process: kernel.io_uring_disabled=2".to_string(),
-                Some("1") => {
-                    let group = read_setting("/proc/sys/kernel/io_uring_group").unwrap_or_else(|| "?".into());
-                    format!(
-                        "kernel.io_uring_disabled=1: only members of kernel.io_uring_group \
-                         (gid {group}) or holders of CAP_SYS_ADMIN may create rings"
-                    )
-                }
-                Some(value) => format!(
-                    "kernel.io_uring_disabled={value} allows io_uring, so a seccomp filter or a security \
-                     module (e.g. a container runtime's default profile) blocks io_uring_setup"
-                ),
-                None => format!(
-                    "{IO_URING_DISABLED} does not exist (kernel before 6.6), so a seccomp filter or a \
-                     security module (e.g. a container runtime's default profile) blocks io_uring_setup"
-                ),
-            };
-            format!("io_uring_setup was refused ({err}): {cause}")
-        }
-        Some(libc::ENOMEM) => format!(
-            "io_uring_setup failed with ENOMEM ({err}): out of memory, or RLIMIT_MEMLOCK too small \
-             for the ring (kernels before 5.12 charge rings to it)"
-        ),
-        _ => format!("io_uring_setup failed: {err}"),
-    }
-}
-
 /// Whether io_uring with `IORING_OP_SPLICE` works here; `Err` names the cause: no io_uring in
 /// the kernel (`ENOSYS`), io_uring disabled (`kernel.io_uring_disabled`, named with its value)
 /// or blocked (seccomp), or a kernel whose io_uring lacks `IORING_OP_SPLICE` (added in 5.7).
+/// The ring comes from `uring::setup_ring`, the one place a ring is set up.
 pub(crate) fn probe() -> Result<(), String> {
-    let ring = setup_ring().map_err(|e| describe_setup_error(&e))?;
-    let mut ops = io_uring::Probe::new();
-    ring.submitter().register_probe(&mut ops).map_err(|e| match e.raw_os_error() {
-        Some(libc::EINVAL) => format!(
-            "io_uring works but cannot list its operations (IORING_REGISTER_PROBE: {e}; kernel \
-             before 5.6), so it lacks IORING_OP_SPLICE (Linux 5.7+)"
-        ),
-        _ => format!("io_uring works but listing its operations failed (IORING_REGISTER_PROBE: {e})"),
-    })?;
-    if !ops.is_supported(opcode::Splice::CODE) {
-        return Err("this kernel's io_uring lacks IORING_OP_SPLICE (added in Linux 5.7)".into());
-    }
-    Ok(())
+    uring::probe_ops(&[Op { code: opcode::Splice::CODE, name: "IORING_OP_SPLICE", since: "5.7" }]).map(drop)
 }
 
 /// See the module docs.
@@ -182,11 +122,11 @@ impl fmt::Debug for UringSplicePath {
 }
 
 impl UringSplicePath {
-    /// Sets up the ring (`setup_ring`) and a pipe of `pipe_size` bytes (see the module docs on
+    /// Sets up the ring (`uring::setup_ring`) and a pipe of `pipe_size` bytes (see the module docs on
     /// the pipe size). Errors: the `io_uring_setup` error, with its cause named; the pipe size
     /// refused (naming `fs.pipe-max-size`); opening `/dev/null`.
     pub fn new(pipe_size: usize) -> io::Result<Self> {
-        let ring = setup_ring().map_err(|e| io::Error::new(e.kind(), describe_setup_error(&e)))?;
+        let ring = uring::setup_ring_described(RING_ENTRIES)?;
         let pipe = Pipe::new(pipe_size)?;
         let dev_null = File::options().write(true).open(Path::new("/dev/null"))?;
         let page_size = util::page_size();
@@ -209,7 +149,7 @@ impl UringSplicePath {
     /// Rebuilds the ring or the pipe if an earlier error discarded them.
     fn ensure_ready(&mut self) -> io::Result<()> {
         if self.ring.is_none() {
-            let ring = setup_ring().map_err(|e| io::Error::new(e.kind(), describe_setup_error(&e)))?;
+            let ring = uring::setup_ring_described(RING_ENTRIES)?;
             self.ring = Some(Box::new(ring));
         }
         if self.pipe.is_none() {
@@ -254,26 +194,25 @@ impl UringSplicePath {
             }
             match entered {
                 Ok(_) => {}
-                Err(e) => match e.raw_os_error() {
-                    // Interrupted by a signal: the entries were submitted or stay queued;
-                    // enter again.
-                    Some(libc::EINTR) => {}
-                    // Out of request memory, or completions not yet flushed to the queue:
-                    // reaped above; try again.
-                    Some(libc::EAGAIN) | Some(libc::EBUSY) => std::thread::yield_now(),
-                    _ => {
-                        self.ring = None;
-                        self.pipe = None;
-                        return Err(io::Error::new(
-                            e.kind(),
-                            format!(
-                                "io_uring_enter rejected the ring ({e}) with {outstanding} splice \
-                                 requests outstanding; the ring and the pipe were closed, which cancels \
-                                 them, and the next transfer builds new ones"
-                            ),
-                        ));
+                // Interrupted by a signal (the entries were submitted or stay queued), out of
+                // request memory, or completions not yet flushed: reaped above; enter again.
+                Err(e) if uring::enter_error_is_transient(&e) => {
+                    if e.raw_os_error() != Some(libc::EINTR) {
+                        std::thread::yield_now();
                     }
-                },
+                }
+                Err(e) => {
+                    self.ring = None;
+                    self.pipe = None;
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!(
+                            "io_uring_enter rejected the ring ({e}) with {outstanding} splice \
+                             requests outstanding; the ring and the pipe were closed, which cancels \
+                             them, and the next transfer builds new ones"
+                        ),
+                    ));
+                }
             }
         }
         Ok(results)
@@ -481,15 +420,6 @@ mod tests {
                 assert!(!reason.is_empty());
             }
         }
-    }
-
-    #[test]
-    fn setup_errors_name_their_cause() {
-        let text = describe_setup_error(&io::Error::from_raw_os_error(libc::ENOSYS));
-        assert!(text.contains("ENOSYS") && text.contains("lacks io_uring"), "{text}");
-        let text = describe_setup_error(&io::Error::from_raw_os_error(libc::EPERM));
-        assert!(text.contains("io_uring_disabled") || text.contains("seccomp"), "{text}");
-        eprintln!("an EPERM here would read: {text}");
     }
 
     #[test]
