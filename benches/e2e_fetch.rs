@@ -9,7 +9,8 @@
 //! ([`LogManager`], [`BatchBuilder`], `Partition::append`) as the harness's
 //! `bench::backlog::generate` does: uncompressed batches of about 16 KiB (15 records), null keys
 //! spread round-robin, each value starting with its write time (8-byte big-endian ns). Then, per
-//! read path (copy, mmap, sendfile, uring-splice; `null` and `direct` are left out, a path whose
+//! read path (copy, mmap, sendfile, uring-splice, uring-read-send, uring-send-zc; `null` and
+//! `direct` are left out, a path whose
 //! `probe()` fails here is skipped with the reason printed), a [`Broker`] on `127.0.0.1:0`
 //! serving that directory with that path.
 //!
@@ -52,8 +53,14 @@ const RECORD_SIZE: u64 = 1024;
 /// Target size of one written batch (the producer's default `batch.size`).
 const BATCH_BYTES: u64 = 16 * 1024;
 /// The read paths measured, in report order.
-const KINDS: [ReadPathKind; 4] =
-    [ReadPathKind::Copy, ReadPathKind::Mmap, ReadPathKind::Sendfile, ReadPathKind::UringSplice];
+const KINDS: [ReadPathKind; 6] = [
+    ReadPathKind::Copy,
+    ReadPathKind::Mmap,
+    ReadPathKind::Sendfile,
+    ReadPathKind::UringSplice,
+    ReadPathKind::UringReadSend,
+    ReadPathKind::UringSendZc,
+];
 /// A consumer that receives nothing for this long fails the bench.
 const STALL: Duration = Duration::from_secs(60);
 

@@ -167,14 +167,15 @@ struct ReadPathsArgs {
     /// Bytes to move per path, after a warm-up pass over the file.
     #[arg(long, value_parser = parse_bytes, default_value = "2GiB")]
     total: u64,
-    /// Buffer size of `copy` and `direct` (`null` uses at least 1 MiB).
+    /// Buffer size of `copy` and `direct`, and of each of the 4 registered buffers of
+    /// `uring-read-send` and `uring-send-zc` (`null` uses at least 1 MiB).
     #[arg(long, value_parser = parse_bytes, default_value = "64KiB")]
     buffer_size: u64,
     /// Pipe size of `splice` and `uring-splice`, set with F_SETPIPE_SZ (bounded by /proc/sys/fs/pipe-max-size).
     #[arg(long, value_parser = parse_bytes, default_value = "1MiB")]
     pipe_size: u64,
-    /// Comma-separated read paths (null, copy, mmap, sendfile, splice, uring-splice, msg-zerocopy,
-    /// direct), also as
+    /// Comma-separated read paths (null, copy, mmap, sendfile, splice, uring-splice,
+    /// uring-read-send, uring-send-zc, msg-zerocopy, direct), also as
     /// `--read-path NAME` (repeatable). Default: all.
     #[arg(long, alias = "read-path", value_delimiter = ',')]
     paths: Vec<ReadPathKind>,

@@ -11,6 +11,8 @@
 //! | `sendfile` | `sendfile64` loop (Kafka's `FileChannel.transferTo`) | no |
 //! | `splice` | `splice(2)` file->pipe, pipe->socket with plain system calls (uring-splice without the ring) | no |
 //! | `uring-splice` | io_uring: linked SPLICE file->pipe, pipe->socket | no |
+//! | `uring-read-send` | io_uring: READ_FIXED into registered buffers, SEND, chunks in flight (Iggy) | yes |
+//! | `uring-send-zc` | io_uring: READ_FIXED into registered buffers, SEND_ZC from them (Linux 6.0+; TCP/UDP only) | one read copy; the send copies only where the kernel must (loopback) |
 //! | `msg-zerocopy` | the file mapped read-only, `send(MSG_ZEROCOPY)` from the mapping, completions from the error queue | no, where the kernel does not copy (it does copy on loopback and Unix sockets) |
 //! | `direct` | `O_DIRECT` reads into aligned buffers, bypassing the page cache (Redpanda) | yes |
 //!
@@ -20,11 +22,13 @@
 //!   moves exactly the slice's bytes with blocking-socket semantics and never falls back to
 //!   another mechanism) and its counters ([`TransferStats`]);
 //! - one file per path ([`null`], [`copy`], [`mmap`], [`sendfile`], [`splice`],
-//!   [`uring_splice`], [`msg_zerocopy`], [`direct`]), each built on [`transfer`] and the socket
-//!   helpers of `util`; the splice paths share their pipe (`pipe`), `sendfile` and `splice` their
-//!   SIGPIPE guard (`sigpipe`);
-//! - `uring`: the io_uring pieces the io_uring paths share (the one ring setup, its error
-//!   words, the opcode probe);
+//!   [`uring_splice`], [`uring_read_send`], [`uring_send_zc`], [`msg_zerocopy`], [`direct`]),
+//!   each built on [`transfer`] and the socket helpers of `util`; the splice paths share their
+//!   pipe (`pipe`), `sendfile` and `splice` their SIGPIPE guard (`sigpipe`);
+//! - io_uring pieces the io_uring paths share: `uring` (the one ring setup, its error words,
+//!   the opcode probe), `registered_buffers` (a pool of registered buffers, counted) and
+//!   `uring_pipeline` (reads into registered buffers and in-order sends, several chunks in
+//!   flight: the engine of `uring-read-send` and `uring-send-zc`);
 //! - this file: the kinds ([`ReadPathKind`]: names, [`ReadPathKind::probe`],
 //!   [`ReadPathKind::create`], never a silent fallback: [`Unsupported`] says why a path cannot
 //!   run here) and the enum dispatch over the paths ([`AnyReadPath`]).
@@ -40,11 +44,15 @@ pub(crate) mod mmap;
 pub(crate) mod msg_zerocopy;
 pub(crate) mod null;
 pub(crate) mod pipe;
+pub(crate) mod registered_buffers;
 pub(crate) mod sendfile;
 pub(crate) mod sigpipe;
 pub(crate) mod splice;
 pub(crate) mod transfer;
 pub(crate) mod uring;
+pub(crate) mod uring_pipeline;
+pub(crate) mod uring_read_send;
+pub(crate) mod uring_send_zc;
 pub(crate) mod uring_splice;
 pub(crate) mod util;
 
@@ -83,6 +91,10 @@ pub enum ReadPathKind {
     Splice,
     /// io_uring linked splices through a pipe.
     UringSplice,
+    /// io_uring `READ_FIXED` into registered buffers, then `SEND`.
+    UringReadSend,
+    /// io_uring `READ_FIXED` into registered buffers, then `SEND_ZC` (Linux 6.0+).
+    UringSendZc,
     /// `send(MSG_ZEROCOPY)` from a read-only mapping, completions from the error queue.
     MsgZerocopy,
     /// `O_DIRECT` reads into aligned buffers, then `write`.
@@ -91,13 +103,15 @@ pub enum ReadPathKind {
 
 impl ReadPathKind {
     /// Every kind, in the order reports list them.
-    pub const ALL: [ReadPathKind; 8] = [
+    pub const ALL: [ReadPathKind; 10] = [
         ReadPathKind::Null,
         ReadPathKind::Copy,
         ReadPathKind::Mmap,
         ReadPathKind::Sendfile,
         ReadPathKind::Splice,
         ReadPathKind::UringSplice,
+        ReadPathKind::UringReadSend,
+        ReadPathKind::UringSendZc,
         ReadPathKind::MsgZerocopy,
         ReadPathKind::Direct,
     ];
@@ -111,6 +125,8 @@ impl ReadPathKind {
             ReadPathKind::Sendfile => "sendfile",
             ReadPathKind::Splice => "splice",
             ReadPathKind::UringSplice => "uring-splice",
+            ReadPathKind::UringReadSend => "uring-read-send",
+            ReadPathKind::UringSendZc => "uring-send-zc",
             ReadPathKind::MsgZerocopy => "msg-zerocopy",
             ReadPathKind::Direct => "direct",
         }
@@ -121,6 +137,8 @@ impl ReadPathKind {
         let fail = |reason: String| Err(Unsupported { kind: self, reason });
         match self {
             ReadPathKind::UringSplice => uring_splice::probe().or_else(fail),
+            ReadPathKind::UringReadSend => uring_read_send::probe().or_else(fail),
+            ReadPathKind::UringSendZc => uring_send_zc::probe().or_else(fail),
             ReadPathKind::MsgZerocopy => msg_zerocopy::probe().or_else(fail),
             ReadPathKind::Direct => direct::probe().or_else(fail),
             _ => Ok(()),
@@ -141,6 +159,14 @@ impl ReadPathKind {
             ),
             ReadPathKind::UringSplice => AnyReadPath::UringSplice(
                 uring_splice::UringSplicePath::new(config.pipe_size)
+                    .map_err(|source| CreateError::Io { kind: self, source })?,
+            ),
+            ReadPathKind::UringReadSend => AnyReadPath::UringReadSend(
+                uring_read_send::UringReadSendPath::new(config.buffer_size)
+                    .map_err(|source| CreateError::Io { kind: self, source })?,
+            ),
+            ReadPathKind::UringSendZc => AnyReadPath::UringSendZc(
+                uring_send_zc::UringSendZcPath::new(config.buffer_size)
                     .map_err(|source| CreateError::Io { kind: self, source })?,
             ),
             ReadPathKind::MsgZerocopy => AnyReadPath::MsgZerocopy(msg_zerocopy::MsgZerocopyPath::new()),
@@ -196,7 +222,8 @@ pub enum CreateError {
 /// Tunables of the read paths.
 #[derive(Clone, Copy, Debug)]
 pub struct ReadPathConfig {
-    /// Buffer size of `copy`, `direct` and `null`, in bytes (default 64 KiB).
+    /// Buffer size of `copy`, `direct` and `null`, and of each registered buffer of
+    /// `uring-read-send` and `uring-send-zc`, in bytes (default 64 KiB).
     pub buffer_size: usize,
     /// Pipe size of `splice` and `uring-splice`, in bytes, set with `F_SETPIPE_SZ` (default 1 MiB).
     pub pipe_size: usize,
@@ -224,6 +251,10 @@ pub enum AnyReadPath {
     Splice(splice::SplicePath),
     /// See [`uring_splice::UringSplicePath`].
     UringSplice(uring_splice::UringSplicePath),
+    /// See [`uring_read_send::UringReadSendPath`].
+    UringReadSend(uring_read_send::UringReadSendPath),
+    /// See [`uring_send_zc::UringSendZcPath`].
+    UringSendZc(uring_send_zc::UringSendZcPath),
     /// See [`msg_zerocopy::MsgZerocopyPath`].
     MsgZerocopy(msg_zerocopy::MsgZerocopyPath),
     /// See [`direct::DirectPath`].
@@ -239,6 +270,8 @@ macro_rules! dispatch {
             AnyReadPath::Sendfile($p) => $e,
             AnyReadPath::Splice($p) => $e,
             AnyReadPath::UringSplice($p) => $e,
+            AnyReadPath::UringReadSend($p) => $e,
+            AnyReadPath::UringSendZc($p) => $e,
             AnyReadPath::MsgZerocopy($p) => $e,
             AnyReadPath::Direct($p) => $e,
         }
@@ -255,6 +288,8 @@ impl AnyReadPath {
             AnyReadPath::Sendfile(_) => ReadPathKind::Sendfile,
             AnyReadPath::Splice(_) => ReadPathKind::Splice,
             AnyReadPath::UringSplice(_) => ReadPathKind::UringSplice,
+            AnyReadPath::UringReadSend(_) => ReadPathKind::UringReadSend,
+            AnyReadPath::UringSendZc(_) => ReadPathKind::UringSendZc,
             AnyReadPath::MsgZerocopy(_) => ReadPathKind::MsgZerocopy,
             AnyReadPath::Direct(_) => ReadPathKind::Direct,
         }

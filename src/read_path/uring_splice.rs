@@ -323,6 +323,7 @@ mod tests {
     use super::*;
     use crate::log::segment::SegmentFile;
     use crate::read_path::pipe::PIPE_MAX_SIZE;
+    use crate::read_path::util::read_setting;
 
     /// Whether the path can run here; prints why not when it cannot.
     fn supported(test: &str) -> bool {

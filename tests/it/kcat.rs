@@ -116,3 +116,15 @@ fn kcat_uring_splice() {
         Err(e) => eprintln!("SKIP: read path {}: {}", ReadPathKind::UringSplice, e.reason),
     }
 }
+
+/// The io_uring read-then-send paths under kcat (librdkafka) over loopback TCP; skipped with the
+/// probe's reason where the kernel lacks them.
+#[test]
+fn kcat_uring_read_send_and_send_zc() {
+    for kind in [ReadPathKind::UringReadSend, ReadPathKind::UringSendZc] {
+        match kind.probe() {
+            Ok(()) => produce_consume(kind),
+            Err(e) => eprintln!("SKIP: read path {kind}: {}", e.reason),
+        }
+    }
+}
