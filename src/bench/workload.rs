@@ -1454,6 +1454,10 @@ mod tests {
         assert_eq!(low.rate, Rate::MegabytesPerSec(100.0));
         assert_eq!(low.phases, [Phase::Tail]);
         assert_eq!(low.producer_config_for("h:1", "c").unwrap().linger_ms, 0);
+        let models = Workload::from_file(&fixture("server-models.toml")).unwrap();
+        let points = expand_sweep(&models);
+        assert_eq!(points.len(), 2, "1 KiB and 100 B records");
+        assert!(points.iter().all(|w| w.server_models.len() == 2 && w.read_paths.len() == 8));
         let e = Workload::from_file(&fixture("missing.toml")).unwrap_err().to_string();
         assert!(e.starts_with("reading ") && e.contains("missing.toml"), "{e}");
     }
