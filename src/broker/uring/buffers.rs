@@ -182,6 +182,11 @@ impl FixedBuffers {
         self.buf_len
     }
 
+    /// Free buffers.
+    pub(crate) fn free_count(&self) -> usize {
+        self.free.len()
+    }
+
     /// Whether a buffer is free.
     pub(crate) fn has_free(&self) -> bool {
         !self.free.is_empty()

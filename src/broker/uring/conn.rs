@@ -53,6 +53,9 @@ pub(crate) struct Conn {
     pub(crate) last_active: Instant,
     /// Operations of this connection whose last completion has not come.
     pub(crate) inflight: u32,
+    /// `SEND_ZC` notifications (`IORING_CQE_F_NOTIF`) of this connection not yet come, each
+    /// holding a registered buffer (counted in `inflight` too).
+    pub(crate) zc_notifs: u32,
     /// Closing: nothing more is submitted; dropped once `inflight` is 0.
     pub(crate) closing: bool,
     /// Its place in `max.connections` / `max.connections.per.ip`, freed on drop.
@@ -76,6 +79,7 @@ impl Conn {
             write_started: None,
             last_active: Instant::now(),
             inflight: 0,
+            zc_notifs: 0,
             closing: false,
             _slot: slot,
         }

@@ -291,12 +291,7 @@ impl Core {
             for message in messages {
                 match message {
                     CoreMessage::Respond { conn, response, context } => self.on_response(conn, response, context),
-                    CoreMessage::Close(id) => {
-                        if let Some(conn) = self.conn_mut(id) {
-                            tracing::debug!("{}: closed by the broker", conn.handle.peer());
-                        }
-                        self.close(id);
-                    }
+                    CoreMessage::Close(id) => self.close(id, Why::Normal("a handler closed it".into())),
                     CoreMessage::Stop => self.on_stop(),
                 }
             }
@@ -314,7 +309,7 @@ impl Core {
         let idle: Vec<ConnId> =
             self.conns.iter().flatten().filter(|c| !c.muted && c.transfer.is_none()).map(|c| c.id).collect();
         for id in idle {
-            self.close(id);
+            self.close(id, Why::Normal("the broker stops (an idle connection)".into()));
         }
     }
 
@@ -330,10 +325,7 @@ impl Core {
                 conn.write_started = Some(Instant::now());
                 self.progress(id);
             }
-            None if close => {
-                tracing::info!("{}: closing after a request that cannot be answered", conn.handle.peer());
-                self.close(id);
-            }
+            None if close => self.close(id, Why::Normal("after a request that cannot be answered".into())),
             None => {
                 drop(context);
                 self.unmute(id);
@@ -365,13 +357,9 @@ impl Core {
         transfer.pump(engine, &mut io);
         let starved = io.starved;
         if let Some(error) = transfer.failure() {
-            let peer = conn.handle.peer();
-            if crate::broker::connection::is_disconnect(error) {
-                tracing::debug!("{peer}: writing a response: {error}; closing");
-            } else {
-                tracing::warn!("{peer}: writing a response: {error}; closing");
-            }
-            return self.close(id);
+            let why = format!("writing a response: {error}");
+            let why = if crate::broker::connection::is_disconnect(error) { Why::Peer(why) } else { Why::Fault(why) };
+            return self.close(id, why);
         }
         if transfer.is_done() {
             let (transfer, context) = conn.transfer.take().expect("checked above");
@@ -407,7 +395,7 @@ impl Core {
         conn.last_active = Instant::now();
         conn.recv_paused = false;
         if stopping {
-            return self.close(id);
+            return self.close(id, Why::Normal("the broker stops (its response was written)".into()));
         }
         let rearm = !conn.recv_armed && !conn.peer_closed;
         self.parse(id);
@@ -425,7 +413,6 @@ impl Core {
             if conn.muted || conn.closing {
                 return;
             }
-            let peer = conn.handle.peer();
             let mut reader = Buffered { buf: &mut conn.inbuf, eof: conn.peer_closed };
             match conn.receive.read_from(&mut reader, max_bytes) {
                 Ok(ReceiveProgress::Pending) => return,
@@ -436,17 +423,14 @@ impl Core {
                     let handle = ConnHandle::Uring(Arc::clone(&conn.handle));
                     self.handle_request(handle, payload, received);
                 }
-                Ok(ReceiveProgress::Closed) => {
-                    tracing::debug!("{peer}: closed by the peer");
-                    return self.close(id);
-                }
+                Ok(ReceiveProgress::Closed) => return self.close(id, Why::Peer("closed by the peer".into())),
                 Err(e) => {
                     let cause = std::error::Error::source(&e).map(|c| format!(": {c}")).unwrap_or_default();
-                    match e {
-                        ProtocolError::Truncated { .. } => tracing::debug!("{peer}: {e}; closing"),
-                        _ => tracing::warn!("{peer}: {e}{cause}; closing"),
-                    }
-                    return self.close(id);
+                    let why = match e {
+                        ProtocolError::Truncated { .. } => Why::Peer(e.to_string()),
+                        _ => Why::Fault(format!("{e}{cause}")),
+                    };
+                    return self.close(id, why);
                 }
             }
         }
@@ -517,6 +501,7 @@ impl Core {
         match kind {
             OP_SEND_ZC if cqueue::notif(flags) => {
                 conn.inflight -= 1;
+                conn.zc_notifs -= 1;
                 if let Some(fixed) = self.fixed.as_mut() {
                     fixed.release(aux);
                 }
@@ -526,6 +511,7 @@ impl Core {
             }
             OP_SEND_ZC => {
                 if cqueue::more(flags) {
+                    conn.zc_notifs += 1;
                     if let Some(fixed) = self.fixed.as_mut() {
                         fixed.hold(aux);
                     }
@@ -669,11 +655,30 @@ impl Core {
     }
 
     /// Closes a connection: nothing more is submitted, its socket is shut down and its
-    /// operations cancelled; it is dropped once every completion of it came.
-    fn close(&mut self, id: ConnId) {
+    /// operations cancelled; it is dropped once every completion of it came. Logs `why`, with
+    /// what the connection and the core hold (a stalled transfer shows what it waited for).
+    fn close(&mut self, id: ConnId, why: Why) {
+        let free = self.fixed.as_ref().map(FixedBuffers::free_count);
+        let starved = self.starved.len();
         let Some(conn) = self.conn_mut(id) else { return };
         if conn.closing {
             return;
+        }
+        let peer = conn.handle.peer();
+        let state = || {
+            let transfer = conn.transfer.as_ref().map_or_else(|| "none".to_string(), |(t, _)| t.describe());
+            let core = free.map_or_else(String::new, |f| {
+                format!("; core: {f} registered buffers free, {starved} connections waiting for one")
+            });
+            format!(
+                "{} operations in flight, {} SEND_ZC notifications pending; transfer: {transfer}{core}",
+                conn.inflight, conn.zc_notifs
+            )
+        };
+        match why {
+            Why::Peer(why) => tracing::debug!("{peer}: closing: {why} ({})", state()),
+            Why::Normal(why) => tracing::info!("{peer}: closing: {why} ({})", state()),
+            Why::Fault(why) => tracing::warn!("{peer}: closing: {why} ({})", state()),
         }
         conn.closing = true;
         conn.handle.set_closed();
@@ -717,24 +722,19 @@ impl Core {
         let mut expired = Vec::new();
         for conn in self.conns.iter().flatten().filter(|c| !c.closing) {
             if conn.write_started.is_some_and(|s| now.duration_since(s) >= SEND_TIMEOUT) {
-                tracing::warn!(
-                    "{}: a response write took more than {} s (the peer reads too slowly or not at all); closing",
-                    conn.handle.peer(),
+                let why = format!(
+                    "a response write took more than {} s (the peer reads too slowly or not at all)",
                     SEND_TIMEOUT.as_secs()
                 );
-                expired.push(conn.id);
+                expired.push((conn.id, Why::Fault(why)));
             } else if let Some(idle) = self.idle {
                 if !conn.muted && conn.transfer.is_none() && now.duration_since(conn.last_active) >= idle {
                     let inside = match conn.receive.received() {
                         0 => String::new(),
                         n => format!(", {n} bytes of a frame received"),
                     };
-                    tracing::info!(
-                        "{}: no request for {} ms (connections.max.idle.ms{inside}); closing",
-                        conn.handle.peer(),
-                        idle.as_millis()
-                    );
-                    expired.push(conn.id);
+                    let why = format!("no request for {} ms (connections.max.idle.ms{inside})", idle.as_millis());
+                    expired.push((conn.id, Why::Normal(why)));
                 }
             }
         }
@@ -754,12 +754,23 @@ impl Core {
             self.progress(id);
         }
         if self.stop_deadline.is_some_and(|d| now >= d) {
-            expired.extend(self.conns.iter().flatten().map(|c| c.id));
+            let why = || Why::Normal(format!("the broker stops ({} s grace ended)", STOP_GRACE.as_secs()));
+            expired.extend(self.conns.iter().flatten().filter(|c| !c.closing).map(|c| (c.id, why())));
         }
-        for id in expired {
-            self.close(id);
+        for (id, why) in expired {
+            self.close(id, why);
         }
     }
+}
+
+/// Why a core closes a connection, logged by [`Core::close`] at the level its variant names.
+enum Why {
+    /// The peer ended it (end of stream, reset, a frame cut short): debug, as under `threaded`.
+    Peer(String),
+    /// The broker ended it in the normal course (a handler's close, idle, the stop): info.
+    Normal(String),
+    /// A fault of the peer or the broker (a bad frame, a write error, the write deadline): warn.
+    Fault(String),
 }
 
 /// Where a decoded request runs: on the core when it only reads (no file write, no lock

@@ -423,6 +423,32 @@ impl Transfer {
         self.backoff
     }
 
+    /// What the transfer holds and waits for, for the log line of a close: record bytes not yet
+    /// read, registered buffers held by its pieces (and how many are being read), whether a
+    /// send is in flight, the pipe's bytes, the `ENOBUFS` backoff.
+    pub(crate) fn describe(&self) -> String {
+        let unread: u64 = self
+            .chunks
+            .iter()
+            .map(|c| match c {
+                Chunk::File(slice) => slice.len,
+                Chunk::Bytes(bytes) => bytes.len() as u64,
+            })
+            .sum::<u64>()
+            .saturating_sub(self.front_off);
+        let bufs = self.pieces.iter().filter(|p| matches!(p, Piece::Buf { .. })).count();
+        let reading = self.pieces.iter().filter(|p| matches!(p, Piece::Buf { reading: true, .. })).count();
+        format!(
+            "{unread} bytes not started, {} pieces ({bufs} registered buffers, {reading} being read), send in flight: \
+             {}, splice chain: {}, pipe bytes: {}, ENOBUFS backoff: {}",
+            self.pieces.len(),
+            self.sending,
+            self.chain.is_some(),
+            self.pipe_bytes,
+            self.backoff
+        )
+    }
+
     /// Lets the transfer send again after an `ENOBUFS`.
     pub(crate) fn clear_backoff(&mut self) {
         self.backoff = false;
