@@ -351,6 +351,7 @@ impl Core {
             socket: conn.stream.as_raw_fd(),
             conn: id,
             inflight: &mut conn.inflight,
+            zc_notifs: conn.zc_notifs,
             page_size,
             starved: false,
         };
@@ -538,6 +539,7 @@ impl Core {
                         socket: conn.stream.as_raw_fd(),
                         conn: id,
                         inflight: &mut conn.inflight,
+                        zc_notifs: conn.zc_notifs,
                         page_size,
                         starved: false,
                     };

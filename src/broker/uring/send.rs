@@ -13,8 +13,9 @@
 //!   are applied in order, and the next chain first drains what the pipe still holds (as
 //!   `uring_splice.rs` does).
 //! - `uring-read-send` ([`Engine::ReadSend`]): `READ_FIXED` into the core's registered buffers
-//!   ([`FixedBuffers`]), up to [`READS_PER_CONNECTION`] buffers per connection (reads in flight
-//!   plus buffers read and not yet sent; the reads complete in any order), and a `SEND` of each
+//!   ([`FixedBuffers`]), up to [`READS_PER_CONNECTION`] buffers per connection (reads in flight,
+//!   buffers read and not yet sent and, under `uring-send-zc`, buffers sent and waiting for their
+//!   notification; the reads complete in any order), and a `SEND` of each
 //!   buffer in file order, one send in flight per connection (the socket's byte order). A
 //!   connection whose peer stopped reading thus holds at most that many of the core's
 //!   [`FIXED_BUFFERS`](super::core::FIXED_BUFFERS); with more stalled peers than
@@ -23,7 +24,11 @@
 //!   bounded pool; bytes-only responses never wait).
 //! - `uring-send-zc` ([`Engine::SendZc`]): the same reads, then `SEND_ZC` from the registered
 //!   buffer (`IORING_RECVSEND_FIXED_BUF`); the buffer is held until the notification completion
-//!   (`IORING_CQE_F_NOTIF`), handled by the core even after the transfer ended.
+//!   (`IORING_CQE_F_NOTIF`), handled by the core even after the transfer ended. Those holds count
+//!   against the connection's [`READS_PER_CONNECTION`] ([`Io::zc_notifs`]): a zerocopy send's
+//!   pages stay in the socket's queue until the peer's window takes them, so without it one
+//!   stalled reader pins the core's whole pool (its send completes at once, its notification
+//!   only when the bytes leave) and every other connection starves until the write deadline.
 //!
 //! A read or a file -> pipe splice that returns 0 before the slice's end means the file was
 //! truncated under the transfer: the transfer fails (`UnexpectedEof`), the core closes that
@@ -50,8 +55,9 @@ use crate::read_path::ReadPathKind;
 
 /// Linked file -> pipe / pipe -> socket pairs submitted at once per `uring-splice` transfer.
 pub(crate) const SPLICE_CHAIN_PAIRS: usize = 4;
-/// Registered buffers a connection holds at most (`uring-read-send`, `uring-send-zc`): reads in
-/// flight plus buffers read and not yet sent.
+/// Registered buffer holds a connection has at most (`uring-read-send`, `uring-send-zc`): reads
+/// in flight, buffers read and not yet sent, and `SEND_ZC` notifications not yet come (one hold
+/// each, so a buffer sent in two parts counts twice until both notifications are in).
 pub(crate) const READS_PER_CONNECTION: u16 = 8;
 /// Chains in a row that moved no byte and met no error before a transfer gives up (a guard
 /// against a loop of interrupted splices; never reached in the tests).
@@ -102,6 +108,9 @@ pub(crate) struct Io<'a> {
     /// Its operations in flight (each submission adds one; the core subtracts at the last
     /// completion of each).
     pub(crate) inflight: &'a mut u32,
+    /// Its `SEND_ZC` notifications not yet come, each holding a registered buffer (counted
+    /// against [`READS_PER_CONNECTION`]; may outlive the transfer that sent them).
+    pub(crate) zc_notifs: u32,
     /// The system's page size in bytes.
     pub(crate) page_size: u64,
     /// Set when the transfer waits for a free registered buffer.
@@ -232,9 +241,11 @@ impl Transfer {
                     self.chunks.pop_front();
                 }
                 Chunk::File(slice) => {
-                    // Reads in flight and buffers read but not yet sent together: a reader that
-                    // stopped reading holds at most this many of the core's buffers.
-                    let held = self.pieces.iter().filter(|p| matches!(p, Piece::Buf { .. })).count();
+                    // Reads in flight, buffers read but not yet sent and buffers sent by SEND_ZC
+                    // waiting for their notification together: a reader that stopped reading
+                    // holds at most this many of the core's buffers.
+                    let pieces = self.pieces.iter().filter(|p| matches!(p, Piece::Buf { .. })).count();
+                    let held = pieces.saturating_add(io.zc_notifs as usize);
                     if held >= usize::from(READS_PER_CONNECTION) {
                         return;
                     }
