@@ -56,6 +56,8 @@ pub(crate) struct Conn {
     /// `SEND_ZC` notifications (`IORING_CQE_F_NOTIF`) of this connection not yet come, each
     /// holding a registered buffer (counted in `inflight` too).
     pub(crate) zc_notifs: u32,
+    /// In the core's queue of connections waiting for a free registered buffer.
+    pub(crate) waits_for_buffer: bool,
     /// Closing: nothing more is submitted; dropped once `inflight` is 0.
     pub(crate) closing: bool,
     /// Its place in `max.connections` / `max.connections.per.ip`, freed on drop.
@@ -80,6 +82,7 @@ impl Conn {
             last_active: Instant::now(),
             inflight: 0,
             zc_notifs: 0,
+            waits_for_buffer: false,
             closing: false,
             _slot: slot,
         }

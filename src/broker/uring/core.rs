@@ -371,7 +371,10 @@ impl Core {
             // Out of flight before the next request can be parsed.
             drop(context.in_flight);
             self.unmute(id);
-        } else if starved {
+        } else if starved && !conn.waits_for_buffer {
+            // Queued once: a connection progressed by its own completions while it waits must
+            // not take more places in the queue.
+            conn.waits_for_buffer = true;
             self.starved.push_back(id);
         }
     }
@@ -385,6 +388,9 @@ impl Core {
                 return;
             }
             let Some(id) = self.starved.pop_front() else { return };
+            if let Some(conn) = self.conn_mut(id) {
+                conn.waits_for_buffer = false;
+            }
             self.progress(id);
         }
     }
