@@ -182,6 +182,11 @@ impl FixedBuffers {
         self.buf_len
     }
 
+    /// All buffers, free or in use.
+    pub(crate) fn total(&self) -> usize {
+        self.holds.len()
+    }
+
     /// Free buffers.
     pub(crate) fn free_count(&self) -> usize {
         self.free.len()

@@ -508,7 +508,7 @@ impl Core {
         match kind {
             OP_SEND_ZC if cqueue::notif(flags) => {
                 conn.inflight -= 1;
-                conn.zc_notifs -= 1;
+                conn.zc_notifs = conn.zc_notifs.saturating_sub(1);
                 if let Some(fixed) = self.fixed.as_mut() {
                     fixed.release(aux);
                 }

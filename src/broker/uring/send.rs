@@ -17,11 +17,15 @@
 //!   buffers read and not yet sent and, under `uring-send-zc`, buffers sent and waiting for their
 //!   notification; the reads complete in any order), and a `SEND` of each
 //!   buffer in file order, one send in flight per connection (the socket's byte order). A
-//!   connection whose peer stopped reading thus holds at most that many of the core's
-//!   [`FIXED_BUFFERS`](super::core::FIXED_BUFFERS); with more stalled peers than
-//!   `FIXED_BUFFERS / READS_PER_CONNECTION` (8), the core's other file transfers wait for a
-//!   buffer until the write deadline (`SEND_TIMEOUT`) closes a stalled one (a known limit of a
-//!   bounded pool; bytes-only responses never wait).
+//!   connection reads ahead beyond its first buffer only while more than
+//!   [`read_ahead_reserve`] (a quarter) of the core's
+//!   [`FIXED_BUFFERS`](super::core::FIXED_BUFFERS) are free, so the last buffers go one per
+//!   connection. A connection whose peer stopped reading thus holds at most
+//!   `READS_PER_CONNECTION` buffers, and once the pool is low only one; the core's other file
+//!   transfers wait for a buffer only with more than 22 stalled peers on the core (48 / 8 + 16),
+//!   until the write deadline (`SEND_TIMEOUT`) closes a stalled one (the limit of a bounded
+//!   pool; bytes-only responses never wait; `threaded` has the same limit at `num.io.threads`
+//!   stalled peers, each holding an io thread).
 //! - `uring-send-zc` ([`Engine::SendZc`]): the same reads, then `SEND_ZC` from the registered
 //!   buffer (`IORING_RECVSEND_FIXED_BUF`); the buffer is held until the notification completion
 //!   (`IORING_CQE_F_NOTIF`), handled by the core even after the transfer ended. Those holds count
@@ -59,6 +63,14 @@ pub(crate) const SPLICE_CHAIN_PAIRS: usize = 4;
 /// in flight, buffers read and not yet sent, and `SEND_ZC` notifications not yet come (one hold
 /// each, so a buffer sent in two parts counts twice until both notifications are in).
 pub(crate) const READS_PER_CONNECTION: u16 = 8;
+/// The free registered buffers below which a connection that already holds one reads no
+/// further ahead: a quarter of the core's pool. Stalled readers (peers that stop reading) then
+/// take all buffers only when there are more of them than `(total - reserve) /
+/// READS_PER_CONNECTION + reserve` (22 of 64) on one core, rather than 8; below that every other
+/// connection still gets a buffer at once.
+pub(crate) fn read_ahead_reserve(total: usize) -> usize {
+    total / 4
+}
 /// Chains in a row that moved no byte and met no error before a transfer gives up (a guard
 /// against a loop of interrupted splices; never reached in the tests).
 const MAX_STALLS: u32 = 1000;
@@ -253,6 +265,12 @@ impl Transfer {
                         self.fail(io::Error::other("no registered buffers on this core (a bug)"));
                         return;
                     };
+                    // Read-ahead only while the pool is not low: a connection that already
+                    // holds a buffer takes another only while more than the reserve is free, so
+                    // the last buffers go one per connection. Its own completions pump it again.
+                    if held > 0 && fixed.free_count() <= read_ahead_reserve(fixed.total()) {
+                        return;
+                    }
                     let Some(index) = fixed.take() else {
                         io.starved = true;
                         return;
