@@ -12,7 +12,8 @@
 //!   every reader gets its first bytes;
 //! - bad input: a frame over `socket.request.max.bytes` closes only its connection; a segment
 //!   truncated under an in-flight transfer closes that connection (the client holds a partial
-//!   frame), other clients are served.
+//!   frame), one unlinked under an in-flight transfer is still sent whole (the transfer holds the
+//!   file open), other clients are served.
 //!
 //! A kernel without io_uring (or an opcode a path needs) skips with a notice naming the cause,
 //! except in CI (`CI=true`), where it fails: these are the real-client tests of a model.
@@ -307,6 +308,29 @@ fn bad_input(path: &str) {
     }
     assert!(got < frame, "{path}: the truncated transfer ended mid-frame ({got} of {frame} bytes)");
     // Others are served.
+    assert_eq!(fetch(&mut good, "other", 0, 11).2.len(), 3);
+
+    // 3. A segment unlinked under an in-flight transfer: the transfer holds the file open, so
+    //    the whole frame still arrives (as the read path conformance suite expects of every path).
+    broker.test_support().create_topic("gone", 1).unwrap();
+    produce_big(&mut good, "gone", 32, 4, 128 * 1024);
+    let mut reader = raw_fetch(addr, "gone");
+    let mut prefix = [0u8; 4];
+    reader.read_exact(&mut prefix).unwrap();
+    let frame = i32::from_be_bytes(prefix) as u64;
+    std::fs::remove_file(tmp.path().join("logs/gone-0/00000000000000000000.log")).unwrap();
+    let mut got = 0u64;
+    loop {
+        match reader.read(&mut chunk) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got += n as u64,
+        }
+        if got == frame {
+            break;
+        }
+    }
+    assert_eq!(got, frame, "{path}: the unlinked segment's transfer delivers the whole frame");
+    drop(reader);
     assert_eq!(fetch(&mut good, "other", 0, 11).2.len(), 3);
     let mut another = Client::connect(addr);
     // The one batch holding offset 1, whole.
