@@ -156,7 +156,9 @@ impl Processor {
             }
             for event in events.iter() {
                 if event.token() != WAKER {
-                    self.on_event(event.token(), event.is_read_closed() || event.is_error());
+                    let hung_up =
+                        event.is_read_closed() || (event.is_error() && self.socket_error_pending(event.token()));
+                    self.on_event(event.token(), hung_up);
                 }
             }
             for message in self.inbox.take() {
@@ -173,6 +175,15 @@ impl Processor {
                 return;
             }
         }
+    }
+
+    /// Whether the socket of `token` holds a pending error (`SO_ERROR`, which reading clears:
+    /// a reset the next write would report). `EPOLLERR` alone is not a hang-up: a socket with
+    /// `SO_ZEROCOPY` raises it for every completion queued on its error queue (`msg-zerocopy`
+    /// reads those itself, on the io thread), with no error pending and the peer still there.
+    fn socket_error_pending(&self, token: Token) -> bool {
+        let Some(served) = self.connections.get(&token) else { return false };
+        !matches!(nix::sys::socket::getsockopt(&served.conn.fd(), nix::sys::socket::sockopt::SocketError), Ok(0))
     }
 
     fn on_event(&mut self, token: Token, hung_up: bool) {

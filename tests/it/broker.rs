@@ -452,6 +452,34 @@ fn long_poll_on_an_empty_partition_waits_about_max_wait() {
     broker.shutdown().unwrap();
 }
 
+/// `msg-zerocopy` under `threaded`: every send's completion lands on the socket's error queue,
+/// which raises `EPOLLERR` on the network thread's poll with the peer still there. It once read
+/// that as a hang-up, so the next long poll of the connection was dropped as "its client went
+/// away" and the connection closed (the `fetchbench run` consumers retried hundreds of times).
+/// Records fetched through msg-zerocopy, then a long poll at the log end, several times: each
+/// long poll is answered (empty, after max_wait), on the same connection.
+#[test]
+fn msg_zerocopy_completions_are_not_a_hang_up() {
+    if let Err(e) = ReadPathKind::MsgZerocopy.probe() {
+        assert!(!crate::common::in_ci(), "CI must run msg-zerocopy: {e}");
+        eprintln!("SKIP: {e}");
+        return;
+    }
+    let (_tmp, broker) = start(ReadPathKind::MsgZerocopy);
+    let mut c = Client::connect(broker.local_addr());
+    metadata(&mut c, "zc", 12);
+    for round in 0..5 {
+        assert_eq!(produce(&mut c, "zc", batch(1), 1), Some((0, round)));
+        let (_, _, records) = fetch(&mut c, "zc", round, 12);
+        assert_eq!(records.len(), 1, "round {round}");
+        let (elapsed, len) = long_poll(&mut c, "zc", round + 1, 300, 1);
+        assert_eq!(len, 0, "round {round}");
+        assert!(elapsed >= Duration::from_millis(200), "round {round}: answered after {elapsed:?}");
+    }
+    assert_eq!(broker.test_support().open_connections(), 1);
+    broker.shutdown().unwrap();
+}
+
 #[test]
 fn long_poll_is_woken_by_a_produce_on_another_connection() {
     let (_tmp, broker) = start(ReadPathKind::Sendfile);
