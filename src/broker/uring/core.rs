@@ -575,7 +575,7 @@ impl Core {
         let peer = match stream.peer_addr() {
             Ok(peer) => peer,
             Err(e) => {
-                tracing::warn!("accepted a connection without a peer address ({e}); closed");
+                tracing::debug!("accepted a connection without a peer address ({e}: it was reset at once); closed");
                 return;
             }
         };
