@@ -299,6 +299,12 @@ mod tests {
         assert_eq!((y.error, y.generation_id), (errors::NONE, 1));
         assert!(y_join.tries.load(Ordering::SeqCst) > y_tries);
         assert_eq!(x_join.tries.load(Ordering::SeqCst), x_tries, "Y's change tried X's operation");
+        // The completion answers (the channel) before the purgatory counts the operation out:
+        // wait for the count, generously.
+        let deadline = std::time::Instant::now() + RECV;
+        while purgatory.delayed() != 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
         assert_eq!(purgatory.delayed(), 0);
 
         purgatory.shutdown();
