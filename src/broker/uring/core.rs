@@ -23,7 +23,9 @@ use kafka_protocol::messages::RequestKind;
 use super::buffers::{FixedBuffers, PipePool, ProvidedRing};
 use super::conn::{Buffered, Conn, PAUSE_BYTES};
 use super::mailbox::{ConnId, CoreMailbox, CoreMessage, FetchContext, UringConn};
-use super::ops::{tag, untag, OP_ACCEPT, OP_CANCEL, OP_READ, OP_RECV, OP_SEND, OP_SEND_ZC, OP_SPLICE, OP_WAKE};
+use super::ops::{
+    tag, untag, OP_ACCEPT, OP_CANCEL, OP_POLL_OUT, OP_READ, OP_RECV, OP_SEND, OP_SEND_ZC, OP_SPLICE, OP_WAKE,
+};
 use super::send::{Engine, Io, Transfer};
 use crate::broker::conn_handle::ConnHandle;
 use crate::broker::handler::dispatch::dispatch;
@@ -45,6 +47,13 @@ const PROVIDED_BUFFER_BYTES: u32 = 16 * 1024;
 pub(crate) const FIXED_BUFFERS: u16 = 64;
 /// The buffer group of the receives.
 const BGID: u16 = 0;
+/// The cap on each kind of io-wq worker thread (bounded: regular-file reads that missed the
+/// page cache; unbounded: `SPLICE`s) a core's ring may start (`IORING_REGISTER_IOWQ_MAX_WORKERS`,
+/// Linux 5.15). No operation a core submits waits for a peer on a worker (sends and receives
+/// poll; pipe -> socket splices are non-blocking), so a worker is held only for a disk read: the
+/// cap bounds the core's threads whatever its peers do, at the price of at most this many
+/// concurrent disk reads per core.
+pub(crate) const IOWQ_MAX_WORKERS: u32 = 16;
 /// How long a stopping core lets the responses in progress finish before it closes them.
 const STOP_GRACE: Duration = Duration::from_secs(5);
 
@@ -109,6 +118,13 @@ impl Core {
     /// engine needs missing (named), the buffer ring or the registered buffers refused.
     pub(crate) fn new(setup: CoreSetup) -> io::Result<Core> {
         let ring = IoUring::builder().setup_cqsize(CQ_ENTRIES).build(RING_ENTRIES)?;
+        // The kernel's default bound for unbounded io-wq workers is RLIMIT_NPROC; a core's
+        // threads stay bounded by its own cap (a kernel older than 5.15 lacks the call: the
+        // default stays, logged).
+        let mut workers = [IOWQ_MAX_WORKERS, IOWQ_MAX_WORKERS];
+        if let Err(e) = ring.submitter().register_iowq_max_workers(&mut workers) {
+            tracing::warn!("io-wq worker cap not set ({e}); the kernel's default bound applies");
+        }
         let mut probe = Probe::new();
         ring.submitter().register_probe(&mut probe)?;
         if let Some((_, name)) = engine_opcodes(setup.engine).iter().find(|(code, _)| !probe.is_supported(*code)) {
@@ -558,6 +574,12 @@ impl Core {
                     transfer.on_splice(aux, result);
                 }
             }
+            OP_POLL_OUT => {
+                conn.inflight -= 1;
+                if let Some((transfer, _)) = conn.transfer.as_mut() {
+                    transfer.on_poll_out(result);
+                }
+            }
             _ => {
                 tracing::error!("core {}: a completion of unknown kind {kind} (a bug)", self.index);
                 return;
@@ -587,6 +609,13 @@ impl Core {
             }
         };
         let _ = stream.set_nodelay(true);
+        // O_NONBLOCK: what makes a pipe -> socket `SPLICE` non-blocking (the kernel's
+        // `splice_to_socket` reads the socket's file flags; `SPLICE_F_NONBLOCK` only concerns
+        // the pipe). io_uring's own SEND/RECV ignore it (they poll a full socket either way).
+        if let Err(e) = stream.set_nonblocking(true) {
+            tracing::warn!("connection from {peer} closed: O_NONBLOCK refused: {e}");
+            return;
+        }
         let index = match self.free_slots.pop() {
             Some(index) => index,
             None => {

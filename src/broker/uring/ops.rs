@@ -27,6 +27,9 @@ pub(crate) const OP_SEND_ZC: u8 = 6;
 pub(crate) const OP_SPLICE: u8 = 7;
 /// An `ASYNC_CANCEL` (its result is only logged).
 pub(crate) const OP_CANCEL: u8 = 8;
+/// A one-shot `POLL_ADD` for `POLLOUT` on a connection's socket: a non-blocking pipe -> socket
+/// splice met a full socket (`EAGAIN`), and the `uring-splice` transfer waits for room.
+pub(crate) const OP_POLL_OUT: u8 = 9;
 
 /// A decoded `user_data`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -11,7 +11,16 @@
 //!   pipe slot per page), so it never waits for room. A short splice fails the link: the rest of
 //!   the chain completes with `ECANCELED`; once every completion of the chain is in, the results
 //!   are applied in order, and the next chain first drains what the pipe still holds (as
-//!   `uring_splice.rs` does).
+//!   `uring_splice.rs` does). The pipe -> socket splices are non-blocking (the
+//!   core makes every socket `O_NONBLOCK`, which the kernel's `splice_to_socket` honours;
+//!   `SPLICE_F_NONBLOCK`, also set, only concerns the pipe): io_uring runs every `SPLICE` on an
+//!   io-wq worker thread, and a blocking one to a full socket would park that kernel thread
+//!   until the peer reads (one `iou-wrk` thread per stalled peer). A full socket ends the splice
+//!   with `EAGAIN` instead;
+//!   the transfer then waits with a one-shot `POLL_ADD` for `POLLOUT` (no thread) and goes on
+//!   from its completion. A worker is thus held only while a file -> pipe splice reads the
+//!   page cache or the disk, and the core caps its ring's workers
+//!   ([`IOWQ_MAX_WORKERS`](super::core::IOWQ_MAX_WORKERS)).
 //! - `uring-read-send` ([`Engine::ReadSend`]): `READ_FIXED` into the core's registered buffers
 //!   ([`FixedBuffers`]), up to [`READS_PER_CONNECTION`] buffers per connection (reads in flight,
 //!   buffers read and not yet sent and, under `uring-send-zc`, buffers sent and waiting for their
@@ -51,7 +60,7 @@ use io_uring::{opcode, squeue, types};
 
 use super::buffers::{FixedBuffers, Pipe, PipePool};
 use super::mailbox::ConnId;
-use super::ops::{tag, OP_READ, OP_SEND, OP_SEND_ZC, OP_SPLICE};
+use super::ops::{tag, OP_POLL_OUT, OP_READ, OP_SEND, OP_SEND_ZC, OP_SPLICE};
 use crate::broker::response::Response;
 use crate::log::segment::SegmentFile;
 use crate::protocol::fetch_response::Chunk;
@@ -169,6 +178,10 @@ pub(crate) struct Transfer {
     chain: Option<Chain>,
     pipe: Option<Pipe>,
     pipe_bytes: u64,
+    /// A pipe -> socket splice met a full socket (`EAGAIN`): the next chain waits for `POLLOUT`.
+    want_writable: bool,
+    /// The `POLL_ADD` for `POLLOUT` is in flight.
+    polling: bool,
     stalls: u32,
     /// A `SEND_ZC` got `ENOBUFS` (the socket's zerocopy accounting, `optmem_max`, is full until
     /// notifications come back): no send until [`Self::clear_backoff`].
@@ -196,6 +209,8 @@ impl Transfer {
             chain: None,
             pipe: None,
             pipe_bytes: 0,
+            want_writable: false,
+            polling: false,
             stalls: 0,
             backoff: false,
             failed: None,
@@ -217,6 +232,7 @@ impl Transfer {
             && !self.sending
             && self.reads == 0
             && self.chain.is_none()
+            && !self.polling
     }
 
     fn fail(&mut self, error: io::Error) {
@@ -303,7 +319,13 @@ impl Transfer {
     /// `uring-splice`: bytes chunks become pieces (sent by `send_front`); a file chunk gets a
     /// chain once the pieces before it are sent.
     fn pump_splice(&mut self, io: &mut Io<'_>) {
-        if self.sending || self.chain.is_some() || !self.pieces.is_empty() {
+        if self.sending || self.chain.is_some() || self.polling || !self.pieces.is_empty() {
+            return;
+        }
+        if self.want_writable {
+            let entry = opcode::PollAdd::new(types::Fd(io.socket), libc::POLLOUT as u32).build();
+            io.submit(entry, OP_POLL_OUT, 0);
+            self.polling = true;
             return;
         }
         while let Some(front) = self.chunks.front() {
@@ -332,6 +354,7 @@ impl Transfer {
                     let mut entries = Vec::new();
                     let out = |len: u64| {
                         opcode::Splice::new(types::Fd(pipe.read.as_raw_fd()), -1, types::Fd(io.socket), -1, len as u32)
+                            .flags(libc::SPLICE_F_NONBLOCK)
                             .build()
                     };
                     if self.pipe_bytes > 0 {
@@ -555,6 +578,12 @@ impl Transfer {
                     return self.fail(crate::read_path::util::truncated(missing));
                 }
                 0 => return self.fail(io::Error::new(io::ErrorKind::WriteZero, "splice to the socket moved 0 bytes")),
+                e if e == -libc::EAGAIN && !op.into_pipe => {
+                    // The socket is full: wait for room (the ops after it were cancelled).
+                    self.want_writable = true;
+                    moved = true;
+                    break;
+                }
                 e if e == -libc::ECANCELED || e == -libc::EINTR || e == -libc::EAGAIN => {}
                 e => return self.fail(io::Error::from_raw_os_error(-e)),
             }
@@ -567,6 +596,19 @@ impl Transfer {
                 self.fail(io::Error::other(format!("{MAX_STALLS} splice chains in a row moved no byte")));
             }
         }
+    }
+
+    /// The completion of the `POLL_ADD` for `POLLOUT` (`res`: the ready events, or `-errno`).
+    /// An error or hang-up event is left to the next splice to report (`EPIPE`, `ECONNRESET`).
+    pub(crate) fn on_poll_out(&mut self, res: i32) {
+        self.polling = false;
+        if res == -libc::ECANCELED || self.failed.is_some() {
+            return;
+        }
+        if res < 0 && res != -libc::EINTR {
+            return self.fail(io::Error::from_raw_os_error(-res));
+        }
+        self.want_writable = false;
     }
 
     /// Gives back what the transfer holds: every registered buffer of its pieces and its pipe
