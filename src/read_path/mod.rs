@@ -28,7 +28,8 @@
 //! - io_uring pieces the io_uring paths share: `uring` (the one ring setup, its error words,
 //!   the opcode probe), `registered_buffers` (a pool of registered buffers, counted) and
 //!   `uring_pipeline` (reads into registered buffers and in-order sends, several chunks in
-//!   flight: the engine of `uring-read-send` and `uring-send-zc`);
+//!   flight: the engine of `uring-read-send` and `uring-send-zc`, and the one path type both
+//!   are, parameterised by their send mode);
 //! - this file: the kinds ([`ReadPathKind`]: names, [`ReadPathKind::probe`],
 //!   [`ReadPathKind::create`], never a silent fallback: [`Unsupported`] says why a path cannot
 //!   run here) and the enum dispatch over the paths ([`AnyReadPath`]).

@@ -1,6 +1,8 @@
 //! The engine of `uring-read-send` and `uring-send-zc`: io_uring `READ_FIXED` from the segment
 //! file into registered buffers, then a send of those bytes to the socket (`IORING_OP_SEND`, or
 //! `IORING_OP_SEND_ZC` naming the fixed buffer), with several chunks in flight on one ring.
+//! Both paths are one type, [`PipelinePath`], told apart by a [`SendMode`] (the send operation,
+//! the name, the buffer count); their files keep what differs (the probe, the docs, the mode).
 //!
 //! ## How a transfer runs
 //!
@@ -58,12 +60,14 @@
 use std::collections::VecDeque;
 use std::fmt;
 use std::io;
+use std::marker::PhantomData;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
+use std::time::Instant;
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
 use super::registered_buffers::RegisteredBuffers;
-use super::transfer::TransferStats;
+use super::transfer::{ReadPath, TransferStats};
 use super::uring;
 use super::util;
 use crate::log::FileSlice;
@@ -78,7 +82,7 @@ pub(crate) const IORING_NOTIF_USAGE_ZC_COPIED: u32 = 1 << 31;
 
 /// How the bytes of a buffer go to the socket.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum SendOp {
+pub enum SendOp {
     /// `IORING_OP_SEND` (Linux 5.6+): the kernel copies from the buffer into the socket.
     Send,
     /// `IORING_OP_SEND_ZC` with the fixed buffer's index (Linux 6.0+) and
@@ -584,6 +588,70 @@ impl Pipeline {
             }
             *slot = Slot::default();
         }
+    }
+}
+
+/// What tells the read paths built on [`Pipeline`] apart: the send operation, the path's name
+/// and its buffer count. Implemented by the marker types of `uring-read-send` and
+/// `uring-send-zc`.
+pub trait SendMode {
+    /// How the bytes of a buffer go to the socket.
+    const OP: SendOp;
+    /// The path's name on the command line and in results ([`ReadPath::name`]).
+    const NAME: &'static str;
+    /// Registered buffers per path: up to this many chunks in flight.
+    const BUFFERS: usize;
+}
+
+/// A read path on the engine: one [`Pipeline`] (its ring and registered buffers) sending as
+/// `M` says, and its counters. `uring_read_send::UringReadSendPath` and
+/// `uring_send_zc::UringSendZcPath` are this type; their module docs say what each does. Used by
+/// one thread at a time (`transfer` takes `&mut self`).
+#[derive(Debug)]
+pub struct PipelinePath<M> {
+    pipeline: Pipeline,
+    stats: TransferStats,
+    mode: PhantomData<fn() -> M>,
+}
+
+impl<M: SendMode> PipelinePath<M> {
+    /// Sets up the ring and registers `M::BUFFERS` buffers of `buffer_size` bytes. Errors:
+    /// `InvalidInput` for a `buffer_size` of 0 or above 1 GiB; the `io_uring_setup` error with
+    /// its cause named; the registration error (`RLIMIT_MEMLOCK` named).
+    pub fn new(buffer_size: usize) -> io::Result<Self> {
+        Ok(PipelinePath {
+            pipeline: Pipeline::new(M::OP, M::BUFFERS, buffer_size)?,
+            stats: TransferStats::default(),
+            mode: PhantomData,
+        })
+    }
+
+    /// Registered buffers in use (with `SEND_ZC`, a send's buffer stays in use until its
+    /// notification): 0 between transfers, whatever the last one did.
+    pub fn buffers_in_use(&self) -> usize {
+        self.pipeline.buffers_in_use()
+    }
+
+    /// The `SEND_ZC` notifications so far and how many reported a copy, reset to zero (always
+    /// zero with `IORING_OP_SEND`).
+    pub(crate) fn take_zc(&mut self) -> ZcCounters {
+        self.pipeline.take_zc()
+    }
+}
+
+impl<M: SendMode> ReadPath for PipelinePath<M> {
+    fn name(&self) -> &'static str {
+        M::NAME
+    }
+    fn transfer(&mut self, slice: &FileSlice, socket: BorrowedFd<'_>) -> io::Result<u64> {
+        let start = Instant::now();
+        let mut sent = 0u64;
+        let result = self.pipeline.transfer(slice, socket, &mut self.stats, &mut sent);
+        self.stats.record_transfer(sent, start.elapsed());
+        result.map(|()| sent)
+    }
+    fn take_stats(&mut self) -> TransferStats {
+        std::mem::take(&mut self.stats)
     }
 }
 

@@ -27,16 +27,10 @@
 //! when the send runs in an `iou-wrk` thread (checked with SIGPIPE at its default disposition by
 //! the conformance tests).
 
-use std::io;
-use std::os::fd::BorrowedFd;
-use std::time::Instant;
-
 use io_uring::opcode;
 
-use super::transfer::{ReadPath, TransferStats};
 use super::uring::{self, Op};
-use super::uring_pipeline::{Pipeline, SendOp};
-use crate::log::FileSlice;
+use super::uring_pipeline::{PipelinePath, SendMode, SendOp};
 
 /// Registered buffers per path: up to this many chunks in flight (one being sent, the others
 /// being read or waiting to be sent).
@@ -55,51 +49,26 @@ pub(crate) fn probe() -> Result<(), String> {
     uring::probe_ops(&OPS).map(drop)
 }
 
-/// See the module docs.
+/// The [`SendMode`] of this path: `IORING_OP_SEND`, [`BUFFERS`] buffers.
 #[derive(Debug)]
-pub struct UringReadSendPath {
-    pipeline: Pipeline,
-    stats: TransferStats,
+pub enum ReadSend {}
+
+impl SendMode for ReadSend {
+    const OP: SendOp = SendOp::Send;
+    const NAME: &'static str = "uring-read-send";
+    const BUFFERS: usize = BUFFERS;
 }
 
-impl UringReadSendPath {
-    /// Sets up the ring and registers [`BUFFERS`] buffers of `buffer_size` bytes. Errors:
-    /// `InvalidInput` for a `buffer_size` of 0 or above 1 GiB; the `io_uring_setup` error with
-    /// its cause named; the registration error (`RLIMIT_MEMLOCK` named).
-    pub fn new(buffer_size: usize) -> io::Result<Self> {
-        Ok(UringReadSendPath {
-            pipeline: Pipeline::new(SendOp::Send, BUFFERS, buffer_size)?,
-            stats: TransferStats::default(),
-        })
-    }
-
-    /// Registered buffers in use: 0 between transfers, whatever the last one did.
-    pub fn buffers_in_use(&self) -> usize {
-        self.pipeline.buffers_in_use()
-    }
-}
-
-impl ReadPath for UringReadSendPath {
-    fn name(&self) -> &'static str {
-        "uring-read-send"
-    }
-    fn transfer(&mut self, slice: &FileSlice, socket: BorrowedFd<'_>) -> io::Result<u64> {
-        let start = Instant::now();
-        let mut sent = 0u64;
-        let result = self.pipeline.transfer(slice, socket, &mut self.stats, &mut sent);
-        self.stats.record_transfer(sent, start.elapsed());
-        result.map(|()| sent)
-    }
-    fn take_stats(&mut self) -> TransferStats {
-        std::mem::take(&mut self.stats)
-    }
-}
+/// See the module docs; the type and its methods (`new`, `buffers_in_use`) are
+/// [`PipelinePath`]'s.
+pub(crate) type UringReadSendPath = PipelinePath<ReadSend>;
 
 #[cfg(test)]
 mod tests {
     use std::os::fd::AsFd;
 
     use super::*;
+    use crate::read_path::transfer::ReadPath;
     use crate::read_path::uring_pipeline::test_support::*;
 
     fn path() -> Option<UringReadSendPath> {

@@ -45,16 +45,12 @@
 //! Sends carry `MSG_NOSIGNAL`: a peer that went away gives `BrokenPipe`, no signal.
 
 use std::fs::File;
-use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd};
-use std::time::Instant;
+use std::os::fd::AsRawFd;
 
 use io_uring::{cqueue, opcode, types, IoUring};
 
-use super::transfer::{ReadPath, TransferStats};
 use super::uring::{self, Op};
-use super::uring_pipeline::{Pipeline, SendOp, ZcCounters, IORING_SEND_ZC_REPORT_USAGE};
-use crate::log::FileSlice;
+use super::uring_pipeline::{PipelinePath, SendMode, SendOp, ZcCounters, IORING_SEND_ZC_REPORT_USAGE};
 
 /// Registered buffers per path (as `uring-read-send`): up to this many chunks in flight.
 pub(crate) const BUFFERS: usize = 4;
@@ -114,58 +110,35 @@ fn probe_report_usage(ring: &mut IoUring) -> Result<(), String> {
     }
 }
 
-/// See the module docs.
+/// The [`SendMode`] of this path: `IORING_OP_SEND_ZC`, [`BUFFERS`] buffers.
 #[derive(Debug)]
-pub struct UringSendZcPath {
-    pipeline: Pipeline,
-    stats: TransferStats,
+pub enum SendZc {}
+
+impl SendMode for SendZc {
+    const OP: SendOp = SendOp::SendZc;
+    const NAME: &'static str = "uring-send-zc";
+    const BUFFERS: usize = BUFFERS;
 }
 
+/// See the module docs; the type and its methods (`new`, `buffers_in_use`: a send's buffer
+/// stays in use until its notification) are [`PipelinePath`]'s.
+pub(crate) type UringSendZcPath = PipelinePath<SendZc>;
+
 impl UringSendZcPath {
-    /// Sets up the ring and registers [`BUFFERS`] buffers of `buffer_size` bytes. Errors:
-    /// `InvalidInput` for a `buffer_size` of 0 or above 1 GiB; the `io_uring_setup` error with
-    /// its cause named; the registration error (`RLIMIT_MEMLOCK` named).
-    pub fn new(buffer_size: usize) -> io::Result<Self> {
-        Ok(UringSendZcPath {
-            pipeline: Pipeline::new(SendOp::SendZc, BUFFERS, buffer_size)?,
-            stats: TransferStats::default(),
-        })
-    }
-
-    /// Registered buffers in use (a send's buffer stays in use until its notification): 0
-    /// between transfers, whatever the last one did.
-    pub fn buffers_in_use(&self) -> usize {
-        self.pipeline.buffers_in_use()
-    }
-
     /// The notifications so far and how many reported a copy, reset to zero (see the module
     /// docs: on loopback the kernel copies).
     pub fn take_zc_counters(&mut self) -> ZcCounters {
-        self.pipeline.take_zc()
-    }
-}
-
-impl ReadPath for UringSendZcPath {
-    fn name(&self) -> &'static str {
-        "uring-send-zc"
-    }
-    fn transfer(&mut self, slice: &FileSlice, socket: BorrowedFd<'_>) -> io::Result<u64> {
-        let start = Instant::now();
-        let mut sent = 0u64;
-        let result = self.pipeline.transfer(slice, socket, &mut self.stats, &mut sent);
-        self.stats.record_transfer(sent, start.elapsed());
-        result.map(|()| sent)
-    }
-    fn take_stats(&mut self) -> TransferStats {
-        std::mem::take(&mut self.stats)
+        self.take_zc()
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::io;
     use std::os::fd::AsFd;
 
     use super::*;
+    use crate::read_path::transfer::ReadPath;
     use crate::read_path::uring_pipeline::test_support::*;
 
     fn path() -> Option<UringSendZcPath> {
