@@ -30,6 +30,7 @@
 //!   `uring_pipeline` (reads into registered buffers and in-order sends, several chunks in
 //!   flight: the engine of `uring-read-send` and `uring-send-zc`, and the one path type both
 //!   are, parameterised by their send mode);
+//! - `test_support` (tests only): the fixtures the paths' unit tests share;
 //! - this file: the kinds ([`ReadPathKind`]: names, [`ReadPathKind::probe`],
 //!   [`ReadPathKind::create`], never a silent fallback: [`Unsupported`] says why a path cannot
 //!   run here) and the enum dispatch over the paths ([`AnyReadPath`]).
@@ -49,6 +50,8 @@ pub(crate) mod registered_buffers;
 pub(crate) mod sendfile;
 pub(crate) mod sigpipe;
 pub(crate) mod splice;
+#[cfg(test)]
+pub(crate) mod test_support;
 pub(crate) mod transfer;
 pub(crate) mod uring;
 pub(crate) mod uring_pipeline;

@@ -458,8 +458,7 @@ impl ReadPath for MsgZerocopyPath {
                 }
             }
         };
-        self.stats.record_transfer(sent, start.elapsed());
-        result.map(|()| sent)
+        self.stats.finish(start, sent, result)
     }
     fn take_stats(&mut self) -> TransferStats {
         mem::take(&mut self.stats)
@@ -499,50 +498,15 @@ fn send_slice(maps: &mut Mappings, sends: &mut Sends<'_>, slice: &FileSlice, sen
 
 #[cfg(test)]
 mod tests {
-    use std::io::{Read, Write};
-    use std::net::{TcpListener, TcpStream};
+    use std::io::Read;
     use std::os::unix::net::UnixStream;
-    use std::path::PathBuf;
-    use std::sync::Arc;
     use std::thread;
 
     use super::*;
-    use crate::log::segment::SegmentFile;
+    use crate::read_path::test_support::{reader, segment, slice, tcp_pair};
 
     fn supported(test: &str) -> bool {
-        match probe() {
-            Ok(()) => true,
-            Err(reason) => {
-                eprintln!("skipping {test}: msg-zerocopy is not supported here: {reason}");
-                false
-            }
-        }
-    }
-
-    fn segment(len: usize) -> (Arc<SegmentFile>, Vec<u8>) {
-        let data: Vec<u8> = (0..len).map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8).collect();
-        let mut file = tempfile::tempfile().unwrap();
-        file.write_all(&data).unwrap();
-        (Arc::new(SegmentFile::from_file(file, PathBuf::from("msg-zerocopy-test"))), data)
-    }
-
-    fn slice(segment: &Arc<SegmentFile>, position: u64, len: u64) -> FileSlice {
-        FileSlice { segment: segment.clone(), position, len }
-    }
-
-    fn reader<S: Read + Send + 'static>(mut stream: S) -> thread::JoinHandle<Vec<u8>> {
-        thread::spawn(move || {
-            let mut out = Vec::new();
-            stream.read_to_end(&mut out).unwrap();
-            out
-        })
-    }
-
-    fn tcp_pair() -> (TcpStream, TcpStream) {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-        let (server, _) = listener.accept().unwrap();
-        (server, client)
+        crate::read_path::test_support::supported(test, "msg-zerocopy", probe())
     }
 
     /// One control message as the kernel lays it out: `cmsghdr` then the payload, aligned.
@@ -636,7 +600,7 @@ mod tests {
         let mut expected_bytes = 0;
         for (position, len) in [(0u64, 1u64), (4095, 8193), (17, data.len() as u64 - 17)] {
             let (tx, rx) = tcp_pair();
-            let r = reader(rx);
+            let r = reader(rx, None);
             assert_eq!(path.transfer(&slice(&seg, position, len), tx.as_fd()).unwrap(), len);
             let z = path.take_zerocopy_stats();
             assert!(z.sends >= len.div_ceil(CHUNK), "{z:?}");
@@ -658,7 +622,7 @@ mod tests {
         let (seg, data) = segment(3 * 1024 * 1024);
         let mut path = MsgZerocopyPath::new();
         let (tx, rx) = UnixStream::pair().unwrap();
-        let r = reader(rx);
+        let r = reader(rx, None);
         assert_eq!(path.transfer(&slice(&seg, 5, 3 * 1024 * 1024 - 5), tx.as_fd()).unwrap(), 3 * 1024 * 1024 - 5);
         drop(tx);
         assert!(r.join().unwrap() == data[5..]);

@@ -1,14 +1,17 @@
 //! The pipe of the splice paths (`splice` and `uring-splice`): a close-on-exec pipe raised to the
 //! configured size with `F_SETPIPE_SZ` ([`Pipe::new`]), and emptying it after an error
-//! ([`Pipe::discard`]) so the next transfer starts clean.
+//! ([`Pipe::discard`]) so the next transfer starts clean. [`PathPipe`] is what each splice path
+//! holds: the pipe (rebuilt when an error path had to drop it), its size and `/dev/null`.
 //!
 //! The size is never quietly lowered: a size above `/proc/sys/fs/pipe-max-size` without
 //! `CAP_SYS_RESOURCE`, or beyond the user's `fs.pipe-user-pages-hard`, is an error that names the
 //! limit and its value (fcntl(2), pipe(7)). A benchmark that ran with another pipe size than the
 //! one asked for would measure something else.
 
+use std::fs::File;
 use std::io;
-use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::Path;
 
 use nix::errno::Errno;
 use nix::fcntl::{FcntlArg, OFlag, SpliceFFlags};
@@ -93,6 +96,64 @@ impl Pipe {
                 Ok(_) | Err(Errno::EINTR) => {}
                 Err(e) => return Err(e),
             }
+        }
+    }
+}
+
+/// The pipe of one splice path: the [`Pipe`] (`None` after it could not be emptied, or was
+/// closed with a rejected ring; rebuilt by [`PathPipe::ensure`]), the size asked for, and
+/// `/dev/null`, where an error path discards what the pipe still holds.
+#[derive(Debug)]
+pub(crate) struct PathPipe {
+    pipe: Option<Pipe>,
+    /// The pipe size asked for, in bytes.
+    size: usize,
+    dev_null: File,
+}
+
+impl PathPipe {
+    /// A pipe of `size` bytes ([`Pipe::new`]) and `/dev/null` opened for writing. Errors:
+    /// [`Pipe::new`]'s, then opening `/dev/null`.
+    pub(crate) fn new(size: usize) -> io::Result<PathPipe> {
+        let pipe = Pipe::new(size)?;
+        let dev_null = File::options().write(true).open(Path::new("/dev/null"))?;
+        Ok(PathPipe { pipe: Some(pipe), size, dev_null })
+    }
+
+    /// The pipe's capacity in bytes as the kernel set it (the size asked for rounded up to a
+    /// power of two pages), or `None` while no pipe exists (after an error, until the next
+    /// [`PathPipe::ensure`]).
+    pub(crate) fn capacity(&self) -> Option<u64> {
+        self.pipe.as_ref().map(|p| p.capacity)
+    }
+
+    /// The pipe, made anew (of the size asked for) if an error path dropped it. Errors:
+    /// [`Pipe::new`]'s.
+    pub(crate) fn ensure(&mut self) -> io::Result<&Pipe> {
+        if self.pipe.is_none() {
+            self.pipe = Some(Pipe::new(self.size)?);
+        }
+        self.get()
+    }
+
+    /// The pipe; an error ("the pipe is gone") when an error path dropped it.
+    pub(crate) fn get(&self) -> io::Result<&Pipe> {
+        self.pipe.as_ref().ok_or_else(|| io::Error::other("the pipe is gone"))
+    }
+
+    /// Closes the pipe (with its ring, when `io_uring_enter` rejected it); the next
+    /// [`PathPipe::ensure`] makes a new one.
+    pub(crate) fn close(&mut self) {
+        self.pipe = None;
+    }
+
+    /// Empties the pipe after an error so the next transfer starts clean ([`Pipe::discard`] to
+    /// `/dev/null`, each `splice` counted in `stats`); closes it if that fails (the next
+    /// transfer makes a new one).
+    pub(crate) fn empty_after_error(&mut self, stats: &mut TransferStats) {
+        let Some(pipe) = &self.pipe else { return };
+        if pipe.discard(self.dev_null.as_fd(), stats).is_err() {
+            self.pipe = None;
         }
     }
 }

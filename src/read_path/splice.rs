@@ -28,8 +28,9 @@
 //! `EINTR` is retried; `EAGAIN` from a non-blocking socket (or a blocking one whose
 //! `SO_SNDTIMEO` expired) is waited out with `util::wait_writable`; `EPIPE` / `ECONNRESET` (the
 //! peer went away) is returned as `BrokenPipe` / `ConnectionReset`. On every error the pipe is
-//! emptied before `transfer` returns ([`Pipe::discard`] to `/dev/null`; if even that fails the
-//! pipe is closed and the next transfer makes a new one), so the next transfer starts clean.
+//! emptied before `transfer` returns ([`PathPipe::empty_after_error`]: its bytes spliced to
+//! `/dev/null`; if even that fails the pipe is closed and the next transfer makes a new one),
+//! so the next transfer starts clean.
 //! Nothing is in flight when `transfer` returns: both calls are synchronous.
 //!
 //! ## The pipe size
@@ -47,16 +48,14 @@
 //! on its thread and discards a pending one (the `sigpipe` module), so the caller gets
 //! `BrokenPipe`. (`uring-splice` needs no guard: its splices run in `iou-wrk` threads.)
 
-use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
-use std::path::Path;
 use std::time::Instant;
 
 use nix::errno::Errno;
 use nix::fcntl::SpliceFFlags;
 
-use super::pipe::Pipe;
+use super::pipe::PathPipe;
 use super::sigpipe::{sigpipe_ignored, SigpipeBlock};
 use super::transfer::{ReadPath, TransferStats};
 use super::util;
@@ -65,12 +64,8 @@ use crate::log::FileSlice;
 /// See the module docs.
 #[derive(Debug)]
 pub struct SplicePath {
-    /// `None` after the pipe could not be emptied; rebuilt by the next transfer.
-    pipe: Option<Pipe>,
-    /// The pipe size asked for, in bytes.
-    pipe_size: usize,
-    /// Where an error path discards what the pipe still holds.
-    dev_null: File,
+    /// The pipe, rebuilt by the next transfer after an error path dropped it.
+    pipe: PathPipe,
     page_size: u64,
     /// Whether SIGPIPE is blocked during a transfer (the process does not ignore it).
     block_sigpipe: bool,
@@ -83,9 +78,7 @@ impl SplicePath {
     /// opening `/dev/null`.
     pub fn new(pipe_size: usize) -> io::Result<Self> {
         Ok(SplicePath {
-            pipe: Some(Pipe::new(pipe_size)?),
-            pipe_size,
-            dev_null: File::options().write(true).open(Path::new("/dev/null"))?,
+            pipe: PathPipe::new(pipe_size)?,
             page_size: util::page_size(),
             block_sigpipe: !sigpipe_ignored(),
             stats: TransferStats::default(),
@@ -95,16 +88,13 @@ impl SplicePath {
     /// The pipe's capacity in bytes as the kernel set it (`pipe_size` rounded up to a power of
     /// two pages), or `None` while no pipe exists (after an error, until the next transfer).
     pub fn pipe_capacity(&self) -> Option<u64> {
-        self.pipe.as_ref().map(|p| p.capacity)
+        self.pipe.capacity()
     }
 
     /// The body of `transfer`; `read` counts bytes spliced from the file into the pipe, `sent`
     /// bytes spliced from the pipe to the socket (the pipe holds `read - sent`).
     fn run(&mut self, slice: &FileSlice, socket: BorrowedFd<'_>, read: &mut u64, sent: &mut u64) -> io::Result<()> {
-        if self.pipe.is_none() {
-            self.pipe = Some(Pipe::new(self.pipe_size)?);
-        }
-        let Some(pipe) = &self.pipe else { return Err(io::Error::other("the pipe is gone")) };
+        let pipe = self.pipe.ensure()?;
         let file = slice.segment.file().as_fd();
         while *sent < slice.len {
             let in_pipe = *read - *sent;
@@ -147,15 +137,6 @@ impl SplicePath {
         }
         Ok(())
     }
-
-    /// Empties the pipe after an error so the next transfer starts clean; drops it if that fails
-    /// (the next transfer makes a new one).
-    fn empty_pipe(&mut self) {
-        let Some(pipe) = &self.pipe else { return };
-        if pipe.discard(self.dev_null.as_fd(), &mut self.stats).is_err() {
-            self.pipe = None;
-        }
-    }
 }
 
 impl ReadPath for SplicePath {
@@ -170,10 +151,9 @@ impl ReadPath for SplicePath {
             Err(e) => Err(e),
         };
         if result.is_err() {
-            self.empty_pipe();
+            self.pipe.empty_after_error(&mut self.stats);
         }
-        self.stats.record_transfer(sent, start.elapsed());
-        result.map(|()| sent)
+        self.stats.finish(start, sent, result)
     }
     fn take_stats(&mut self) -> TransferStats {
         std::mem::take(&mut self.stats)
@@ -182,43 +162,13 @@ impl ReadPath for SplicePath {
 
 #[cfg(test)]
 mod tests {
-    use std::io::{Read, Write};
-    use std::net::{TcpListener, TcpStream};
+    use std::io::Read;
     use std::os::fd::OwnedFd;
     use std::os::unix::net::UnixStream;
-    use std::path::PathBuf;
-    use std::sync::Arc;
     use std::thread;
 
     use super::*;
-    use crate::log::segment::SegmentFile;
-
-    /// A file of `len` bytes of a pattern, as a segment, and its contents.
-    fn segment(len: usize) -> (Arc<SegmentFile>, Vec<u8>) {
-        let data: Vec<u8> = (0..len).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
-        let mut file = tempfile::tempfile().unwrap();
-        file.write_all(&data).unwrap();
-        (Arc::new(SegmentFile::from_file(file, PathBuf::from("splice-test"))), data)
-    }
-
-    fn slice(segment: &Arc<SegmentFile>, position: u64, len: u64) -> FileSlice {
-        FileSlice { segment: segment.clone(), position, len }
-    }
-
-    fn reader<S: Read + Send + 'static>(mut stream: S) -> thread::JoinHandle<Vec<u8>> {
-        thread::spawn(move || {
-            let mut out = Vec::new();
-            stream.read_to_end(&mut out).unwrap();
-            out
-        })
-    }
-
-    fn tcp_pair() -> (TcpStream, TcpStream) {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-        let (server, _) = listener.accept().unwrap();
-        (server, client)
-    }
+    use crate::read_path::test_support::{reader, segment, slice, tcp_pair};
 
     /// Unaligned slices through a one-page pipe (many chunks, each cut to fit) and a 1 MiB pipe,
     /// to a Unix socket and to TCP: the bytes arrive exact and the stats count two splices per
@@ -233,10 +183,10 @@ mod tests {
                 for tcp in [false, true] {
                     let (tx, r): (OwnedFd, _) = if tcp {
                         let (tx, rx) = tcp_pair();
-                        (tx.into(), reader(rx))
+                        (tx.into(), reader(rx, None))
                     } else {
                         let (tx, rx) = UnixStream::pair().unwrap();
-                        (tx.into(), reader(rx))
+                        (tx.into(), reader(rx, None))
                     };
                     assert_eq!(path.transfer(&slice(&seg, position, len), tx.as_fd()).unwrap(), len);
                     drop(tx);
@@ -261,7 +211,7 @@ mod tests {
         for pipe_size in [4096, 1024 * 1024] {
             let mut path = SplicePath::new(pipe_size).unwrap();
             let (tx, rx) = UnixStream::pair().unwrap();
-            let r = reader(rx);
+            let r = reader(rx, None);
             let err = path.transfer(&slice(&seg, 100, 20_000), tx.as_fd()).unwrap_err();
             assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof, "{err}");
             drop(tx);
@@ -269,7 +219,7 @@ mod tests {
             assert_eq!(path.take_stats().bytes, 9_900);
 
             let (tx, rx) = UnixStream::pair().unwrap();
-            let r = reader(rx);
+            let r = reader(rx, None);
             assert_eq!(path.transfer(&slice(&seg, 7, 5000), tx.as_fd()).unwrap(), 5000);
             drop(tx);
             assert!(r.join().unwrap() == data[7..5007]);
@@ -293,7 +243,7 @@ mod tests {
         assert_eq!(path.pipe_capacity(), Some(1024 * 1024), "the pipe was emptied, not dropped");
 
         let (tx, rx) = UnixStream::pair().unwrap();
-        let r = reader(rx);
+        let r = reader(rx, None);
         assert_eq!(path.transfer(&slice(&seg, 3, 100_000), tx.as_fd()).unwrap(), 100_000);
         drop(tx);
         assert!(r.join().unwrap() == data[3..100_003]);

@@ -16,7 +16,7 @@
 
 use std::io;
 use std::os::fd::BorrowedFd;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::log::FileSlice;
 
@@ -39,6 +39,14 @@ impl TransferStats {
         self.transfers += 1;
         self.bytes += bytes;
         self.wall += wall;
+    }
+
+    /// Counts one finished (or failed) transfer that started at `start` and moved `sent` bytes
+    /// ([`TransferStats::record_transfer`]), and returns `result` with that byte count: how a
+    /// path's `transfer` ends, whatever its body did.
+    pub(crate) fn finish(&mut self, start: Instant, sent: u64, result: io::Result<()>) -> io::Result<u64> {
+        self.record_transfer(sent, start.elapsed());
+        result.map(|()| sent)
     }
 
     /// Adds `other` to `self`.

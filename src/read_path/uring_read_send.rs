@@ -68,8 +68,8 @@ mod tests {
     use std::os::fd::AsFd;
 
     use super::*;
+    use crate::read_path::test_support::*;
     use crate::read_path::transfer::ReadPath;
-    use crate::read_path::uring_pipeline::test_support::*;
 
     fn path() -> Option<UringReadSendPath> {
         match probe() {

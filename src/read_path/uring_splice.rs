@@ -70,15 +70,13 @@
 //! `sendfile` path guards by blocking SIGPIPE when the process does not ignore it.
 
 use std::fmt;
-use std::fs::File;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
-use std::path::Path;
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::time::Instant;
 
 use io_uring::{opcode, squeue, types, IoUring};
 
-use super::pipe::Pipe;
+use super::pipe::PathPipe;
 use super::transfer::{ReadPath, TransferStats};
 use super::uring::{self, Op};
 use super::util;
@@ -100,12 +98,8 @@ pub struct UringSplicePath {
     /// `None` after `io_uring_enter` rejected the ring; rebuilt by the next transfer. Boxed:
     /// the ring's handle is large, and the path sits in an enum with small siblings.
     ring: Option<Box<IoUring>>,
-    /// `None` after the pipe could not be emptied; rebuilt by the next transfer.
-    pipe: Option<Pipe>,
-    /// The pipe size asked for, in bytes.
-    pipe_size: usize,
-    /// Where an error path discards what the pipe still holds.
-    dev_null: File,
+    /// The pipe, rebuilt by the next transfer after an error path dropped it.
+    pipe: PathPipe,
     page_size: u64,
     stats: TransferStats,
 }
@@ -115,7 +109,6 @@ impl fmt::Debug for UringSplicePath {
         f.debug_struct("UringSplicePath")
             .field("ring", &self.ring.as_ref().map(|r| r.as_raw_fd()))
             .field("pipe", &self.pipe)
-            .field("pipe_size", &self.pipe_size)
             .field("stats", &self.stats)
             .finish_non_exhaustive()
     }
@@ -127,23 +120,15 @@ impl UringSplicePath {
     /// refused (naming `fs.pipe-max-size`); opening `/dev/null`.
     pub fn new(pipe_size: usize) -> io::Result<Self> {
         let ring = uring::setup_ring_described(RING_ENTRIES)?;
-        let pipe = Pipe::new(pipe_size)?;
-        let dev_null = File::options().write(true).open(Path::new("/dev/null"))?;
+        let pipe = PathPipe::new(pipe_size)?;
         let page_size = util::page_size();
-        Ok(UringSplicePath {
-            ring: Some(Box::new(ring)),
-            pipe: Some(pipe),
-            pipe_size,
-            dev_null,
-            page_size,
-            stats: TransferStats::default(),
-        })
+        Ok(UringSplicePath { ring: Some(Box::new(ring)), pipe, page_size, stats: TransferStats::default() })
     }
 
     /// The pipe's capacity in bytes as the kernel set it (`pipe_size` rounded up to a power of
     /// two pages), or `None` while no pipe exists (after an error, until the next transfer).
     pub fn pipe_capacity(&self) -> Option<u64> {
-        self.pipe.as_ref().map(|p| p.capacity)
+        self.pipe.capacity()
     }
 
     /// Rebuilds the ring or the pipe if an earlier error discarded them.
@@ -152,9 +137,7 @@ impl UringSplicePath {
             let ring = uring::setup_ring_described(RING_ENTRIES)?;
             self.ring = Some(Box::new(ring));
         }
-        if self.pipe.is_none() {
-            self.pipe = Some(Pipe::new(self.pipe_size)?);
-        }
+        self.pipe.ensure()?;
         Ok(())
     }
 
@@ -203,7 +186,7 @@ impl UringSplicePath {
                 }
                 Err(e) => {
                     self.ring = None;
-                    self.pipe = None;
+                    self.pipe.close();
                     return Err(io::Error::new(
                         e.kind(),
                         format!(
@@ -225,7 +208,7 @@ impl UringSplicePath {
         let file = types::Fd(slice.segment.file().as_raw_fd());
         let sock = types::Fd(socket.as_raw_fd());
         loop {
-            let pipe = self.pipe.as_ref().ok_or_else(|| io::Error::other("the pipe is gone"))?;
+            let pipe = self.pipe.get()?;
             let (pipe_r, pipe_w, capacity) =
                 (types::Fd(pipe.read.as_raw_fd()), types::Fd(pipe.write.as_raw_fd()), pipe.capacity);
             let in_pipe = *read - *sent;
@@ -278,16 +261,6 @@ impl UringSplicePath {
             }
         }
     }
-
-    /// Empties the pipe after an error so the next transfer starts clean: splices what it holds
-    /// to `/dev/null` (non-blocking: `EAGAIN` means empty, as the path holds the write end). If
-    /// that fails, the pipe is dropped and the next transfer makes a new one.
-    fn empty_pipe(&mut self) {
-        let Some(pipe) = &self.pipe else { return };
-        if pipe.discard(self.dev_null.as_fd(), &mut self.stats).is_err() {
-            self.pipe = None;
-        }
-    }
 }
 
 impl ReadPath for UringSplicePath {
@@ -299,10 +272,9 @@ impl ReadPath for UringSplicePath {
         let (mut read, mut sent) = (0u64, 0u64);
         let result = self.run(slice, socket, &mut read, &mut sent);
         if result.is_err() {
-            self.empty_pipe();
+            self.pipe.empty_after_error(&mut self.stats);
         }
-        self.stats.record_transfer(sent, start.elapsed());
-        result.map(|()| sent)
+        self.stats.finish(start, sent, result)
     }
     fn take_stats(&mut self) -> TransferStats {
         std::mem::take(&mut self.stats)
@@ -311,9 +283,8 @@ impl ReadPath for UringSplicePath {
 
 #[cfg(test)]
 mod tests {
-    use std::io::{Read, Write};
-    use std::net::{TcpListener, TcpStream};
-    use std::os::fd::OwnedFd;
+    use std::io::Read;
+    use std::os::fd::{AsFd, OwnedFd};
     use std::os::unix::net::UnixStream;
     use std::path::PathBuf;
     use std::sync::{mpsc, Arc};
@@ -322,67 +293,14 @@ mod tests {
 
     use super::*;
     use crate::log::segment::SegmentFile;
-    use crate::read_path::pipe::PIPE_MAX_SIZE;
-    use crate::read_path::util::read_setting;
+    use crate::read_path::test_support::{reader, reader_paced, segment, slice, tcp_pair};
 
     /// Whether the path can run here; prints why not when it cannot.
     fn supported(test: &str) -> bool {
-        match probe() {
-            Ok(()) => true,
-            Err(reason) => {
-                eprintln!("skipping {test}: uring-splice is not supported here: {reason}");
-                false
-            }
-        }
+        crate::read_path::test_support::supported(test, "uring-splice", probe())
     }
-
-    /// A file of `len` pseudo-random bytes, as a segment, and its contents.
-    fn segment(len: usize) -> (Arc<SegmentFile>, Vec<u8>) {
-        let mut state = 0x9e37_79b9_7f4a_7c15u64 ^ len as u64;
-        let data: Vec<u8> = (0..len)
-            .map(|_| {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                state as u8
-            })
-            .collect();
-        let mut file = tempfile::tempfile().unwrap();
-        file.write_all(&data).unwrap();
-        (Arc::new(SegmentFile::from_file(file, PathBuf::from("uring-splice-test"))), data)
-    }
-
-    fn slice(segment: &Arc<SegmentFile>, position: u64, len: u64) -> FileSlice {
-        FileSlice { segment: segment.clone(), position, len }
-    }
-
-    /// A reader thread that drains `stream` to its end, pausing now and then when `slow`.
-    fn reader<S: Read + Send + 'static>(mut stream: S, slow: bool) -> thread::JoinHandle<Vec<u8>> {
-        thread::spawn(move || {
-            let mut out = Vec::new();
-            let mut buf = vec![0u8; if slow { 1000 } else { 256 * 1024 }];
-            let mut reads = 0u32;
-            loop {
-                match stream.read(&mut buf) {
-                    Ok(0) => return out,
-                    Ok(n) => out.extend_from_slice(&buf[..n]),
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => panic!("reader: {e}"),
-                }
-                reads += 1;
-                if slow && reads.is_multiple_of(64) {
-                    thread::sleep(Duration::from_millis(1));
-                }
-            }
-        })
-    }
-
-    fn tcp_pair() -> (TcpStream, TcpStream) {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-        let (server, _) = listener.accept().unwrap();
-        (server, client)
-    }
+    use crate::read_path::pipe::PIPE_MAX_SIZE;
+    use crate::read_path::util::read_setting;
 
     /// Transfers each (position, len) of a `file_len`-byte file through one path to a Unix
     /// socket and a TCP socket, and checks the bytes that arrive.
@@ -393,13 +311,13 @@ mod tests {
             let expected = &data[position as usize..(position + len) as usize];
 
             let (tx, rx) = UnixStream::pair().unwrap();
-            let r = reader(rx, false);
+            let r = reader(rx, None);
             assert_eq!(path.transfer(&slice(&seg, position, len), tx.as_fd()).unwrap(), len);
             drop(tx);
             assert!(r.join().unwrap() == expected, "unix: position {position} len {len}");
 
             let (tx, rx) = tcp_pair();
-            let r = reader(rx, false);
+            let r = reader(rx, None);
             assert_eq!(path.transfer(&slice(&seg, position, len), tx.as_fd()).unwrap(), len);
             drop(tx);
             assert!(r.join().unwrap() == expected, "tcp: position {position} len {len}");
@@ -490,7 +408,7 @@ mod tests {
         for pipe_size in [4096, 1024 * 1024] {
             let mut path = UringSplicePath::new(pipe_size).unwrap();
             let (tx, rx) = UnixStream::pair().unwrap();
-            let r = reader(rx, false);
+            let r = reader(rx, None);
             let err = path.transfer(&slice(&seg, 100, 20_000), tx.as_fd()).unwrap_err();
             assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof, "{err}");
             drop(tx);
@@ -505,7 +423,7 @@ mod tests {
 
             // The pipe was left clean: the next transfer is exact.
             let (tx, rx) = UnixStream::pair().unwrap();
-            let r = reader(rx, false);
+            let r = reader(rx, None);
             assert_eq!(path.transfer(&slice(&seg, 7, 5000), tx.as_fd()).unwrap(), 5000);
             drop(tx);
             assert!(r.join().unwrap() == data[7..5007]);
@@ -528,7 +446,7 @@ mod tests {
         let seg = Arc::new(SegmentFile::from_file(file, PathBuf::from("sparse")));
         let mut path = UringSplicePath::new(64 * 1024).unwrap();
         let (tx, rx) = tcp_pair();
-        let r = reader(rx, false);
+        let r = reader(rx, None);
         assert_eq!(path.transfer(&slice(&seg, position, data.len() as u64), tx.as_fd()).unwrap(), 70_000);
         drop(tx);
         assert!(r.join().unwrap() == data);
@@ -570,7 +488,7 @@ mod tests {
 
                 // The pipe was left clean: the next transfer is exact.
                 let (tx, rx) = UnixStream::pair().unwrap();
-                let r = reader(rx, false);
+                let r = reader(rx, None);
                 assert_eq!(path.transfer(&slice(&seg, 3, 100_000), tx.as_fd()).unwrap(), 100_000);
                 drop(tx);
                 assert!(r.join().unwrap() == data[3..100_003]);
@@ -591,17 +509,17 @@ mod tests {
             let (seg, data) = segment(2 * 1024 * 1024 + 777);
             let mut path = UringSplicePath::new(1024 * 1024).unwrap();
             for tcp in [false, true] {
-                let (tx, rx): (OwnedFd, Box<dyn Read + Send>) = if tcp {
+                let (tx, rx): (OwnedFd, OwnedFd) = if tcp {
                     let (tx, rx) = tcp_pair();
                     tx.set_nonblocking(true).unwrap();
-                    (tx.into(), Box::new(rx))
+                    (tx.into(), rx.into())
                 } else {
                     let (tx, rx) = UnixStream::pair().unwrap();
                     tx.set_nonblocking(true).unwrap();
-                    (tx.into(), Box::new(rx))
+                    (tx.into(), rx.into())
                 };
                 nix::sys::socket::setsockopt(&tx, nix::sys::socket::sockopt::SndBuf, &4096).unwrap();
-                let r = reader(rx, true);
+                let r = reader_paced(rx, None, true);
                 let (position, len) = (333u64, data.len() as u64 - 333);
                 assert_eq!(path.transfer(&slice(&seg, position, len), tx.as_fd()).unwrap(), len);
                 drop(tx);
