@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use io_uring::types::{CancelBuilder, SubmitArgs, Timespec};
-use io_uring::{cqueue, opcode, squeue, types, IoUring, Probe};
+use io_uring::{cqueue, opcode, types, IoUring, Probe};
 use kafka_protocol::messages::RequestKind;
 
 use super::buffers::{FixedBuffers, PipePool, ProvidedRing};
@@ -26,7 +26,7 @@ use super::mailbox::{ConnId, CoreMailbox, CoreMessage, FetchContext, UringConn};
 use super::ops::{
     tag, untag, OP_ACCEPT, OP_CANCEL, OP_POLL_OUT, OP_READ, OP_RECV, OP_SEND, OP_SEND_ZC, OP_SPLICE, OP_WAKE,
 };
-use super::send::{Engine, Io, Transfer};
+use super::send::{Engine, IoShared, Transfer};
 use crate::broker::conn_handle::ConnHandle;
 use crate::broker::handler::dispatch::dispatch;
 use crate::broker::request_handler;
@@ -76,8 +76,9 @@ pub(crate) struct CoreSetup {
 pub(crate) struct Core {
     ring: IoUring,
     provided: ProvidedRing,
-    fixed: Option<FixedBuffers>,
-    pipes: PipePool,
+    /// The entries to submit, the registered buffers, the pipes and the page size: what a
+    /// transfer borrows for a step ([`IoShared::io`]). After the ring: dropped after it.
+    io: IoShared,
     index: usize,
     shared: Arc<Shared>,
     mailbox: Arc<CoreMailbox>,
@@ -86,7 +87,6 @@ pub(crate) struct Core {
     conns: Vec<Option<Conn>>,
     generations: Vec<u32>,
     free_slots: Vec<u32>,
-    sqes: Vec<squeue::Entry>,
     /// The core's own operations in flight (accept, wake poll, cancels).
     own_inflight: u32,
     accept_armed: bool,
@@ -96,7 +96,6 @@ pub(crate) struct Core {
     stop_deadline: Option<Instant>,
     starved: VecDeque<ConnId>,
     rearm: Vec<ConnId>,
-    page_size: u64,
     idle: Option<Duration>,
     tick: Duration,
 }
@@ -148,8 +147,7 @@ impl Core {
         Ok(Core {
             ring,
             provided,
-            fixed,
-            pipes,
+            io: IoShared { sqes: Vec::new(), fixed, pipes, page_size: page_size.unwrap_or(4096) },
             index: setup.index,
             shared: setup.shared,
             mailbox: setup.mailbox,
@@ -158,7 +156,6 @@ impl Core {
             conns: Vec::new(),
             generations: Vec::new(),
             free_slots: Vec::new(),
-            sqes: Vec::new(),
             own_inflight: 0,
             accept_armed: false,
             wake_armed: false,
@@ -166,7 +163,6 @@ impl Core {
             stop_deadline: None,
             starved: VecDeque::new(),
             rearm: Vec::new(),
-            page_size: page_size.unwrap_or(4096),
             idle,
             tick,
         })
@@ -220,24 +216,24 @@ impl Core {
 
     fn submit_and_wait(&mut self, timeout: Duration) -> io::Result<()> {
         let mut i = 0;
-        while i < self.sqes.len() {
+        while i < self.io.sqes.len() {
             {
                 let mut sq = self.ring.submission();
-                while i < self.sqes.len() {
+                while i < self.io.sqes.len() {
                     // SAFETY: every entry names memory and descriptors its owner keeps alive
                     // until the entry's last completion (the transfer's pieces, chains and
                     // buffers, the connection's socket, the core's buffers and listener).
-                    if unsafe { sq.push(&self.sqes[i]) }.is_err() {
+                    if unsafe { sq.push(&self.io.sqes[i]) }.is_err() {
                         break;
                     }
                     i += 1;
                 }
             }
-            if i < self.sqes.len() {
+            if i < self.io.sqes.len() {
                 self.ring.submit()?;
             }
         }
-        self.sqes.clear();
+        self.io.sqes.clear();
         if !self.ring.completion().is_empty() {
             self.ring.submit()?;
             return Ok(());
@@ -254,7 +250,7 @@ impl Core {
     fn arm_accept(&mut self) {
         let Some(listener) = &self.listener else { return };
         let entry = opcode::AcceptMulti::new(types::Fd(listener.as_raw_fd())).flags(libc::SOCK_CLOEXEC).build();
-        self.sqes.push(entry.user_data(tag(OP_ACCEPT, None, 0)));
+        self.io.sqes.push(entry.user_data(tag(OP_ACCEPT, None, 0)));
         self.own_inflight += 1;
         self.accept_armed = true;
     }
@@ -263,7 +259,7 @@ impl Core {
         let entry = opcode::PollAdd::new(types::Fd(self.mailbox.eventfd().as_raw_fd()), libc::POLLIN as u32)
             .multi(true)
             .build();
-        self.sqes.push(entry.user_data(tag(OP_WAKE, None, 0)));
+        self.io.sqes.push(entry.user_data(tag(OP_WAKE, None, 0)));
         self.own_inflight += 1;
         self.wake_armed = true;
     }
@@ -271,7 +267,7 @@ impl Core {
     /// Cancels the operation(s) tagged `user_data`.
     fn cancel(&mut self, user_data: u64) {
         let entry = opcode::AsyncCancel::new(user_data).build();
-        self.sqes.push(entry.user_data(tag(OP_CANCEL, None, 0)));
+        self.io.sqes.push(entry.user_data(tag(OP_CANCEL, None, 0)));
         self.own_inflight += 1;
     }
 
@@ -281,7 +277,7 @@ impl Core {
         conn.recv_armed = true;
         conn.inflight += 1;
         let entry = opcode::RecvMulti::new(types::Fd(fd), BGID).build().user_data(tag(OP_RECV, Some(id), 0));
-        self.sqes.push(entry);
+        self.io.sqes.push(entry);
     }
 
     fn conn_mut(&mut self, id: ConnId) -> Option<&mut Conn> {
@@ -353,24 +349,13 @@ impl Core {
     /// ended.
     fn progress(&mut self, id: ConnId) {
         let engine = self.engine;
-        let page_size = self.page_size;
         let Some(slot) = self.conns.get_mut(id.slot as usize) else { return };
         let Some(conn) = slot.as_mut().filter(|c| c.id == id) else { return };
         if conn.closing {
             return self.maybe_finalize(id);
         }
         let Some((transfer, _)) = conn.transfer.as_mut() else { return };
-        let mut io = Io {
-            sqes: &mut self.sqes,
-            fixed: self.fixed.as_mut(),
-            pipes: &mut self.pipes,
-            socket: conn.stream.as_raw_fd(),
-            conn: id,
-            inflight: &mut conn.inflight,
-            zc_notifs: conn.zc_notifs,
-            page_size,
-            starved: false,
-        };
+        let mut io = self.io.io(id, conn.stream.as_raw_fd(), &mut conn.inflight, conn.zc_notifs);
         transfer.pump(engine, &mut io);
         let starved = io.starved;
         if let Some(error) = transfer.failure() {
@@ -399,7 +384,7 @@ impl Core {
         let mut rounds = self.starved.len();
         while rounds > 0 {
             rounds -= 1;
-            let free = self.fixed.as_ref().is_some_and(|f| f.has_free());
+            let free = self.io.fixed.as_ref().is_some_and(|f| f.has_free());
             if !free {
                 return;
             }
@@ -519,13 +504,12 @@ impl Core {
         if kind == OP_RECV {
             return self.on_recv(id, result, flags);
         }
-        let page_size = self.page_size;
         let Some(conn) = self.conns[id.slot as usize].as_mut() else { return };
         match kind {
             OP_SEND_ZC if cqueue::notif(flags) => {
                 conn.inflight -= 1;
                 conn.zc_notifs = conn.zc_notifs.saturating_sub(1);
-                if let Some(fixed) = self.fixed.as_mut() {
+                if let Some(fixed) = self.io.fixed.as_mut() {
                     fixed.release(aux);
                 }
                 if let Some((transfer, _)) = conn.transfer.as_mut() {
@@ -535,36 +519,26 @@ impl Core {
             OP_SEND_ZC => {
                 if cqueue::more(flags) {
                     conn.zc_notifs += 1;
-                    if let Some(fixed) = self.fixed.as_mut() {
+                    if let Some(fixed) = self.io.fixed.as_mut() {
                         fixed.hold(aux);
                     }
                 } else {
                     conn.inflight -= 1;
                 }
                 if let Some((transfer, _)) = conn.transfer.as_mut() {
-                    transfer.on_send(result, self.fixed.as_mut());
+                    transfer.on_send(result, self.io.fixed.as_mut());
                 }
             }
             OP_SEND => {
                 conn.inflight -= 1;
                 if let Some((transfer, _)) = conn.transfer.as_mut() {
-                    transfer.on_send(result, self.fixed.as_mut());
+                    transfer.on_send(result, self.io.fixed.as_mut());
                 }
             }
             OP_READ => {
                 conn.inflight -= 1;
                 if let Some((transfer, _)) = conn.transfer.as_mut() {
-                    let mut io = Io {
-                        sqes: &mut self.sqes,
-                        fixed: self.fixed.as_mut(),
-                        pipes: &mut self.pipes,
-                        socket: conn.stream.as_raw_fd(),
-                        conn: id,
-                        inflight: &mut conn.inflight,
-                        zc_notifs: conn.zc_notifs,
-                        page_size,
-                        starved: false,
-                    };
+                    let mut io = self.io.io(id, conn.stream.as_raw_fd(), &mut conn.inflight, conn.zc_notifs);
                     transfer.on_read(aux, result, &mut io);
                 }
             }
@@ -695,7 +669,7 @@ impl Core {
     /// operations cancelled; it is dropped once every completion of it came. Logs `why`, with
     /// what the connection and the core hold (a stalled transfer shows what it waited for).
     fn close(&mut self, id: ConnId, why: Why) {
-        let free = self.fixed.as_ref().map(FixedBuffers::free_count);
+        let free = self.io.fixed.as_ref().map(FixedBuffers::free_count);
         let starved = self.starved.len();
         let Some(conn) = self.conn_mut(id) else { return };
         if conn.closing {
@@ -726,7 +700,7 @@ impl Core {
         unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
         if inflight > 0 {
             let entry = opcode::AsyncCancel2::new(CancelBuilder::fd(types::Fd(fd)).all()).build();
-            self.sqes.push(entry.user_data(tag(OP_CANCEL, None, 0)));
+            self.io.sqes.push(entry.user_data(tag(OP_CANCEL, None, 0)));
             self.own_inflight += 1;
         }
         if muted {
@@ -747,7 +721,7 @@ impl Core {
         }
         let Some(mut conn) = self.conns[slot].take() else { return };
         if let Some((mut transfer, context)) = conn.transfer.take() {
-            transfer.release(self.fixed.as_mut(), &mut self.pipes);
+            transfer.release(self.io.fixed.as_mut(), &mut self.io.pipes);
             drop(context);
         }
         self.generations[slot] = self.generations[slot].wrapping_add(1);

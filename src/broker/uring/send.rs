@@ -138,6 +138,39 @@ pub(crate) struct Io<'a> {
     pub(crate) starved: bool,
 }
 
+/// What the transfers of one core share, borrowed by each step through [`IoShared::io`]: the
+/// entries to submit, the registered buffers, the pipes, the page size. The core owns it,
+/// declared after its ring (the ring closes before the buffers are freed).
+pub(crate) struct IoShared {
+    /// Entries to submit (the core pushes them to its ring in order).
+    pub(crate) sqes: Vec<squeue::Entry>,
+    /// The registered buffers (`None` under `uring-splice`).
+    pub(crate) fixed: Option<FixedBuffers>,
+    /// The pipes.
+    pub(crate) pipes: PipePool,
+    /// The system's page size in bytes.
+    pub(crate) page_size: u64,
+}
+
+impl IoShared {
+    /// The [`Io`] of connection `conn`'s transfer for one step: its `socket`, its operations in
+    /// flight (`inflight`, incremented by each submission) and its `SEND_ZC` notifications
+    /// still to come (`zc_notifs`); not starved.
+    pub(crate) fn io<'a>(&'a mut self, conn: ConnId, socket: RawFd, inflight: &'a mut u32, zc_notifs: u32) -> Io<'a> {
+        Io {
+            sqes: &mut self.sqes,
+            fixed: self.fixed.as_mut(),
+            pipes: &mut self.pipes,
+            socket,
+            conn,
+            inflight,
+            zc_notifs,
+            page_size: self.page_size,
+            starved: false,
+        }
+    }
+}
+
 impl Io<'_> {
     fn submit(&mut self, entry: squeue::Entry, kind: u8, aux: u16) {
         self.sqes.push(entry.user_data(tag(kind, Some(self.conn), aux)));
