@@ -119,7 +119,7 @@ impl ServerModel {
 
 /// The read paths the `uring` model's core loop drives on its ring.
 fn uring_runs(path: ReadPathKind) -> bool {
-    path.name().starts_with("uring-")
+    matches!(path, ReadPathKind::UringSplice | ReadPathKind::UringReadSend | ReadPathKind::UringSendZc)
 }
 
 impl fmt::Display for ServerModel {

@@ -96,13 +96,13 @@ pub(crate) enum Engine {
 }
 
 impl Engine {
-    /// The engine of read path `kind` (matched by name), `None` for a path a core cannot drive
-    /// (refused before: [`ServerModel::supports`](crate::broker::server_model::ServerModel::supports)).
+    /// The engine of read path `kind`, `None` for a path a core cannot drive (refused before:
+    /// [`ServerModel::supports`](crate::broker::server_model::ServerModel::supports)).
     pub(crate) fn for_path(kind: ReadPathKind) -> Option<Engine> {
-        match kind.name() {
-            "uring-splice" => Some(Engine::Splice),
-            "uring-read-send" => Some(Engine::ReadSend),
-            "uring-send-zc" => Some(Engine::SendZc),
+        match kind {
+            ReadPathKind::UringSplice => Some(Engine::Splice),
+            ReadPathKind::UringReadSend => Some(Engine::ReadSend),
+            ReadPathKind::UringSendZc => Some(Engine::SendZc),
             _ => None,
         }
     }
