@@ -7,7 +7,8 @@
 //!   gives the buffer back at once ([`ProvidedRing::recycle`]). When the ring runs dry a receive
 //!   ends with `ENOBUFS`: the core re-arms it after the buffers of that turn came back.
 //! - [`FixedBuffers`]: the registered buffers (`IORING_REGISTER_BUFFERS`) that
-//!   `uring-read-send` and `uring-send-zc` read file bytes into (`READ_FIXED`) and send from.
+//!   `uring-read-send` and `uring-send-zc` read file bytes into (`READ_FIXED`) and send from:
+//!   the read paths' pool (`read_path::registered_buffers`) with the core's gauges.
 //!   A buffer is held by the transfer piece that reads into it, plus one hold per `SEND_ZC`
 //!   whose notification has not come yet; it is free again when the last hold is released.
 //!   Registered pages are pinned and count against `RLIMIT_MEMLOCK` without `CAP_IPC_LOCK`.
@@ -19,7 +20,6 @@
 //! declares its ring before these (fields drop in declaration order) and waits for every
 //! completion before it ends.
 
-use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::io;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU16, Ordering};
@@ -30,31 +30,7 @@ use io_uring::IoUring;
 use nix::fcntl::{FcntlArg, OFlag};
 
 use super::gauges::UringGauges;
-
-/// Page-aligned zeroed memory of a fixed size, freed on drop.
-struct PageMemory {
-    ptr: *mut u8,
-    layout: Layout,
-}
-
-impl PageMemory {
-    fn new(len: usize) -> io::Result<PageMemory> {
-        let layout = Layout::from_size_align(len.max(1), 4096).map_err(io::Error::other)?;
-        // SAFETY: the layout has a non-zero size.
-        let ptr = unsafe { alloc_zeroed(layout) };
-        if ptr.is_null() {
-            return Err(io::Error::new(io::ErrorKind::OutOfMemory, format!("cannot allocate {len} bytes")));
-        }
-        Ok(PageMemory { ptr, layout })
-    }
-}
-
-impl Drop for PageMemory {
-    fn drop(&mut self) {
-        // SAFETY: `ptr` was allocated with exactly this layout and is freed once.
-        unsafe { dealloc(self.ptr, self.layout) }
-    }
-}
+use crate::read_path::registered_buffers::{PageMemory, RegisteredBuffers};
 
 /// The receive buffers of one core (see the [module docs](self)).
 pub(crate) struct ProvidedRing {
@@ -85,7 +61,7 @@ impl ProvidedRing {
         let mut this = ProvidedRing { ring: descriptors, bufs, entries, buf_len, tail: 0, gauges };
         // SAFETY: the descriptor memory is page-aligned, holds `entries` descriptors and lives as
         // long as the ring that uses it (the core drops its ring first, see the module docs).
-        unsafe { ring.submitter().register_buf_ring_with_flags(this.ring.ptr as u64, entries, bgid, 0) }
+        unsafe { ring.submitter().register_buf_ring_with_flags(this.ring.ptr() as u64, entries, bgid, 0) }
             .map_err(|e| io::Error::new(e.kind(), format!("IORING_REGISTER_PBUF_RING (Linux 5.19+): {e}")))?;
         for bid in 0..entries {
             this.push(bid);
@@ -100,9 +76,9 @@ impl ProvidedRing {
         // SAFETY: `index` < `entries`, so the descriptor lies inside the ring memory; the kernel
         // reads only descriptors between its head and the published tail, and this one is past
         // the published tail until `publish`.
-        let entry = unsafe { &mut *(self.ring.ptr as *mut BufRingEntry).add(index) };
+        let entry = unsafe { &mut *(self.ring.ptr() as *mut BufRingEntry).add(index) };
         // SAFETY: bid < entries, so the buffer lies inside `bufs`.
-        let addr = unsafe { self.bufs.ptr.add(usize::from(bid) * self.buf_len as usize) };
+        let addr = unsafe { self.bufs.ptr().add(usize::from(bid) * self.buf_len as usize) };
         entry.set_addr(addr as u64);
         entry.set_len(self.buf_len);
         entry.set_bid(bid);
@@ -113,7 +89,7 @@ impl ProvidedRing {
     fn publish(&self) {
         // SAFETY: the ring memory is page-aligned and the tail field lies in its first
         // descriptor (`BufRingEntry::tail`); the kernel reads it with an acquire load.
-        let tail = unsafe { &*(BufRingEntry::tail(self.ring.ptr as *const BufRingEntry) as *const AtomicU16) };
+        let tail = unsafe { &*(BufRingEntry::tail(self.ring.ptr() as *const BufRingEntry) as *const AtomicU16) };
         tail.store(self.tail, Ordering::Release);
     }
 
@@ -125,7 +101,7 @@ impl ProvidedRing {
         let bid = usize::from(bid % self.entries);
         // SAFETY: the buffer lies inside `bufs`; the kernel wrote `len` bytes to it and does not
         // touch it again until it is recycled (it left the ring when the kernel picked it).
-        unsafe { std::slice::from_raw_parts(self.bufs.ptr.add(bid * self.buf_len as usize), len) }
+        unsafe { std::slice::from_raw_parts(self.bufs.ptr().add(bid * self.buf_len as usize), len) }
     }
 
     /// Gives buffer `bid` back to the kernel.
@@ -136,96 +112,68 @@ impl ProvidedRing {
     }
 }
 
-/// The registered buffers of one core (see the [module docs](self)).
+/// The registered buffers of one core (see the [module docs](self)): the read paths' pool
+/// ([`RegisteredBuffers`], its holds and free list), counted in the core's gauges while in use.
 pub(crate) struct FixedBuffers {
-    memory: PageMemory,
-    buf_len: u32,
-    /// Holds per buffer (0 = free).
-    holds: Vec<u16>,
-    free: Vec<u16>,
+    pool: RegisteredBuffers,
     gauges: Arc<UringGauges>,
 }
 
 impl FixedBuffers {
-    /// Registers `count` buffers of `buf_len` bytes with `ring`. Errors: the allocation, and
+    /// Registers `count` buffers of `buf_len` bytes with `ring`. Errors: the shape refused
+    /// ([`RegisteredBuffers::new`]: `InvalidInput`), the allocation, and
     /// `IORING_REGISTER_BUFFERS`' error (`ENOMEM`: `RLIMIT_MEMLOCK` too small, named).
     pub(crate) fn new(ring: &IoUring, count: u16, buf_len: u32, gauges: Arc<UringGauges>) -> io::Result<FixedBuffers> {
-        let memory = PageMemory::new(usize::from(count) * buf_len as usize)?;
-        let iovecs: Vec<libc::iovec> = (0..usize::from(count))
-            .map(|i| libc::iovec {
-                // SAFETY: i < count: the buffer lies inside the allocation.
-                iov_base: unsafe { memory.ptr.add(i * buf_len as usize) }.cast(),
-                iov_len: buf_len as usize,
-            })
-            .collect();
-        // SAFETY: every iovec names memory of this allocation, which outlives the ring (the core
-        // drops its ring first, see the module docs).
-        unsafe { ring.submitter().register_buffers(&iovecs) }.map_err(|e| {
-            let hint = if e.raw_os_error() == Some(libc::ENOMEM) {
-                " (registered buffers are pinned memory: raise RLIMIT_MEMLOCK, `ulimit -l`)"
-            } else {
-                ""
-            };
-            io::Error::new(e.kind(), format!("IORING_REGISTER_BUFFERS of {count} x {buf_len} bytes: {e}{hint}"))
-        })?;
-        Ok(FixedBuffers {
-            memory,
-            buf_len,
-            holds: vec![0; usize::from(count)],
-            free: (0..count).rev().collect(),
-            gauges,
-        })
+        let mut pool = RegisteredBuffers::new(usize::from(count), buf_len as usize)?;
+        // SAFETY: the pool outlives the ring: the core declares its ring before these buffers
+        // and waits for every completion before it ends (see the module docs).
+        unsafe { pool.register(&ring.submitter()) }?;
+        Ok(FixedBuffers { pool, gauges })
     }
 
     /// The size of each buffer, in bytes.
     pub(crate) fn buf_len(&self) -> u32 {
-        self.buf_len
+        // At most `RegisteredBuffers::MAX_SIZE` (1 GiB), checked by `new`.
+        self.pool.size() as u32
     }
 
     /// All buffers, free or in use.
     pub(crate) fn total(&self) -> usize {
-        self.holds.len()
+        self.pool.count()
     }
 
     /// Free buffers.
     pub(crate) fn free_count(&self) -> usize {
-        self.free.len()
+        self.pool.free_count()
     }
 
     /// Whether a buffer is free.
     pub(crate) fn has_free(&self) -> bool {
-        !self.free.is_empty()
+        self.pool.free_count() > 0
     }
 
     /// A free buffer, held once; `None` when every buffer is in use.
     pub(crate) fn take(&mut self) -> Option<u16> {
-        let index = self.free.pop()?;
-        self.holds[usize::from(index)] = 1;
+        let index = self.pool.acquire()?;
         self.gauges.registered(1);
         Some(index)
     }
 
     /// One more hold on buffer `index` (a `SEND_ZC` waiting for its notification).
     pub(crate) fn hold(&mut self, index: u16) {
-        self.holds[usize::from(index)] += 1;
+        self.pool.hold(index);
     }
 
     /// Releases one hold on buffer `index`; the last one frees it.
     pub(crate) fn release(&mut self, index: u16) {
-        let holds = &mut self.holds[usize::from(index)];
-        debug_assert!(*holds > 0, "releasing a free registered buffer");
-        *holds = holds.saturating_sub(1);
-        if *holds == 0 {
-            self.free.push(index);
+        if self.pool.release(index) {
             self.gauges.registered(-1);
         }
     }
 
-    /// The address of buffer `index`, plus `offset` bytes.
+    /// The address of buffer `index`, plus `offset` bytes (at most the buffer's length).
     pub(crate) fn ptr(&self, index: u16, offset: u32) -> *mut u8 {
-        debug_assert!(offset <= self.buf_len);
-        // SAFETY: index < count and offset <= buf_len: inside (or one past) the allocation.
-        unsafe { self.memory.ptr.add(usize::from(index) * self.buf_len as usize + offset as usize) }
+        self.pool.ptr(index, offset as usize)
     }
 }
 
