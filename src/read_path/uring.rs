@@ -1,7 +1,9 @@
 //! io_uring pieces shared by the io_uring read paths (`uring-splice`, `uring-read-send`,
 //! `uring-send-zc`): the one function that sets a ring up ([`setup_ring`]), the words for why
 //! that failed ([`describe_setup_error`]), the opcode probe ([`probe_ops`]) and how to read an
-//! `io_uring_enter` error ([`enter_error_is_transient`]).
+//! `io_uring_enter` error ([`enter_error_is_transient`]), and the builders of the read and send
+//! entries on registered buffers ([`read_fixed_entry`], [`send_entry`], [`send_zc_entry`]),
+//! used by `uring_pipeline` and by the `uring` server model's cores alike.
 //!
 //! Every ring of these paths is a plain interrupt-driven ring: not `SQPOLL` (a kernel thread
 //! spinning on the queue would hide its CPU time from the comparison and take one of few cores)
@@ -11,7 +13,9 @@
 
 use std::io;
 
-use io_uring::IoUring;
+use std::os::fd::RawFd;
+
+use io_uring::{opcode, squeue, types, IoUring};
 
 use super::util::read_setting;
 
@@ -114,6 +118,32 @@ pub(crate) fn probe_ops(ops: &[Op]) -> Result<IoUring, String> {
 /// the ring was misused and cannot be waited on (`io_uring_enter(2)`).
 pub(crate) fn enter_error_is_transient(err: &io::Error) -> bool {
     matches!(err.raw_os_error(), Some(libc::EINTR) | Some(libc::EAGAIN) | Some(libc::EBUSY))
+}
+
+/// The `READ_FIXED` of `len` bytes at file `offset` of `file` into fixed buffer `index` at `ptr`
+/// (inside that buffer). `IORING_OP_READ_FIXED` (Linux 5.1+, `pread` semantics: a short count
+/// only at end of file, or when interrupted). The caller sets `user_data`.
+pub(crate) fn read_fixed_entry(file: RawFd, ptr: *mut u8, len: u32, index: u16, offset: u64) -> squeue::Entry {
+    opcode::ReadFixed::new(types::Fd(file), ptr, len, index).offset(offset).build()
+}
+
+/// The `IORING_OP_SEND` (Linux 5.6+) of `len` bytes at `ptr` to `socket` with `MSG_NOSIGNAL`
+/// (a peer gone gives `EPIPE`, no `SIGPIPE`): the kernel copies them into the socket. The
+/// caller sets `user_data`.
+pub(crate) fn send_entry(socket: RawFd, ptr: *const u8, len: u32) -> squeue::Entry {
+    opcode::Send::new(types::Fd(socket), ptr, len).flags(libc::MSG_NOSIGNAL).build()
+}
+
+/// The `IORING_OP_SEND_ZC` (Linux 6.0+) of `len` bytes at `ptr`, inside fixed buffer `index`,
+/// to `socket` with `MSG_NOSIGNAL` and `zc_flags` (`IORING_SEND_ZC_REPORT_USAGE`, Linux 6.2+,
+/// or 0): the socket sends from the buffer's pages, held until the notification. The caller
+/// sets `user_data`.
+pub(crate) fn send_zc_entry(socket: RawFd, ptr: *const u8, len: u32, index: u16, zc_flags: u16) -> squeue::Entry {
+    opcode::SendZc::new(types::Fd(socket), ptr, len)
+        .buf_index(Some(index))
+        .flags(libc::MSG_NOSIGNAL)
+        .zc_flags(zc_flags)
+        .build()
 }
 
 #[cfg(test)]

@@ -64,7 +64,7 @@ use std::marker::PhantomData;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::time::Instant;
 
-use io_uring::{cqueue, opcode, squeue, types, IoUring};
+use io_uring::{cqueue, squeue, IoUring};
 
 use super::registered_buffers::RegisteredBuffers;
 use super::transfer::{ReadPath, TransferStats};
@@ -103,37 +103,13 @@ pub struct ZcCounters {
     pub copied: u64,
 }
 
-/// Builds the `READ_FIXED` of `len` bytes at file `offset` into fixed buffer `index` at `ptr`
-/// (inside that buffer), with `user_data`. `IORING_OP_READ_FIXED` (Linux 5.1+, `pread`
-/// semantics: a short count only at end of file, or when interrupted).
-pub(crate) fn read_fixed_entry(
-    file: RawFd,
-    ptr: *mut u8,
-    len: u32,
-    index: u16,
-    offset: u64,
-    user_data: u64,
-) -> squeue::Entry {
-    opcode::ReadFixed::new(types::Fd(file), ptr, len, index).offset(offset).build().user_data(user_data)
-}
-
 /// Builds the send of `len` bytes at `ptr` (inside fixed buffer `index`) to `socket` with
-/// `MSG_NOSIGNAL`, as `op` says, with `user_data`.
-pub(crate) fn send_entry(
-    op: SendOp,
-    socket: RawFd,
-    ptr: *const u8,
-    len: u32,
-    index: u16,
-    user_data: u64,
-) -> squeue::Entry {
+/// `MSG_NOSIGNAL`, as `op` says ([`uring::send_entry`], [`uring::send_zc_entry`] with
+/// `IORING_SEND_ZC_REPORT_USAGE`), with `user_data`.
+fn send_entry(op: SendOp, socket: RawFd, ptr: *const u8, len: u32, index: u16, user_data: u64) -> squeue::Entry {
     match op {
-        SendOp::Send => opcode::Send::new(types::Fd(socket), ptr, len).flags(libc::MSG_NOSIGNAL).build(),
-        SendOp::SendZc => opcode::SendZc::new(types::Fd(socket), ptr, len)
-            .buf_index(Some(index))
-            .flags(libc::MSG_NOSIGNAL)
-            .zc_flags(IORING_SEND_ZC_REPORT_USAGE)
-            .build(),
+        SendOp::Send => uring::send_entry(socket, ptr, len),
+        SendOp::SendZc => uring::send_zc_entry(socket, ptr, len, index, IORING_SEND_ZC_REPORT_USAGE),
     }
     .user_data(user_data)
 }
@@ -412,8 +388,8 @@ impl Pipeline {
             }
             let ptr = fixed.buffers.ptr(index, slot.filled as usize);
             let offset = run.slice.position + slot.off + slot.filled as u64;
-            let entry =
-                read_fixed_entry(run.file, ptr, slot.want - slot.filled, index, offset, user_data(OP_READ, index, 0));
+            let entry = uring::read_fixed_entry(run.file, ptr, slot.want - slot.filled, index, offset)
+                .user_data(user_data(OP_READ, index, 0));
             // SAFETY: the entry names fixed buffer `index` at `ptr` for `want - filled` bytes,
             // inside that registered buffer, which lives as long as the ring (`FixedRing`); the
             // file is kept open by `run.slice` for this call, which waits for the completion

@@ -64,6 +64,7 @@ use super::ops::{tag, OP_POLL_OUT, OP_READ, OP_SEND, OP_SEND_ZC, OP_SPLICE};
 use crate::broker::response::Response;
 use crate::log::segment::SegmentFile;
 use crate::protocol::fetch_response::Chunk;
+use crate::read_path::uring;
 use crate::read_path::ReadPathKind;
 
 /// Linked file -> pipe / pipe -> socket pairs submitted at once per `uring-splice` transfer.
@@ -435,10 +436,7 @@ impl Transfer {
         match front {
             Piece::Bytes { bytes, sent } => {
                 let rest = &bytes[*sent..];
-                let entry = opcode::Send::new(types::Fd(io.socket), rest.as_ptr(), rest.len() as u32)
-                    .flags(libc::MSG_NOSIGNAL)
-                    .build();
-                io.submit(entry, OP_SEND, 0);
+                io.submit(uring::send_entry(io.socket, rest.as_ptr(), rest.len() as u32), OP_SEND, 0);
             }
             Piece::Buf { reading: true, .. } => return,
             &Piece::Buf { index, filled, sent, .. } => {
@@ -446,14 +444,10 @@ impl Transfer {
                 let ptr = fixed.ptr(index, sent);
                 let len = filled - sent;
                 if engine == Engine::SendZc {
-                    let entry = opcode::SendZc::new(types::Fd(io.socket), ptr, len)
-                        .buf_index(Some(index))
-                        .flags(libc::MSG_NOSIGNAL)
-                        .build();
-                    io.submit(entry, OP_SEND_ZC, index);
+                    // No IORING_SEND_ZC_REPORT_USAGE: the core needs only Linux 6.0's SEND_ZC.
+                    io.submit(uring::send_zc_entry(io.socket, ptr, len, index, 0), OP_SEND_ZC, index);
                 } else {
-                    let entry = opcode::Send::new(types::Fd(io.socket), ptr, len).flags(libc::MSG_NOSIGNAL).build();
-                    io.submit(entry, OP_SEND, index);
+                    io.submit(uring::send_entry(io.socket, ptr, len), OP_SEND, index);
                 }
             }
         }
@@ -670,7 +664,5 @@ fn read_entry(
     offset: u32,
     len: u32,
 ) -> squeue::Entry {
-    opcode::ReadFixed::new(types::Fd(segment.file().as_raw_fd()), fixed.ptr(index, offset), len, index)
-        .offset(position)
-        .build()
+    uring::read_fixed_entry(segment.file().as_raw_fd(), fixed.ptr(index, offset), len, index, position)
 }
