@@ -1003,7 +1003,7 @@ fn draw_latency(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::results::{example, example_repeated, LatencyResult};
+    use crate::bench::results::{example, example_repeated, example_with_uring, LatencyResult};
 
     fn empty_latency() -> LatencyResult {
         LatencyResult::of(&Latency::new())
@@ -1336,21 +1336,7 @@ mod tests {
     /// each bar with that combination's broker CPU; the uring series darker than its path's.
     #[test]
     fn combinations_of_server_models_are_named_model_slash_path() {
-        let mut results = example(1.0);
-        let uring: Vec<PathResult> = results
-            .paths
-            .iter()
-            .filter(|p| p.read_path == "sendfile")
-            .map(|p| {
-                let mut q = p.clone();
-                q.server_model = Some("uring".into());
-                q.read_path = "uring-splice".into();
-                q.broker_cpu.sys_s_per_gb /= 2.0;
-                q
-            })
-            .collect();
-        results.paths.extend(uring);
-        results.summary = summarize(&results.paths);
+        let results = example_with_uring(1.0, |q| q.broker_cpu.sys_s_per_gb /= 2.0);
         let drawn = bars(&results);
         let labels: Vec<String> = drawn.iter().map(Bar::label).collect();
         assert_eq!(labels, ["threaded/copy", "threaded/mmap", "threaded/sendfile", "uring/uring-splice"]);

@@ -852,22 +852,7 @@ mod tests {
     /// `example(speed)` with its `sendfile` entries also run under `uring` as `uring-splice`,
     /// at `uring_speed` times threaded sendfile's throughput.
     fn with_uring(speed: f64, uring_speed: f64) -> Results {
-        let mut r = example(speed);
-        let uring: Vec<_> = r
-            .paths
-            .iter()
-            .filter(|p| p.read_path == "sendfile")
-            .map(|p| {
-                let mut q = p.clone();
-                q.server_model = Some("uring".into());
-                q.read_path = "uring-splice".into();
-                q.mb_per_sec *= uring_speed;
-                q
-            })
-            .collect();
-        r.paths.extend(uring);
-        r.summary = crate::bench::results::summarize(&r.paths);
-        r
+        crate::bench::results::example_with_uring(speed, |q| q.mb_per_sec *= uring_speed)
     }
 
     /// Entries match by (server model, read path, phase): a version 4 baseline (threaded, as

@@ -1225,6 +1225,29 @@ fn csv_cell(s: &str) -> String {
     }
 }
 
+/// `example(speed)` with its `sendfile` entries also run under `uring` as `uring-splice`, each
+/// changed by `edit` (what the test varies: throughput, broker CPU), and the summary
+/// recomputed. For the tests of reports over both server models.
+#[cfg(test)]
+pub(crate) fn example_with_uring(speed: f64, edit: impl Fn(&mut PathResult)) -> Results {
+    let mut results = example(speed);
+    let uring: Vec<PathResult> = results
+        .paths
+        .iter()
+        .filter(|p| p.read_path == "sendfile")
+        .map(|p| {
+            let mut q = p.clone();
+            q.server_model = Some("uring".into());
+            q.read_path = "uring-splice".into();
+            edit(&mut q);
+            q
+        })
+        .collect();
+    results.paths.extend(uring);
+    results.summary = summarize(&results.paths);
+    results
+}
+
 /// A results document with plausible figures, scaled by `speed` (1.0 = the reference): the
 /// throughput is multiplied by `speed`, costs and latencies divided by it. For tests, fixtures
 /// and examples of the schema. One repetition: [`example_repeated`] of `[speed]`.

@@ -7,8 +7,6 @@
 //! connection before taking the histogram: its answer proves the recording is done.
 
 use std::io::Write;
-use std::net::TcpStream;
-use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use fetchbench::broker::{errors, BrokerHandle};
@@ -18,6 +16,7 @@ use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, Replic
 use kafka_protocol::messages::{ApiKey, FetchRequest, RequestHeader, RequestKind, ResponseKind};
 
 use crate::broker::{batch, fetch, long_poll, metadata, name, produce, start, Client};
+use crate::common::reset_on_close;
 
 /// A Metadata round trip: every earlier request on `client` has been answered and recorded.
 fn sync(client: &mut Client, topic: &str) {
@@ -171,22 +170,6 @@ fn wait_for_open_connections(broker: &BrokerHandle, n: usize) {
         std::thread::sleep(Duration::from_millis(5));
     }
     assert_eq!(broker.test_support().open_connections(), n);
-}
-
-/// Sets SO_LINGER to 0 on `stream`, so closing it sends an RST instead of a FIN.
-fn reset_on_close(stream: &TcpStream) {
-    let linger = libc::linger { l_onoff: 1, l_linger: 0 };
-    // SAFETY: a valid socket fd and a correctly sized `linger` for SO_LINGER.
-    let rc = unsafe {
-        libc::setsockopt(
-            stream.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_LINGER,
-            std::ptr::addr_of!(linger).cast(),
-            std::mem::size_of::<libc::linger>() as libc::socklen_t,
-        )
-    };
-    assert_eq!(rc, 0, "setsockopt(SO_LINGER): {}", std::io::Error::last_os_error());
 }
 
 /// Waits (up to 10 s) until the broker holds `n` Fetches in flight.

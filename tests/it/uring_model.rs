@@ -19,12 +19,13 @@
 //! except in CI (`CI=true`), where it fails: these are the real-client tests of a model.
 
 use std::io::{Read, Write};
-use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use fetchbench::broker::{Broker, BrokerConfig, BrokerHandle, ServerModel, UringResources};
 use fetchbench::log::batch::{BatchBuilder, Compression};
 use fetchbench::read_path::ReadPathKind;
+
+use crate::common::reset_on_close;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::{ApiKey, FetchRequest, RequestHeader, RequestKind};
 use kafka_protocol::protocol::StrBytes;
@@ -50,6 +51,18 @@ pub(crate) fn start_model(
     configure(&mut config);
     let handle = Broker::start(config).unwrap_or_else(|e| panic!("starting a {model} broker on {kind}: {e}"));
     (tmp, handle)
+}
+
+/// One `#[test]` per `name => "path"` pair, each running `helper(path)`.
+macro_rules! on_each_path {
+    ($helper:ident: $($name:ident => $path:literal,)+) => {
+        $(
+            #[test]
+            fn $name() {
+                $helper($path);
+            }
+        )+
+    };
 }
 
 /// The path named `name`, when a uring broker can run it here; `None` with a notice otherwise
@@ -131,20 +144,11 @@ fn kcat_on(path: &str) {
     broker.shutdown().unwrap();
 }
 
-#[test]
-fn kcat_uring_splice() {
-    kcat_on("uring-splice");
-}
-
-#[test]
-fn kcat_uring_read_send() {
-    kcat_on("uring-read-send");
-}
-
-#[test]
-fn kcat_uring_send_zc() {
-    kcat_on("uring-send-zc");
-}
+on_each_path!(kcat_on:
+    kcat_uring_splice => "uring-splice",
+    kcat_uring_read_send => "uring-read-send",
+    kcat_uring_send_zc => "uring-send-zc",
+);
 
 #[test]
 fn python_clients_on_every_uring_path() {
@@ -189,22 +193,6 @@ fn raw_fetch(addr: std::net::SocketAddr, topic: &str) -> std::net::TcpStream {
     stream
 }
 
-/// Makes the next close of `stream` a reset (`SO_LINGER` 0).
-fn set_linger_zero(stream: &std::net::TcpStream) {
-    let linger = libc::linger { l_onoff: 1, l_linger: 0 };
-    // SAFETY: passes a live local struct with its size to setsockopt on a socket we own.
-    let rc = unsafe {
-        libc::setsockopt(
-            stream.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_LINGER,
-            (&linger as *const libc::linger).cast(),
-            std::mem::size_of::<libc::linger>() as libc::socklen_t,
-        )
-    };
-    assert_eq!(rc, 0, "SO_LINGER: {}", std::io::Error::last_os_error());
-}
-
 fn resets_with_transfers_in_flight(path: &str) {
     let Some(kind) = uring_path(path) else { return };
     let (_tmp, broker) = start_model(kind, ServerModel::Uring, |c| c.uring_cores = 1);
@@ -236,7 +224,7 @@ fn resets_with_transfers_in_flight(path: &str) {
         std::thread::sleep(Duration::from_millis(10));
     }
     for r in readers.drain(..) {
-        set_linger_zero(&r);
+        reset_on_close(&r);
         drop(r);
     }
     wait_until_released(&broker, 1, path);
@@ -254,20 +242,11 @@ fn resets_with_transfers_in_flight(path: &str) {
     broker.shutdown().unwrap();
 }
 
-#[test]
-fn resets_with_transfers_in_flight_return_every_buffer_uring_splice() {
-    resets_with_transfers_in_flight("uring-splice");
-}
-
-#[test]
-fn resets_with_transfers_in_flight_return_every_buffer_uring_read_send() {
-    resets_with_transfers_in_flight("uring-read-send");
-}
-
-#[test]
-fn resets_with_transfers_in_flight_return_every_buffer_uring_send_zc() {
-    resets_with_transfers_in_flight("uring-send-zc");
-}
+on_each_path!(resets_with_transfers_in_flight:
+    resets_with_transfers_in_flight_return_every_buffer_uring_splice => "uring-splice",
+    resets_with_transfers_in_flight_return_every_buffer_uring_read_send => "uring-read-send",
+    resets_with_transfers_in_flight_return_every_buffer_uring_send_zc => "uring-send-zc",
+);
 
 fn bad_input(path: &str) {
     let Some(kind) = uring_path(path) else { return };
@@ -341,20 +320,11 @@ fn bad_input(path: &str) {
     broker.shutdown().unwrap();
 }
 
-#[test]
-fn bad_input_closes_only_its_connection_uring_splice() {
-    bad_input("uring-splice");
-}
-
-#[test]
-fn bad_input_closes_only_its_connection_uring_read_send() {
-    bad_input("uring-read-send");
-}
-
-#[test]
-fn bad_input_closes_only_its_connection_uring_send_zc() {
-    bad_input("uring-send-zc");
-}
+on_each_path!(bad_input:
+    bad_input_closes_only_its_connection_uring_splice => "uring-splice",
+    bad_input_closes_only_its_connection_uring_read_send => "uring-read-send",
+    bad_input_closes_only_its_connection_uring_send_zc => "uring-send-zc",
+);
 
 #[test]
 fn uring_refuses_blocking_paths_at_start() {
@@ -416,15 +386,10 @@ fn stalled_readers_leave_buffers_for_others(path: &str) {
     broker.shutdown().unwrap();
 }
 
-#[test]
-fn stalled_readers_leave_buffers_for_others_uring_read_send() {
-    stalled_readers_leave_buffers_for_others("uring-read-send");
-}
-
-#[test]
-fn stalled_readers_leave_buffers_for_others_uring_send_zc() {
-    stalled_readers_leave_buffers_for_others("uring-send-zc");
-}
+on_each_path!(stalled_readers_leave_buffers_for_others:
+    stalled_readers_leave_buffers_for_others_uring_read_send => "uring-read-send",
+    stalled_readers_leave_buffers_for_others_uring_send_zc => "uring-send-zc",
+);
 
 /// The threads of this process (the test's broker included).
 fn process_threads() -> usize {
