@@ -79,7 +79,12 @@ fn produce_consume(kind: ReadPathKind) {
 
         let stored = stored_codecs(&tmp.path().join("logs"), topic);
         assert!(!stored.is_empty(), "{kind}: {topic}: nothing stored");
-        assert!(stored.iter().all(|c| c == codec_id), "{kind}: {topic}: stored codecs {stored:?}, want {codec_id}");
+        // On a loaded machine the linger can still split the input: librdkafka then sends a
+        // small batch uncompressed (it did: [0, 1]). The codec must be stored as sent: at least
+        // one batch with it, and any other batch uncompressed.
+        let as_sent =
+            stored.contains(codec_id) && stored.iter().all(|c| c == codec_id || (stored.len() > 1 && *c == 0));
+        assert!(as_sent, "{kind}: {topic}: stored codecs {stored:?}, want {codec_id}");
 
         let got = kcat_ok(&["-b", b, "-t", topic, "-C", "-o", "beginning", "-e", "-q", "-f", "%k:%s:%o\n"], "");
         let want: String = recs.iter().enumerate().map(|(i, (k, v))| format!("{k}:{v}:{i}\n")).collect();
