@@ -23,7 +23,7 @@
 //! coordinator's. No acceptor, no network threads, no write-deadline watchdog (a core bounds
 //! its own writes). The kernel's `iou-wrk` threads run the splices (io_uring always punts
 //! `SPLICE` to them) and the reads that miss the page cache, at most
-//! [`IOWQ_MAX_WORKERS`](core::IOWQ_MAX_WORKERS) of each kind per core (none waits for a peer:
+//! [`IOWQ_MAX_WORKERS`](self::core::IOWQ_MAX_WORKERS) of each kind per core (none waits for a peer:
 //! the sockets are `O_NONBLOCK`, see `send.rs`), and are counted in the process's CPU time.
 //!
 //! ## A core
