@@ -29,6 +29,14 @@ cargo --version
 # zstd-sys builds libzstd from C source.
 command -v cc >/dev/null || apt_install gcc libc6-dev
 cc --version | head -n 1
+# iproute2 (ip, tc): scripts/two-hosts.sh's namespaces and veth pair (tests/it/two_hosts.rs).
+if ! command -v ip >/dev/null || ! command -v tc >/dev/null; then
+  if { [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; } || [ "${CI:-}" = "true" ]; then
+    apt_install iproute2
+  else
+    echo "NOTICE: ip/tc not found: the two-hosts test will SKIP (apt-get install iproute2; it needs root too)"
+  fi
+fi
 # kcat (librdkafka) is the real client of the broker interop tests (tests/it/kcat.rs).
 if ! command -v kcat >/dev/null; then
   if { [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; } || [ "${CI:-}" = "true" ]; then

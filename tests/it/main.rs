@@ -38,4 +38,5 @@ mod python_clients;
 mod read_paths;
 mod serve_corpus;
 mod serve_process;
+mod two_hosts;
 mod uring_model;
