@@ -40,6 +40,8 @@
 //!   `fetchbench groups`.
 //! - [`metrics`]: metric types shared by broker and harness (the [`metrics::Latency`]
 //!   HdrHistogram); the bottom layer, importing nothing of the crate.
+//! - [`machine`]: the machine description a results file records and the broker's metrics
+//!   endpoint shows ([`machine::Machine`]), and this process's resident memory.
 //! - [`bench`](mod@bench): the benchmark harness: workload files with sweeps, latency histograms with
 //!   coordinated-omission correction, the results JSON schema, `fetchbench compare`, and
 //!   `fetchbench read-paths` (each read path alone, its loopback mode).
@@ -52,8 +54,8 @@
 //!
 //! ```text
 //! main.rs (the CLI)   -> bench and the commands (client::{produce_cmd, consume_cmd, admin}, log::dump, broker)
-//! bench               -> client, broker, protocol, read_path, log, metrics
-//! broker              -> protocol, read_path, log, metrics          never bench, never client
+//! bench               -> client, broker, protocol, read_path, log, metrics, machine
+//! broker              -> protocol, read_path, log, metrics, machine never bench, never client
 //! client              -> protocol, log::batch                       never broker, never read_path
 //! protocol            -> read_path, log                             wire formats: frames, the zero-copy Fetch
 //!                                                                   response, the consumer protocol,
@@ -61,6 +63,7 @@
 //! read_path           -> log                                        moves a FileSlice's bytes
 //! log                 -> nothing of ours                            the storage engine; no wire format
 //! metrics             -> nothing of ours                            used by broker and bench only
+//! machine             -> read_path                                  the machine and this process (/proc)
 //! ```
 //!
 //! `lib.rs` only declares the top-level modules (nothing is imported from or through it).
@@ -86,6 +89,7 @@ pub mod bench;
 pub mod broker;
 pub mod client;
 pub mod log;
+pub mod machine;
 pub mod metrics;
 pub mod protocol;
 pub mod read_path;

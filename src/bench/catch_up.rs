@@ -11,11 +11,12 @@ use nix::sys::resource::UsageWho;
 use super::backlog::Backlog;
 use super::histogram::LatencyRecorder;
 use super::results::{CpuPerGb, EndToEnd, LatencyResult, PathResult};
-use super::usage::{pin_current_thread, residency, rss_bytes, threads_usage, Usage};
+use super::usage::{pin_current_thread, residency, threads_usage, Usage};
 use super::workload::{PageCache, Phase, Workload};
 use crate::broker::server_model::ServerModel;
 use crate::broker::BrokerHandle;
 use crate::client::consumer::{Consumer, ConsumerConfig, ConsumerError};
+use crate::machine::rss_bytes;
 use crate::metrics::Latency;
 
 /// How long one path's drain may take before the run fails.

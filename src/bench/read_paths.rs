@@ -32,8 +32,9 @@ use super::limits::{self, Limit, Limits, LimitsFileError};
 use super::loopback::{measure, MeasureError, Measurement};
 use super::results::{
     summarize, utc_timestamp, CpuPerGb, EndToEnd, Git, LatencyResult, LimitsResult, LoopbackConfig, LoopbackFigures,
-    Machine, PathResult, Results, SCHEMA, SCHEMA_VERSION,
+    PathResult, Results, SCHEMA, SCHEMA_VERSION,
 };
+use crate::machine::Machine;
 use crate::read_path::{CreateError, ReadPathConfig, ReadPathKind};
 
 /// Above this page-cache residency before a pass, a `--cold` figure is flagged as not cold.

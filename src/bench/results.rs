@@ -102,6 +102,7 @@ use serde_json::{json, Value};
 
 use super::stats::{estimate, Estimate};
 use super::workload::Workload;
+use crate::machine::Machine;
 use crate::metrics::{Latency, Summary};
 
 /// The `schema` field of every results file.
@@ -361,53 +362,6 @@ pub fn summarize(paths: &[PathResult]) -> Vec<SummaryEntry> {
             }
         })
         .collect()
-}
-
-/// Facts about the machine.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Machine {
-    /// CPUs this process could use.
-    pub nproc: u64,
-    /// Kernel release (`uname -r`).
-    pub kernel: String,
-    /// CPU architecture (`x86_64`, `aarch64`).
-    pub arch: String,
-    /// The CPU's model name (`/proc/cpuinfo`), empty when unknown.
-    pub cpu_model: String,
-    /// Total memory (`MemTotal` of `/proc/meminfo`), bytes; 0 when unknown.
-    pub memory_bytes: u64,
-    /// Whether an io_uring could be created here (the `uring-splice` read path's probe).
-    pub io_uring: bool,
-}
-
-impl Machine {
-    /// The machine this process runs on.
-    pub fn current() -> Machine {
-        let kernel =
-            std::fs::read_to_string("/proc/sys/kernel/osrelease").map(|s| s.trim().to_string()).unwrap_or_default();
-        let nproc = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
-        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-        let cpu_model = cpuinfo
-            .lines()
-            .find_map(|l| l.strip_prefix("model name").and_then(|r| r.split_once(':')).map(|(_, v)| v.trim()))
-            .unwrap_or_default()
-            .to_string();
-        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-        let memory_bytes = meminfo
-            .lines()
-            .find_map(|l| l.strip_prefix("MemTotal:"))
-            .and_then(|r| r.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .map_or(0, |kib| kib * 1024);
-        Machine {
-            nproc: nproc as u64,
-            kernel,
-            arch: std::env::consts::ARCH.to_string(),
-            cpu_model,
-            memory_bytes,
-            io_uring: crate::read_path::ReadPathKind::UringSplice.probe().is_ok(),
-        }
-    }
 }
 
 /// The machine's limits a run was set against: reference figures for moving bytes (fio from

@@ -68,12 +68,13 @@ use anyhow::{anyhow, bail, Context};
 
 use super::backlog::Backlog;
 use super::catch_up::Target;
-use super::results::{self, utc_timestamp, Git, LimitsResult, Machine, PathResult, Results};
+use super::results::{self, utc_timestamp, Git, LimitsResult, PathResult, Results};
 use super::tail::Stall;
 use super::usage::{allowed_cpus, pin_current_thread};
 use super::workload::{expand_sweep, Client, CpuPinning, PageCache, Phase, Workload};
 use crate::broker::server_model::ServerModel;
 use crate::broker::{Broker, BrokerConfig, BrokerError};
+use crate::machine::Machine;
 use crate::read_path::ReadPathKind;
 
 /// Arguments of `fetchbench run`.

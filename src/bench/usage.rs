@@ -138,19 +138,6 @@ pub fn resident_fraction(file: &File) -> io::Result<f64> {
     Ok(resident as f64 / pages as f64)
 }
 
-/// The resident set size of this process now (`VmRSS` of `/proc/self/status`), bytes; 0 when
-/// unreadable.
-pub(crate) fn rss_bytes() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|r| r.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        })
-        .map_or(0, |kib| kib * 1024)
-}
-
 /// Pins the calling thread to `cpus` (`sched_setaffinity`); threads it spawns afterwards
 /// inherit the mask (how the embedded broker's threads, and the kernel's `iou-wrk` workers of
 /// its rings, end up on the broker's CPUs).
