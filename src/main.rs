@@ -401,6 +401,9 @@ fn serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
         server_model,
         a.read_path
     ));
+    if let Some(addr) = handle.metrics_addr() {
+        say(format_args!("fetchbench broker: metrics at http://{addr}/metrics"));
+    }
     let signal = signals.wait().context("waiting for SIGINT or SIGTERM")?;
     say(format_args!("fetchbench broker: {}: shutting down (a second signal is ignored)", signal.as_str()));
     handle.shutdown()?;

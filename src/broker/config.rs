@@ -103,6 +103,11 @@ pub struct BrokerConfig {
     /// `log.flush.start.offset.checkpoint.interval.ms` (Kafka default 60000): how often the log
     /// scheduler writes `log-start-offset-checkpoint` (0: only at shutdown).
     pub log_flush_start_offset_checkpoint_interval_ms: i32,
+    /// `metrics.listen` (fetchbench's own; default unset: no endpoint): the `HOST:PORT` on which
+    /// the broker serves `GET /metrics`, its metrics in the OpenMetrics text format (port 0: any
+    /// free port, see [`BrokerHandle::metrics_addr`](crate::broker::server::BrokerHandle::metrics_addr));
+    /// see [`metrics_endpoint`](crate::broker::metrics_endpoint).
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 /// Kafka broker configs that `apply_props` accepts but does not apply, because they concern
@@ -182,6 +187,7 @@ impl BrokerConfig {
             log_flush_scheduler_interval_ms: i64::MAX,
             log_flush_offset_checkpoint_interval_ms: DEFAULT_CHECKPOINT_INTERVAL_MS as i32,
             log_flush_start_offset_checkpoint_interval_ms: DEFAULT_CHECKPOINT_INTERVAL_MS as i32,
+            metrics_listen: None,
         }
     }
 
@@ -204,6 +210,8 @@ impl BrokerConfig {
     ///   (`controller.listener.names`) and whose security protocol is PLAINTEXT (through
     ///   `listener.security.protocol.map`, else its name) sets [`Self::listen`]; an empty host
     ///   (`PLAINTEXT://:9092`) binds every interface, as in Kafka;
+    /// - `metrics.listen` (fetchbench's own): an `IP:PORT` socket address for the metrics
+    ///   endpoint ([`Self::metrics_listen`]);
     /// - every `log.*` synonym that [`LogConfig::from_broker_props`] knows;
     /// - the keys in [`NOT_APPLICABLE_KEYS`]: one warning each, otherwise ignored.
     ///
@@ -270,6 +278,14 @@ impl BrokerConfig {
                     }
                     self.log_flush_scheduler_interval_ms = n;
                     log_props.insert(key.clone(), value.clone());
+                }
+                "metrics.listen" => {
+                    self.metrics_listen = Some(
+                        value
+                            .trim()
+                            .parse()
+                            .map_err(|_| bad(key, value, "expected HOST:PORT, an IP address and a port"))?,
+                    );
                 }
                 // Applied after the loop: they depend on other keys.
                 "log.dirs" | "log.dir" | "listeners" | "advertised.listeners" => {}

@@ -6,7 +6,8 @@
 //!
 //! A fixed number, whatever the connections: 1 acceptor + `num.network.threads` (3) network
 //! threads + `num.io.threads` (8) io threads + the purgatory's timer + the write-deadline
-//! watchdog ([`write_deadline`]) + the log scheduler + the group coordinator's thread. A
+//! watchdog ([`write_deadline`]) + the log scheduler + the group coordinator's thread (+ the
+//! metrics endpoint's thread with `metrics.listen`, [`metrics_endpoint`]). A
 //! request that must wait (a Fetch short of `min_bytes`, a JoinGroup waiting for its
 //! rebalance, a follower's SyncGroup waiting for the leader) waits in the purgatory, holding no
 //! thread.
@@ -76,6 +77,12 @@
 //!   (Kafka's `DelayedOperationPurgatory`), watched by [`WatchKey`](purgatory::WatchKey).
 //! - [`delayed_fetch`]: long polling (Kafka's `DelayedFetch`): a Fetch short of `min_bytes`
 //!   waits in the purgatory, watching its partitions; only an append to one of them tries it.
+//! - [`metrics_registry`]: the metrics endpoint's registry ([`BrokerHandle::metrics_text`]):
+//!   process CPU, RSS, faults and context switches, per read path bytes / transfers / syscalls,
+//!   per API total-time histograms, in-flight and parked requests, connections, the broker and
+//!   the machine, in the OpenMetrics text format (`prometheus-client`).
+//! - [`metrics_endpoint`]: `metrics.listen=HOST:PORT`: one thread answering `GET /metrics`
+//!   (bounded HTTP/1.x on a std `TcpListener`).
 //! - [`request_metrics`]: the Fetch latency histograms, one per io thread, merged when taken
 //!   ([`FetchLatencies`]), and the Fetch requests in flight.
 //! - [`handler`]: the dispatch (Kafka's `KafkaApis`) and one file per API.
@@ -179,6 +186,8 @@ pub(crate) mod error;
 pub mod errors;
 pub(crate) mod handler;
 pub(crate) mod io_pool;
+pub(crate) mod metrics_endpoint;
+pub(crate) mod metrics_registry;
 pub(crate) mod network;
 pub(crate) mod node;
 pub(crate) mod purgatory;

@@ -6,7 +6,8 @@
 //! [`Responder::send`]; one that must wait (a Fetch short of `min_bytes`) parks the Responder
 //! in the [`purgatory`](super::purgatory) and returns, and whichever io thread completes the
 //! operation sends it. Sending writes the response on the calling thread (always an io thread:
-//! completions run on the io pool), records the Fetch metrics, then unmutes the connection so its
+//! completions run on the io pool), records the Fetch metrics and the request's total time and
+//! read path counters for the metrics endpoint ([`super::metrics_registry`]), then unmutes the connection so its
 //! next request is read. Dropping a Responder unsent closes the connection (a handler that
 //! panicked, a waiting request whose client went away).
 //!
@@ -48,13 +49,14 @@ use kafka_protocol::messages::RequestKind;
 use super::conn_handle::ConnHandle;
 use super::connection::{is_disconnect, Connection};
 use super::io_pool::Job;
+use super::metrics_registry::RequestName;
 use super::request_metrics::FetchInFlight;
 use super::response::Response;
 use super::shared::Shared;
 use super::uring::mailbox::FetchContext;
 use super::write_deadline::{WriteTarget, SEND_TIMEOUT};
 use crate::protocol::frame::DecodedRequest;
-use crate::read_path::AnyReadPath;
+use crate::read_path::{AnyReadPath, ReadPath as _};
 
 thread_local! {
     /// This io thread's read path, made at its first Fetch response.
@@ -72,6 +74,9 @@ pub(crate) struct Responder {
     received: Instant,
     /// A Fetch from a consumer: its total time is recorded.
     consumer_fetch: bool,
+    /// The request's name for the metrics endpoint's total-time histograms (`None`: answered
+    /// undecoded, not recorded there).
+    api: Option<RequestName>,
     /// Set for every Fetch: counted in flight until answered or given up.
     in_flight: Option<FetchInFlight>,
     sent: bool,
@@ -98,6 +103,7 @@ impl Responder {
             responder.consumer_fetch = is_consumer_fetch(request);
             responder.in_flight = Some(shared.fetch_in_flight());
         }
+        responder.api = Some(RequestName::new(request.api_key, responder.consumer_fetch));
         responder
     }
 
@@ -116,6 +122,7 @@ impl Responder {
             api_version: 0,
             received,
             consumer_fetch: false,
+            api: None,
             in_flight: None,
             sent: false,
         }
@@ -178,6 +185,7 @@ impl Responder {
                 let context = FetchContext {
                     received: self.received,
                     consumer_fetch: self.consumer_fetch,
+                    api: self.api,
                     in_flight: self.in_flight.take(),
                 };
                 conn.respond(response, context);
@@ -195,8 +203,14 @@ impl Responder {
         let deadline = self.shared.write_deadlines().begin(Arc::clone(&conn) as Arc<dyn WriteTarget>);
         let written = write_response(&self.shared, &conn, response);
         drop(deadline);
-        if self.consumer_fetch && answers && written.is_ok() {
-            self.shared.record_fetch_latency(self.received.elapsed(), with_records);
+        if answers && written.is_ok() {
+            let total = self.received.elapsed();
+            if self.consumer_fetch {
+                self.shared.record_fetch_latency(total, with_records);
+            }
+            if let Some(api) = self.api {
+                self.shared.metrics().record_request(api, total);
+            }
         }
         // Out of flight before the next request can be read.
         self.in_flight = None;
@@ -284,7 +298,10 @@ fn write_response(shared: &Shared, conn: &Connection, response: Response) -> Res
                 *path = Some(created);
             }
             let path = path.as_mut().expect("created above");
-            frame.write_to(conn.fd(), path).map(|_| ()).map_err(|e| WriteEnd::Io(timed_out(e)))
+            let written = frame.write_to(conn.fd(), path);
+            // What the path moved, also of a write that failed part way.
+            shared.metrics().record_transfers(path.name(), &path.take_stats());
+            written.map(|_| ()).map_err(|e| WriteEnd::Io(timed_out(e)))
         }),
     }
 }

@@ -10,7 +10,8 @@
 //! ([`IoPool`](super::io_pool::IoPool)), the purgatory's timer
 //! ([`Purgatory`](super::purgatory::Purgatory)), the write-deadline watchdog
 //! ([`WriteDeadlines`](super::write_deadline::WriteDeadlines)), the log scheduler and the group coordinator's thread (replay of
-//! `__consumer_offsets`, then its timers).
+//! `__consumer_offsets`, then its timers), and with `metrics.listen` the metrics endpoint's
+//! thread ([`MetricsEndpoint`]).
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
@@ -24,6 +25,7 @@ use super::coordinator::delayed_join::PurgatoryWaiters;
 use super::coordinator::runtime::GroupCoordinator;
 use super::coordinator::storage::{self, LogStorage};
 use super::error::BrokerError;
+use super::metrics_endpoint::MetricsEndpoint;
 use super::network::{self, NetworkControl};
 use super::request_metrics::FetchLatencies;
 use super::server_model::{ModelUnsupported, ServerModel};
@@ -83,6 +85,10 @@ impl Broker {
             Some(_) => uring_start::bind(config.listen, core_count).map_err(bind_error)?,
             None => vec![TcpListener::bind(config.listen).map_err(bind_error)?],
         };
+        let metrics_listener = match config.metrics_listen {
+            Some(addr) => Some(TcpListener::bind(addr).map_err(|source| BrokerError::Bind { addr, source })?),
+            None => None,
+        };
         // Rolled segments' fsyncs, flush.* and the offset checkpoints run on its thread.
         let scheduler = LogScheduler::start(Arc::clone(&logs), config.scheduler_config())?;
         let local_addr = listeners[0].local_addr().map_err(bind_error)?;
@@ -138,9 +144,14 @@ impl Broker {
                     coordinator_shared.coordinator().run_timers(&LogStorage { shared: &coordinator_shared });
                 })
                 .map_err(|source| BrokerError::Thread { what: "group coordinator", source })?;
-            Ok((timer, accept))
+            // Last: nothing after it can fail, so it never needs stopping here.
+            let metrics = metrics_listener
+                .map(|listener| MetricsEndpoint::start(listener, Arc::clone(&shared)))
+                .transpose()
+                .map_err(|source| BrokerError::Thread { what: "metrics endpoint", source })?;
+            Ok((timer, accept, metrics))
         })();
-        let (timer, accept) = match started {
+        let (timer, accept, metrics) = match started {
             Ok(threads) => threads,
             Err(e) => {
                 // Whatever started ends: no connection was accepted yet.
@@ -167,6 +178,7 @@ impl Broker {
             inboxes,
             had_clean_shutdown: report.had_clean_shutdown,
             partitions_loaded: report.partitions.len(),
+            metrics,
         })
     }
 }
@@ -232,6 +244,8 @@ pub struct BrokerHandle {
     inboxes: Vec<Arc<Inbox>>,
     had_clean_shutdown: bool,
     partitions_loaded: usize,
+    /// The metrics endpoint (`metrics.listen`), when configured.
+    metrics: Option<MetricsEndpoint>,
 }
 
 impl BrokerHandle {
@@ -300,6 +314,23 @@ impl BrokerHandle {
         self.shared.fetches_in_flight()
     }
 
+    /// The broker's metrics now, in the OpenMetrics text format: exactly what the metrics
+    /// endpoint (`metrics.listen`) answers to `GET /metrics`, whether or not the endpoint is
+    /// configured. The metrics, their units and labels are listed in
+    /// [`metrics_registry`](super::metrics_registry); counters and histograms count from the
+    /// broker's start (the process's start for `process_*`), never reset.
+    ///
+    /// Errors: the encoder's `fmt::Error` (not expected: the text is written to a `String`).
+    pub fn metrics_text(&self) -> Result<String, std::fmt::Error> {
+        self.shared.metrics_text()
+    }
+
+    /// The address of the metrics endpoint (the real port when `metrics.listen` said port 0);
+    /// `None` when `metrics.listen` is not set.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().map(MetricsEndpoint::local_addr)
+    }
+
     /// Blocks until the accept thread ends (it ends only after [`Self::shutdown`] from another
     /// handle, or when accepting fails for good); under `server.model=uring`, until the cores
     /// end.
@@ -312,7 +343,7 @@ impl BrokerHandle {
         }
     }
 
-    /// Stops accepting, answers the requests waiting in the purgatory (with what there is), stops
+    /// Stops the metrics endpoint, stops accepting, answers the requests waiting in the purgatory (with what there is), stops
     /// the log scheduler, then shuts the log directory down cleanly (each partition after the
     /// append in flight on it, logs flushed, checkpoints and the
     /// `.kafka_cleanshutdown` marker written: Kafka's `LogManager.shutdown`). Connections still
@@ -321,6 +352,9 @@ impl BrokerHandle {
     ///
     /// Errors: [`BrokerError::Log`].
     pub fn shutdown(mut self) -> Result<(), BrokerError> {
+        if let Some(mut metrics) = self.metrics.take() {
+            metrics.stop();
+        }
         self.shared.begin_shutdown();
         // Waiting fetches answer now, on the io threads; the timer thread ends.
         self.shared.purgatory().shutdown();

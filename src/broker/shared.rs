@@ -3,7 +3,8 @@
 //! its partitions have their own locks), the group coordinator (with its own lock), the io pool ([`IoPool`]: the request queue
 //! and the io threads), the [`Purgatory`] of delayed operations, the connection counts of
 //! `max.connections` / `max.connections.per.ip`, and the Fetch metrics ([`FetchMetrics`]: the
-//! per-io-thread latency histograms and the count of Fetch requests in flight).
+//! per-io-thread latency histograms and the count of Fetch requests in flight), and the metrics
+//! endpoint's registry ([`BrokerMetrics`]).
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -14,6 +15,7 @@ use std::time::Duration;
 use super::config::BrokerConfig;
 use super::coordinator::runtime::GroupCoordinator;
 use super::io_pool::IoPool;
+use super::metrics_registry::{BrokerMetrics, LiveValues};
 use super::purgatory::Purgatory;
 use super::request_metrics::{FetchInFlight, FetchLatencies, FetchMetrics};
 use super::uring::gauges::UringGauges;
@@ -53,6 +55,8 @@ pub(crate) struct Shared {
     fetch_metrics: FetchMetrics,
     /// What the `uring` model's cores hold (all 0 under `threaded`).
     uring_gauges: Arc<UringGauges>,
+    /// The metrics endpoint's recorded families: total time per API, read path counters.
+    metrics: BrokerMetrics,
 }
 
 /// Open connections, counted against `max.connections` and `max.connections.per.ip`.
@@ -100,6 +104,7 @@ impl Shared {
         Shared {
             fetch_metrics: FetchMetrics::new(io_pool.threads(), cores),
             uring_gauges: Arc::default(),
+            metrics: BrokerMetrics::new(),
             config,
             local_addr,
             logs,
@@ -231,6 +236,26 @@ impl Shared {
     /// core wrote its response).
     pub(crate) fn record_core_fetch_latency(&self, core: usize, total: Duration, with_records: bool) {
         self.fetch_metrics.record_core(core, total, with_records);
+    }
+
+    /// The metrics endpoint's recorded families ([`BrokerMetrics`]): the io threads and cores
+    /// record each request's total time and their read path's transfers in it.
+    pub(crate) fn metrics(&self) -> &BrokerMetrics {
+        &self.metrics
+    }
+
+    /// The metrics exposition now (see [`BrokerMetrics::encode`]): the recorded families, and
+    /// the process, connections, in-flight Fetches, purgatory, broker and machine read now.
+    ///
+    /// Errors: [`BrokerMetrics::encode`]'s.
+    pub(crate) fn metrics_text(&self) -> Result<String, std::fmt::Error> {
+        self.metrics.encode(&LiveValues {
+            connections: self.open_connections(),
+            fetches_in_flight: self.fetches_in_flight(),
+            purgatory_size: self.purgatory.delayed(),
+            server_model: self.config.server_model.to_string(),
+            read_path: self.config.read_path.name().to_string(),
+        })
     }
 
     /// What the `uring` cores hold now (registered and provided buffers, pipes).

@@ -366,9 +366,20 @@ impl Core {
         if transfer.is_done() {
             let (transfer, context) = conn.transfer.take().expect("checked above");
             conn.write_started = None;
+            let total = context.received.elapsed();
             if context.consumer_fetch {
-                self.shared.record_core_fetch_latency(self.index, context.received.elapsed(), transfer.with_records);
+                self.shared.record_core_fetch_latency(self.index, total, transfer.with_records);
             }
+            if let Some(api) = context.api {
+                self.shared.metrics().record_request(api, total);
+            }
+            let (record_sets, record_bytes) = transfer.record_sets;
+            // The cores do not count their system calls per transfer: bytes and transfers only.
+            self.shared.metrics().record_transfers_without_syscalls(
+                self.shared.config.read_path.name(),
+                record_sets,
+                record_bytes,
+            );
             // Out of flight before the next request can be parsed.
             drop(context.in_flight);
             self.unmute(id);

@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
+use crate::broker::metrics_registry::RequestName;
 use crate::broker::request_metrics::FetchInFlight;
 use crate::broker::response::Response;
 
@@ -41,6 +42,9 @@ pub(crate) struct FetchContext {
     pub(crate) received: Instant,
     /// A consumer Fetch: its total time is recorded once the response is written.
     pub(crate) consumer_fetch: bool,
+    /// The request's name for the metrics endpoint's total-time histograms (`None`: a request
+    /// answered undecoded, not recorded).
+    pub(crate) api: Option<RequestName>,
     /// Every Fetch: counted in flight until the response is written (or given up: dropping the
     /// context drops the guard).
     pub(crate) in_flight: Option<FetchInFlight>,

@@ -223,12 +223,21 @@ pub(crate) struct Transfer {
     failed: Option<io::Error>,
     /// Whether the response carried record bytes (the latency histogram it goes to).
     pub(crate) with_records: bool,
+    /// Record sets (`File` chunks) of the response and their bytes, for the read path counters
+    /// once it is completely written.
+    pub(crate) record_sets: (u64, u64),
 }
 
 impl Transfer {
     /// The transfer of `response`; `None` for a response with nothing to write
     /// ([`Response::None`], [`Response::Close`]).
     pub(crate) fn new(response: Response) -> Option<Transfer> {
+        let record_sets = match &response {
+            Response::Fetch(frame) => {
+                (frame.chunks().iter().filter(|c| matches!(c, Chunk::File(_))).count() as u64, frame.record_bytes())
+            }
+            _ => (0, 0),
+        };
         let (chunks, with_records): (VecDeque<Chunk>, bool) = match response {
             Response::None | Response::Close => return None,
             Response::Encoded(bytes) => ([Chunk::Bytes(bytes.freeze())].into(), false),
@@ -249,6 +258,7 @@ impl Transfer {
             backoff: false,
             failed: None,
             with_records,
+            record_sets,
         })
     }
 
