@@ -46,9 +46,11 @@ if ! command -v kcat >/dev/null; then
   fi
 fi
 # The Python Kafka clients of the interop tests (tests/it/python_clients.rs): a virtualenv at
-# .venv with pinned confluent-kafka (manylinux wheel bundling librdkafka) and kafka-python.
-py_pins=(confluent-kafka==2.16.1 kafka-python==3.0.12)
-py_check='import confluent_kafka, kafka, sys; sys.exit(confluent_kafka.__version__ != "2.16.1" or kafka.__version__ != "3.0.12")'
+# .venv with pinned confluent-kafka (manylinux wheel bundling librdkafka) and kafka-python, and
+# prometheus-client, whose OpenMetrics parser reads the broker's metrics endpoint
+# (tests/it/metrics_endpoint.rs).
+py_pins=(confluent-kafka==2.16.1 kafka-python==3.0.12 prometheus-client==0.26.0)
+py_check='import confluent_kafka, kafka, sys; from importlib.metadata import version; sys.exit(confluent_kafka.__version__ != "2.16.1" or kafka.__version__ != "3.0.12" or version("prometheus-client") != "0.26.0")'
 if ! { [ -x .venv/bin/python ] && .venv/bin/python -c "$py_check" 2>/dev/null; }; then
   # python3 -m venv needs venv and ensurepip (Debian: python3-venv); install them as kcat is.
   if ! python3 -c 'import venv, ensurepip' 2>/dev/null &&
@@ -64,7 +66,7 @@ fi
 if [ -x .venv/bin/python ] && .venv/bin/python -c "$py_check" 2>/dev/null; then
   FETCHBENCH_PYTHON="$(pwd)/.venv/bin/python"
   export FETCHBENCH_PYTHON
-  echo "Python clients: $("$FETCHBENCH_PYTHON" -c 'import confluent_kafka as c, kafka; print("confluent-kafka", c.__version__, "(librdkafka", c.libversion()[0] + "), kafka-python", kafka.__version__)')"
+  echo "Python clients: $("$FETCHBENCH_PYTHON" -c 'import confluent_kafka as c, kafka; from importlib.metadata import version; print("confluent-kafka", c.__version__, "(librdkafka", c.libversion()[0] + "), kafka-python", kafka.__version__ + ", prometheus-client", version("prometheus-client"))')"
 elif [ "${CI:-}" = "true" ]; then
   echo "Python clients NOT INSTALLED (.venv with ${py_pins[*]}): CI fails the Python interop tests" >&2
 else

@@ -32,6 +32,7 @@ mod kcat;
 mod layering;
 mod log_engine;
 mod log_engine_bomb;
+mod metrics_endpoint;
 mod producer;
 mod protocol_corpus;
 mod python_clients;
