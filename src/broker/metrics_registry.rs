@@ -51,6 +51,9 @@
 //! response completely written; they do not count system calls per transfer, so
 //! `read_path_syscalls_total` has no sample for such a path (never a made-up 0).
 //!
+//! A labelled family (`request_total_time_ms`, `read_path_*`) appears in the text with its first
+//! sample: the first request of an API, the first transfer of a path.
+//!
 //! Recording costs one histogram observation per request (a read lock of its family, atomic
 //! adds) and three atomic adds per Fetch response; the process figures are read when scraped.
 

@@ -197,7 +197,9 @@ fn no_endpoint_unless_configured_but_the_text_is_there() {
     let (_tmp, broker) = crate::broker::start(ReadPathKind::Copy);
     assert_eq!(broker.metrics_addr(), None);
     let text = broker.metrics_text().unwrap();
-    assert!(text.contains("# TYPE fetchbench_request_total_time_ms histogram"), "{text}");
+    assert!(text.contains("# TYPE fetchbench_process_cpu_user_seconds counter"), "{text}");
+    // No request yet: a labelled family appears with its first sample.
+    assert!(!text.contains("fetchbench_request_total_time_ms"), "{text}");
     assert!(text.ends_with("# EOF\n"));
     broker.shutdown().unwrap();
 }
