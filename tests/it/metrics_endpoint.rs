@@ -233,3 +233,30 @@ fn python_prometheus_client_parses_the_scrape() {
     assert!(summary["cpu_seconds"].as_f64().unwrap() > 0.0, "{summary}");
     broker.shutdown().unwrap();
 }
+
+/// Under `server.model=uring` the cores record the total times and the read path's bytes and
+/// transfers (not its system calls: no sample rather than a made-up 0).
+#[test]
+fn uring_cores_record_requests_and_transfers() {
+    if let Err(e) = fetchbench::broker::ServerModel::Uring.probe() {
+        assert!(!crate::common::in_ci(), "CI must run the server.model=uring tests: {e}");
+        eprintln!("SKIP: server.model=uring: {e}");
+        return;
+    }
+    let (_tmp, broker) =
+        crate::uring_model::start_model(ReadPathKind::UringSplice, fetchbench::broker::ServerModel::Uring, |c| {
+            c.uring_cores = 1;
+            c.metrics_listen = Some("127.0.0.1:0".parse().unwrap());
+        });
+    let mut c = Client::connect(broker.local_addr());
+    let batch_bytes = produce_batch(&mut c, "mu");
+    fetch_n(&mut c, "mu", 3);
+    let text = scrape(broker.metrics_addr().unwrap());
+    let s = samples(&text);
+    assert_eq!(value(&s, "fetchbench_request_total_time_ms_count{api=\"FetchConsumer\"}"), 3.0);
+    assert!(value(&s, "fetchbench_read_path_bytes_total{read_path=\"uring-splice\"}") >= 3.0 * batch_bytes as f64);
+    assert_eq!(value(&s, "fetchbench_read_path_transfers_total{read_path=\"uring-splice\"}"), 3.0);
+    assert!(!text.contains("fetchbench_read_path_syscalls_total{read_path=\"uring-splice\"}"), "{text}");
+    assert!(text.contains("fetchbench_broker_info{server_model=\"uring\",read_path=\"uring-splice\""), "{text}");
+    broker.shutdown().unwrap();
+}
