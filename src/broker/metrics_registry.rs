@@ -123,6 +123,22 @@ fn total_time_histogram() -> Histogram {
     Histogram::new(TOTAL_TIME_BUCKETS_MS)
 }
 
+/// `value` escaped for a label value of the text format (OpenMetrics and Prometheus 0.0.4 alike:
+/// `\` -> `\\`, `"` -> `\"`, newline -> `\n`): `prometheus-client` 0.25 writes label values
+/// as they are, and a CPU model name or kernel release is text from the machine.
+pub(crate) fn escape_label_value(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// What the broker knows only when scraped, handed to [`BrokerMetrics::encode`] by the caller
 /// (which holds the broker's state).
 #[derive(Clone, Debug)]
@@ -254,8 +270,8 @@ impl BrokerMetrics {
             "fetchbench_broker",
             "How the broker serves: server model, read path, fetchbench version",
             Info::new(vec![
-                ("server_model", live.server_model.clone()),
-                ("read_path", live.read_path.clone()),
+                ("server_model", escape_label_value(&live.server_model)),
+                ("read_path", escape_label_value(&live.read_path)),
                 ("version", env!("CARGO_PKG_VERSION").to_string()),
             ]),
         );
@@ -265,9 +281,9 @@ impl BrokerMetrics {
             "The machine the broker runs on, as a fetchbench results file records it",
             Info::new(vec![
                 ("nproc", machine.nproc.to_string()),
-                ("kernel", machine.kernel.clone()),
-                ("arch", machine.arch.clone()),
-                ("cpu_model", machine.cpu_model.clone()),
+                ("kernel", escape_label_value(&machine.kernel)),
+                ("arch", escape_label_value(&machine.arch)),
+                ("cpu_model", escape_label_value(&machine.cpu_model)),
                 ("memory_bytes", machine.memory_bytes.to_string()),
                 ("io_uring", machine.io_uring.to_string()),
             ]),
@@ -395,6 +411,12 @@ mod tests {
         helps.sort();
         helps.dedup();
         assert_eq!(helps.len(), n, "{text}");
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(escape_label_value("AMD EPYC"), "AMD EPYC");
+        assert_eq!(escape_label_value("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
     }
 
     #[test]
