@@ -193,6 +193,8 @@ impl BrokerConfig {
 
     /// Applies broker properties (`server.properties` names, as `--config` and `-X` give them):
     ///
+    /// - `read.path` (fetchbench's own key: a read path name; the CLI's `--read-path` is
+    ///   overridden by it);
     /// - `auto.create.topics.enable`, `num.partitions`, `socket.request.max.bytes`,
     ///   `max.connections`, `max.connections.per.ip`;
     /// - the log scheduler's `log.flush.scheduler.interval.ms` (also the `flush.ms` synonym),
@@ -250,6 +252,13 @@ impl BrokerConfig {
                         value.trim().parse().map_err(|e: UnknownServerModel| bad(key, value, &e.to_string()))?;
                 }
                 "server.uring.cores" => self.uring_cores = int(key, value, 0)? as usize,
+                // fetchbench's own key, dynamic (IncrementalAlterConfigs; `dynamic_config`).
+                "read.path" => {
+                    self.read_path = value
+                        .trim()
+                        .parse()
+                        .map_err(|e: crate::read_path::UnknownReadPath| bad(key, value, &e.to_string()))?;
+                }
                 "queued.max.requests" => self.queued_max_requests = int(key, value, 1)? as usize,
                 "connections.max.idle.ms" => {
                     let ms: i64 = value.trim().parse().map_err(|_| bad(key, value, "expected a 64-bit integer"))?;

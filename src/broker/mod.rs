@@ -20,7 +20,8 @@
 //!     | no request for connections.max.idle.ms (stuck inside a frame too) -> close
 //! io thread: protocol::frame::decode_request -> Responder -> handler::dispatch
 //!     -> handler::{api_versions, metadata, create_topics, produce, fetch, list_offsets,
-//!                  offset_for_leader_epoch, init_producer_id} | coordinator::handlers (group APIs)
+//!                  offset_for_leader_epoch, init_producer_id, describe_configs,
+//!                  incremental_alter_configs} | coordinator::handlers (group APIs)
 //!     -> Responder::send: write (blocking socket, SO_SNDTIMEO; Fetch slices through this io
 //!        thread's read path) -> record Fetch latency -> UNMUTE (the network thread reads the next)
 //!     | Fetch short of min_bytes -> DelayedFetch in the purgatory (no thread held) ->
@@ -57,6 +58,9 @@
 //! - [`config`]: [`BrokerConfig`] with Kafka's names, `server.properties` parsing
 //!   ([`BrokerConfig::apply_props`]), [`NOT_APPLICABLE_KEYS`](config::NOT_APPLICABLE_KEYS), [`DEFAULT_LISTEN`], and the
 //!   coordinator's configuration derived from it.
+//! - [`dynamic_config`]: the dynamic broker configs (KIP-226): the broker keys DescribeConfigs
+//!   reports and `read.path`, the one IncrementalAlterConfigs changes at runtime (per broker or
+//!   cluster default), with Kafka's checks and error codes.
 //! - [`error`]: [`BrokerError`], the errors of starting, configuring and stopping the broker.
 //! - [`node`]: [`NODE_ID`](node::NODE_ID), [`CLUSTER_ID`](node::CLUSTER_ID) (leader epoch 0).
 //! - [`shared`]: [`Shared`](shared::Shared), the state every thread and handler gets (the locks
@@ -182,6 +186,7 @@ pub(crate) mod conn_handle;
 pub(crate) mod connection;
 pub(crate) mod coordinator;
 pub(crate) mod delayed_fetch;
+pub(crate) mod dynamic_config;
 pub(crate) mod error;
 pub mod errors;
 pub(crate) mod handler;

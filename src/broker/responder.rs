@@ -20,9 +20,14 @@
 //! ## Read paths per io thread
 //!
 //! A Fetch response's record sets move through the calling io thread's own
-//! [`AnyReadPath`] of the configured kind, made at the first Fetch that thread answers (never a
-//! fallback: a path that cannot be made closes that connection, with the reason logged, and the
-//! next Fetch tries again). A path's resources, e.g. `uring-splice`'s ring and pipe, are thus
+//! [`AnyReadPath`] of the broker's current kind (`read.path`, changed at runtime by
+//! IncrementalAlterConfigs:
+//! [`DynamicConfig::read_path`](super::dynamic_config::DynamicConfig::read_path)), made at the first Fetch that thread answers
+//! and made again at the first Fetch after the kind changed (never a fallback: a path that
+//! cannot be made closes that connection, with the reason logged, and the next Fetch tries
+//! again). What each path moved is counted per kind
+//! ([`DynamicConfig::record_transfers`](super::dynamic_config::DynamicConfig::record_transfers)).
+//! A path's resources, e.g. `uring-splice`'s ring and pipe, are thus
 //! held per io thread (`num.io.threads` of them), no longer per connection.
 //!
 //! ## Writes
@@ -56,7 +61,7 @@ use super::shared::Shared;
 use super::uring::mailbox::FetchContext;
 use super::write_deadline::{WriteTarget, SEND_TIMEOUT};
 use crate::protocol::frame::DecodedRequest;
-use crate::read_path::{AnyReadPath, ReadPath as _};
+use crate::read_path::{AnyReadPath, ReadPath};
 
 thread_local! {
     /// This io thread's read path, made at its first Fetch response.
@@ -290,17 +295,24 @@ fn write_response(shared: &Shared, conn: &Connection, response: Response) -> Res
             stream.write_all(&bytes).map_err(|e| WriteEnd::Io(timed_out(e)))
         }
         Response::Fetch(frame) => READ_PATH.with_borrow_mut(|path| {
-            if path.is_none() {
-                let created = shared.config.read_path.create(&shared.config.read_path_config).map_err(|e| {
-                    tracing::error!("cannot create read path {}: {e}", shared.config.read_path);
+            // The broker's current read path (`read.path`, dynamic): one atomic load; a thread
+            // whose path is of another kind makes a new one.
+            let kind = shared.dynamic_config().read_path();
+            if path.as_ref().is_none_or(|p| p.kind() != kind) {
+                *path = None;
+                let created = kind.create(&shared.config.read_path_config).map_err(|e| {
+                    tracing::error!("cannot create read path {kind}: {e}");
                     WriteEnd::Close
                 })?;
                 *path = Some(created);
             }
             let path = path.as_mut().expect("created above");
             let written = frame.write_to(conn.fd(), path);
-            // What the path moved, also of a write that failed part way.
-            shared.metrics().record_transfers(path.name(), &path.take_stats());
+            // What the path moved, also of a write that failed part way: one reading (it
+            // resets the counters) for the metrics endpoint and the per-path Fetch counts.
+            let stats = path.take_stats();
+            shared.metrics().record_transfers(path.name(), &stats);
+            shared.dynamic_config().record_transfers(kind, &stats);
             written.map(|_| ()).map_err(|e| WriteEnd::Io(timed_out(e)))
         }),
     }

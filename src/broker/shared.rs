@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use super::config::BrokerConfig;
 use super::coordinator::runtime::GroupCoordinator;
+use super::dynamic_config::DynamicConfig;
 use super::io_pool::IoPool;
 use super::metrics_registry::{BrokerMetrics, LiveValues};
 use super::purgatory::Purgatory;
@@ -57,6 +58,8 @@ pub(crate) struct Shared {
     uring_gauges: Arc<UringGauges>,
     /// The metrics endpoint's recorded families: total time per API, read path counters.
     metrics: BrokerMetrics,
+    /// The dynamic broker configs (`read.path`) and the read paths' Fetch transfer counts.
+    dynamic_config: DynamicConfig,
 }
 
 /// Open connections, counted against `max.connections` and `max.connections.per.ip`.
@@ -105,6 +108,7 @@ impl Shared {
             fetch_metrics: FetchMetrics::new(io_pool.threads(), cores),
             uring_gauges: Arc::default(),
             metrics: BrokerMetrics::new(),
+            dynamic_config: DynamicConfig::new(&config),
             config,
             local_addr,
             logs,
@@ -266,6 +270,11 @@ impl Shared {
     /// The same counters, shared (each core's buffers and pipes update them).
     pub(crate) fn uring_gauges_arc(&self) -> Arc<UringGauges> {
         Arc::clone(&self.uring_gauges)
+    }
+
+    /// The dynamic broker configs: the effective read path, changed by IncrementalAlterConfigs.
+    pub(crate) fn dynamic_config(&self) -> &DynamicConfig {
+        &self.dynamic_config
     }
 
     fn connection_counts(&self) -> MutexGuard<'_, ConnectionCounts> {

@@ -15,6 +15,8 @@
 //!   (read without the partition's lock) and log configuration;
 //! - [`TestSupport::uring_resources`]: the buffers and pipes the `uring` cores hold now (all 0
 //!   once no transfer is in flight);
+//! - [`TestSupport::read_path`], [`TestSupport::read_path_transfers`]: the broker's current read
+//!   path (`read.path`, dynamic) and what each read path moved in Fetch responses;
 //! - [`TestSupport::hold_partition_lock`]: a partition's lock held (for writing) until the
 //!   returned guard is dropped, to show that other partitions go on meanwhile.
 
@@ -27,6 +29,7 @@ use super::topics;
 use super::uring::gauges::UringResources;
 use crate::log::checkpoint::TopicId;
 use crate::log::{LogConfig, LogError};
+use crate::read_path::ReadPathKind;
 
 /// A running broker's state as the integration tests see it (see the [module docs](self)).
 #[derive(Clone, Debug)]
@@ -37,6 +40,18 @@ pub struct TestSupport<'a> {
 impl<'a> TestSupport<'a> {
     pub(crate) fn new(shared: &'a Shared) -> Self {
         TestSupport { shared }
+    }
+
+    /// The read path new Fetch responses are written with (`read.path`: the static one until
+    /// IncrementalAlterConfigs changes it).
+    pub fn read_path(&self) -> ReadPathKind {
+        self.shared.dynamic_config().read_path()
+    }
+
+    /// `(transfers, bytes)` that `kind` moved in Fetch responses since the broker started,
+    /// counted under `server.model=threaded` only (the `uring` cores' engines do not count here).
+    pub fn read_path_transfers(&self, kind: ReadPathKind) -> (u64, u64) {
+        self.shared.dynamic_config().transfers(kind)
     }
 
     /// Panics caught on the broker's network and io threads (a bug: bad input must get an error

@@ -14,7 +14,8 @@ use std::sync::Arc;
 use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
 
 use super::{
-    api_versions, create_topics, fetch, init_producer_id, list_offsets, metadata, offset_for_leader_epoch, produce,
+    api_versions, create_topics, describe_configs, fetch, incremental_alter_configs, init_producer_id, list_offsets,
+    metadata, offset_for_leader_epoch, produce,
 };
 use crate::broker::coordinator::handlers as groups;
 use crate::broker::responder::Responder;
@@ -65,6 +66,10 @@ pub(crate) fn dispatch(shared: &Arc<Shared>, request: DecodedRequest, responder:
         },
         RequestKind::Fetch(r) => return fetch::handle(shared, r, version, responder),
         RequestKind::InitProducerId(r) => ResponseKind::InitProducerId(init_producer_id::handle(shared, &r, version)),
+        RequestKind::DescribeConfigs(r) => ResponseKind::DescribeConfigs(describe_configs::handle(shared, &r, version)),
+        RequestKind::IncrementalAlterConfigs(r) => {
+            ResponseKind::IncrementalAlterConfigs(incremental_alter_configs::handle(shared, &r, version))
+        }
         _ => {
             tracing::warn!("{api_key:?} has no handler; closing");
             return responder.send(Response::Close);

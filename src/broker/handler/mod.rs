@@ -10,12 +10,15 @@
 //!
 //! - [`dispatch`]: API key -> handler (Kafka's `KafkaApis`).
 //! - [`api_versions`], [`metadata`], [`create_topics`], [`produce`], [`fetch`], [`list_offsets`],
-//!   [`offset_for_leader_epoch`], [`init_producer_id`]: one file per API.
+//!   [`offset_for_leader_epoch`], [`init_producer_id`], [`describe_configs`],
+//!   [`incremental_alter_configs`] (the dynamic broker configs): one file per API.
 
 pub(crate) mod api_versions;
 pub(crate) mod create_topics;
+pub(crate) mod describe_configs;
 pub(crate) mod dispatch;
 pub(crate) mod fetch;
+pub(crate) mod incremental_alter_configs;
 pub(crate) mod init_producer_id;
 pub(crate) mod list_offsets;
 pub(crate) mod metadata;
