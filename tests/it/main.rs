@@ -21,6 +21,7 @@ mod consumer_positions;
 mod damaged_files;
 mod disk_full;
 mod dump_cli;
+mod dynamic_config;
 mod fetch_response;
 mod group_backoff;
 mod group_churn;

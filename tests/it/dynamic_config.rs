@@ -1,0 +1,339 @@
+//! Dynamic broker configs over the wire: DescribeConfigs (broker and topic resources, synonyms,
+//! sources, read-only flags), IncrementalAlterConfigs with each of Kafka's refusals (unknown key,
+//! read-only key, bad value, APPEND on a non-list key, validate_only, a path the server model
+//! cannot run), each leaving the config as it was, and the switch itself: `read.path` altered
+//! from copy to sendfile, after which new Fetch responses move through sendfile (the broker's
+//! per-path transfer counters) and the records read back byte-identical. Then confluent-kafka's
+//! AdminClient doing the same from Python (tests/python/confluent_configs.py).
+
+use fetchbench::broker::{BrokerHandle, ServerModel};
+use fetchbench::read_path::ReadPathKind;
+use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+use kafka_protocol::messages::describe_configs_response::{DescribeConfigsResourceResult, DescribeConfigsResult};
+use kafka_protocol::messages::incremental_alter_configs_request::{AlterConfigsResource, AlterableConfig};
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsRequest, DescribeConfigsRequest, IncrementalAlterConfigsRequest, RequestKind, ResponseKind,
+};
+use kafka_protocol::protocol::StrBytes;
+
+use crate::broker::{batch, fetch, produce, Client};
+
+const BROKER: i8 = 4;
+const TOPIC: i8 = 2;
+const INVALID_CONFIG: i16 = 40;
+const INVALID_REQUEST: i16 = 42;
+const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+/// Kafka's ConfigSource wire values.
+const DYNAMIC_BROKER_CONFIG: i8 = 2;
+const DYNAMIC_DEFAULT_BROKER_CONFIG: i8 = 3;
+const STATIC_BROKER_CONFIG: i8 = 4;
+const DEFAULT_CONFIG: i8 = 5;
+const TOPIC_CONFIG: i8 = 1;
+
+fn describe(client: &mut Client, resource_type: i8, name: &str, version: i16) -> DescribeConfigsResult {
+    let req = DescribeConfigsRequest::default()
+        .with_include_synonyms(true)
+        .with_include_documentation(version >= 3)
+        .with_resources(vec![DescribeConfigsResource::default()
+            .with_resource_type(resource_type)
+            .with_resource_name(StrBytes::from_string(name.to_string()))
+            .with_configuration_keys(None)]);
+    let ResponseKind::DescribeConfigs(r) =
+        client.call(ApiKey::DescribeConfigs, version, RequestKind::DescribeConfigs(req))
+    else {
+        panic!()
+    };
+    assert_eq!(r.results.len(), 1);
+    r.results.into_iter().next().unwrap()
+}
+
+fn entry<'a>(result: &'a DescribeConfigsResult, name: &str) -> &'a DescribeConfigsResourceResult {
+    result.configs.iter().find(|c| c.name.as_str() == name).unwrap_or_else(|| panic!("no {name} in {result:?}"))
+}
+
+fn value(e: &DescribeConfigsResourceResult) -> &str {
+    e.value.as_ref().map(|v| v.as_str()).unwrap_or("<null>")
+}
+
+/// (value, source) of each synonym.
+fn synonyms(e: &DescribeConfigsResourceResult) -> Vec<(String, i8)> {
+    e.synonyms.iter().map(|s| (s.value.as_ref().unwrap().as_str().to_string(), s.source)).collect()
+}
+
+/// One op: `(op, key, value)`, op 0 SET, 1 DELETE, 2 APPEND, 3 SUBTRACT.
+type Op<'a> = (i8, &'a str, Option<&'a str>);
+
+/// Alters broker resource `name` with `ops`; returns its (error code, message).
+fn alter(client: &mut Client, name: &str, ops: &[Op<'_>], validate_only: bool) -> (i16, String) {
+    let configs = ops
+        .iter()
+        .map(|(op, key, value)| {
+            AlterableConfig::default()
+                .with_name(StrBytes::from_string(key.to_string()))
+                .with_config_operation(*op)
+                .with_value(value.map(|v| StrBytes::from_string(v.to_string())))
+        })
+        .collect();
+    let req = IncrementalAlterConfigsRequest::default().with_validate_only(validate_only).with_resources(vec![
+        AlterConfigsResource::default()
+            .with_resource_type(BROKER)
+            .with_resource_name(StrBytes::from_string(name.to_string()))
+            .with_configs(configs),
+    ]);
+    let ResponseKind::IncrementalAlterConfigs(r) =
+        client.call(ApiKey::IncrementalAlterConfigs, 1, RequestKind::IncrementalAlterConfigs(req))
+    else {
+        panic!()
+    };
+    let r = &r.responses[0];
+    (r.error_code, r.error_message.as_ref().map(|m| m.as_str().to_string()).unwrap_or_default())
+}
+
+fn read_path_of(client: &mut Client) -> String {
+    value(entry(&describe(client, BROKER, "0", 4), "read.path")).to_string()
+}
+
+#[test]
+fn api_versions_advertise_describe_and_incremental_alter_configs() {
+    let (_tmp, broker) = crate::broker::start(ReadPathKind::Copy);
+    let mut client = Client::connect(broker.local_addr());
+    let ResponseKind::ApiVersions(r) =
+        client.call(ApiKey::ApiVersions, 3, RequestKind::ApiVersions(ApiVersionsRequest::default()))
+    else {
+        panic!()
+    };
+    let range =
+        |key: ApiKey| r.api_keys.iter().find(|k| k.api_key == key as i16).map(|k| (k.min_version, k.max_version));
+    assert_eq!(range(ApiKey::DescribeConfigs), Some((1, 4)));
+    assert_eq!(range(ApiKey::IncrementalAlterConfigs), Some((0, 1)));
+    broker.shutdown().unwrap();
+}
+
+#[test]
+fn describe_configs_reports_broker_and_topic_configs_with_sources_and_synonyms() {
+    let (_tmp, broker) = crate::broker::start(ReadPathKind::Copy);
+    let mut client = Client::connect(broker.local_addr());
+    for version in [1, 4] {
+        let r = describe(&mut client, BROKER, "0", version);
+        assert_eq!(r.error_code, 0, "{r:?}");
+        let rp = entry(&r, "read.path");
+        assert_eq!(
+            (value(rp), rp.config_source, rp.read_only, rp.is_sensitive),
+            ("copy", STATIC_BROKER_CONFIG, false, false)
+        );
+        assert_eq!(synonyms(rp), [("copy".to_string(), STATIC_BROKER_CONFIG)]);
+        let model = entry(&r, "server.model");
+        assert_eq!((value(model), model.config_source, model.read_only), ("threaded", DEFAULT_CONFIG, true));
+        let io = entry(&r, "num.io.threads");
+        assert_eq!((value(io), io.read_only), ("8", true));
+        let segment = entry(&r, "log.segment.bytes");
+        assert_eq!((value(segment), segment.config_source), ("1073741824", DEFAULT_CONFIG));
+        if version >= 3 {
+            assert_eq!(rp.config_type, 2, "STRING");
+            assert_eq!(io.config_type, 3, "INT");
+            assert!(rp.documentation.as_ref().is_some_and(|d| d.contains("Fetch")), "{rp:?}");
+        }
+    }
+    // The cluster-default resource lists only dynamic default values: none yet.
+    let r = describe(&mut client, BROKER, "", 4);
+    assert_eq!((r.error_code, r.configs.len()), (0, 0), "{r:?}");
+    // Another broker id, a name that is not an id.
+    let r = describe(&mut client, BROKER, "7", 4);
+    assert_eq!(r.error_code, INVALID_REQUEST);
+    assert_eq!(
+        r.error_message.as_ref().map(|m| m.as_str()),
+        Some("Unexpected broker id, expected 0 or empty string, but received 7")
+    );
+    let r = describe(&mut client, BROKER, "x", 4);
+    assert_eq!((r.error_code, r.configs.len()), (INVALID_REQUEST, 0));
+    // Topics: an unknown one, then one at the broker defaults.
+    let r = describe(&mut client, TOPIC, "nope", 4);
+    assert_eq!(r.error_code, UNKNOWN_TOPIC_OR_PARTITION, "{r:?}");
+    broker.test_support().create_topic("described", 1).unwrap();
+    let r = describe(&mut client, TOPIC, "described", 4);
+    assert_eq!(r.error_code, 0, "{r:?}");
+    let retention = entry(&r, "retention.ms");
+    assert_eq!((value(retention), retention.config_source, retention.read_only), ("604800000", DEFAULT_CONFIG, false));
+    assert_eq!(retention.synonyms[0].name.as_str(), "log.retention.ms");
+    assert_eq!(entry(&r, "cleanup.policy").config_type, 7, "LIST");
+    // configuration_keys keeps only the named keys (unknown names left out).
+    let req = DescribeConfigsRequest::default().with_resources(vec![DescribeConfigsResource::default()
+        .with_resource_type(BROKER)
+        .with_resource_name(StrBytes::from_static_str("0"))
+        .with_configuration_keys(Some(vec![
+            StrBytes::from_static_str("read.path"),
+            StrBytes::from_static_str("x.y"),
+        ]))]);
+    let ResponseKind::DescribeConfigs(r) = client.call(ApiKey::DescribeConfigs, 1, RequestKind::DescribeConfigs(req))
+    else {
+        panic!()
+    };
+    let names: Vec<&str> = r.results[0].configs.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["read.path"]);
+    assert!(r.results[0].configs[0].synonyms.is_empty(), "include_synonyms false");
+    broker.shutdown().unwrap();
+}
+
+#[test]
+fn describe_configs_reports_a_topic_override() {
+    let (_tmp, broker) = crate::broker::start(ReadPathKind::Copy);
+    let mut client = Client::connect(broker.local_addr());
+    let req = kafka_protocol::messages::CreateTopicsRequest::default().with_timeout_ms(5000).with_topics(vec![
+        kafka_protocol::messages::create_topics_request::CreatableTopic::default()
+            .with_name(crate::broker::name("overridden"))
+            .with_num_partitions(1)
+            .with_replication_factor(-1)
+            .with_configs(vec![kafka_protocol::messages::create_topics_request::CreatableTopicConfig::default()
+                .with_name(StrBytes::from_static_str("retention.ms"))
+                .with_value(Some(StrBytes::from_static_str("1234")))]),
+    ]);
+    let ResponseKind::CreateTopics(r) = client.call(ApiKey::CreateTopics, 7, RequestKind::CreateTopics(req)) else {
+        panic!()
+    };
+    assert_eq!(r.topics[0].error_code, 0, "{r:?}");
+    let r = describe(&mut client, TOPIC, "overridden", 4);
+    let retention = entry(&r, "retention.ms");
+    assert_eq!((value(retention), retention.config_source), ("1234", TOPIC_CONFIG));
+    assert_eq!(synonyms(retention), [("1234".to_string(), TOPIC_CONFIG), ("604800000".to_string(), DEFAULT_CONFIG)]);
+    broker.shutdown().unwrap();
+}
+
+/// Every refusal leaves `read.path` at `copy`, with nothing stored at either level.
+#[test]
+fn incremental_alter_configs_refuses_with_kafkas_errors_and_changes_nothing() {
+    let (_tmp, broker) = crate::broker::start(ReadPathKind::Copy);
+    let mut client = Client::connect(broker.local_addr());
+    let cases: [(&str, &[Op<'_>], i16, &str); 8] = [
+        ("0", &[(0, "no.such.config", Some("1"))], INVALID_CONFIG, "Unknown config name: no.such.config"),
+        (
+            "0",
+            &[(0, "read.path", Some("sendfile")), (0, "server.model", Some("uring"))],
+            INVALID_REQUEST,
+            "Cannot update these configs dynamically: Set(server.model)",
+        ),
+        ("0", &[(0, "num.io.threads", Some("2"))], INVALID_REQUEST, "Cannot update these configs dynamically"),
+        ("0", &[(0, "read.path", Some("warp"))], INVALID_REQUEST, "Invalid value warp for configuration read.path"),
+        ("0", &[(0, "read.path", Some("null"))], INVALID_REQUEST, "sends zeros"),
+        (
+            "0",
+            &[(2, "read.path", Some("mmap"))],
+            INVALID_CONFIG,
+            "Config value append is not allowed for config key: read.path",
+        ),
+        ("7", &[(0, "read.path", Some("mmap"))], INVALID_REQUEST, "Unexpected broker id, expected 0, but received 7"),
+        ("b", &[(0, "read.path", Some("mmap"))], INVALID_REQUEST, "Node id must be an integer, but it is: b"),
+    ];
+    for (name, ops, code, message) in cases {
+        let (got, text) = alter(&mut client, name, ops, false);
+        assert_eq!(got, code, "{ops:?}: {text}");
+        assert!(text.contains(message), "{ops:?}: {text}");
+        assert_eq!(read_path_of(&mut client), "copy", "{ops:?} changed read.path");
+        assert_eq!(broker.test_support().read_path(), ReadPathKind::Copy);
+    }
+    assert_eq!(alter(&mut client, "0", &[(0, "read.path", Some("sendfile"))], true), (0, String::new()));
+    assert_eq!(read_path_of(&mut client), "copy", "validate_only changed read.path");
+    assert_eq!(describe(&mut client, BROKER, "", 4).configs.len(), 0, "nothing at the default level");
+    broker.shutdown().unwrap();
+}
+
+/// Reads the 200 records of `topic`-0 from offset 0.
+fn read_all(client: &mut Client, topic: &str) -> Vec<(i64, String, String)> {
+    let (code, hw, records) = fetch(client, topic, 0, 12);
+    assert_eq!((code, hw), (0, 200));
+    records
+}
+
+fn transfers(broker: &BrokerHandle, kind: ReadPathKind) -> u64 {
+    broker.test_support().read_path_transfers(kind).0
+}
+
+#[test]
+fn altering_read_path_switches_new_fetch_responses_to_the_new_path() {
+    let (_tmp, broker) = crate::broker::start(ReadPathKind::Copy);
+    broker.test_support().create_topic("switch", 1).unwrap();
+    let mut client = Client::connect(broker.local_addr());
+    assert_eq!(produce(&mut client, "switch", batch(200), 1), Some((0, 0)));
+    let before = read_all(&mut client, "switch");
+    assert_eq!(before.len(), 200);
+    let copy_before = transfers(&broker, ReadPathKind::Copy);
+    assert!(copy_before > 0 && transfers(&broker, ReadPathKind::Sendfile) == 0);
+
+    assert_eq!(alter(&mut client, "0", &[(0, "read.path", Some("sendfile"))], false), (0, String::new()));
+    assert_eq!(broker.test_support().read_path(), ReadPathKind::Sendfile);
+    let r = describe(&mut client, BROKER, "0", 4);
+    let rp = entry(&r, "read.path");
+    assert_eq!((value(rp), rp.config_source), ("sendfile", DYNAMIC_BROKER_CONFIG));
+    assert_eq!(synonyms(rp), [("sendfile".into(), DYNAMIC_BROKER_CONFIG), ("copy".into(), STATIC_BROKER_CONFIG)]);
+    // A second connection, and the first one again: both now go through sendfile.
+    let mut other = Client::connect(broker.local_addr());
+    assert_eq!(read_all(&mut other, "switch"), before, "records differ after the switch");
+    assert_eq!(read_all(&mut client, "switch"), before);
+    assert!(transfers(&broker, ReadPathKind::Sendfile) >= 2);
+    assert_eq!(transfers(&broker, ReadPathKind::Copy), copy_before, "copy moved bytes after the switch");
+
+    // The cluster default under the per-broker value, then DELETE of the per-broker value: the
+    // default shows through; DELETE of the default: the static value again.
+    assert_eq!(alter(&mut client, "", &[(0, "read.path", Some("mmap"))], false).0, 0);
+    assert_eq!(broker.test_support().read_path(), ReadPathKind::Sendfile, "per broker wins");
+    let r = describe(&mut client, BROKER, "", 4);
+    assert_eq!(r.configs.len(), 1);
+    assert_eq!((value(&r.configs[0]), r.configs[0].config_source), ("mmap", DYNAMIC_DEFAULT_BROKER_CONFIG));
+    assert_eq!(alter(&mut client, "0", &[(1, "read.path", None)], false).0, 0);
+    assert_eq!(broker.test_support().read_path(), ReadPathKind::Mmap);
+    assert_eq!(read_all(&mut client, "switch"), before);
+    assert!(transfers(&broker, ReadPathKind::Mmap) > 0);
+    assert_eq!(alter(&mut client, "", &[(1, "read.path", None)], false).0, 0);
+    assert_eq!(read_path_of(&mut client), "copy");
+    assert_eq!(read_all(&mut client, "switch"), before);
+    assert!(transfers(&broker, ReadPathKind::Copy) > copy_before);
+    assert_eq!(broker.test_support().connection_panics(), 0);
+    broker.shutdown().unwrap();
+}
+
+#[test]
+fn under_uring_read_path_changes_are_refused() {
+    if let Err(e) = ServerModel::Uring.probe() {
+        assert!(!crate::common::in_ci(), "CI must run the server.model=uring tests: {e}");
+        eprintln!("SKIP: server.model=uring: {e}");
+        return;
+    }
+    let (_tmp, broker) = crate::uring_model::start_model(ReadPathKind::UringSplice, ServerModel::Uring, |c| {
+        c.uring_cores = 1;
+    });
+    let mut client = Client::connect(broker.local_addr());
+    let (code, text) = alter(&mut client, "0", &[(0, "read.path", Some("sendfile"))], false);
+    assert_eq!(code, INVALID_REQUEST, "{text}");
+    assert!(text.contains("server.model=uring cannot run read path sendfile"), "{text}");
+    let (code, text) = alter(&mut client, "0", &[(0, "read.path", Some("uring-read-send"))], false);
+    assert_eq!(code, INVALID_REQUEST, "{text}");
+    assert!(text.contains("not yet dynamic under server.model=uring"), "{text}");
+    assert_eq!(read_path_of(&mut client), "uring-splice");
+    assert_eq!(value(entry(&describe(&mut client, BROKER, "0", 4), "server.model")), "uring");
+    broker.shutdown().unwrap();
+}
+
+#[test]
+fn confluent_admin_client_switches_the_read_path() {
+    let Some(python) = crate::python_clients::python_with("confluent_kafka") else { return };
+    let (_tmp, broker) = crate::broker::start(ReadPathKind::Copy);
+    let bootstrap = broker.local_addr().to_string();
+    let what = "confluent-kafka AdminClient, read.path copy -> sendfile";
+    let summary = crate::python_clients::run_script_args(
+        &python,
+        "confluent_configs.py",
+        &[&bootstrap, "copy", "sendfile"],
+        what,
+    );
+    eprintln!("{what}: {summary}");
+    assert_eq!(summary["consumed_after"], 40, "{summary}");
+    assert_eq!(summary["read_path_after"], "sendfile");
+    assert_eq!(summary["refused"]["read_only"]["code"], i64::from(INVALID_REQUEST), "{summary}");
+    assert_eq!(summary["refused"]["unknown"]["code"], i64::from(INVALID_CONFIG), "{summary}");
+    assert_eq!(summary["refused"]["bad_value"]["code"], i64::from(INVALID_REQUEST), "{summary}");
+    assert_eq!(broker.test_support().read_path(), ReadPathKind::Sendfile);
+    // Consumed once on copy, once on sendfile.
+    assert!(transfers(&broker, ReadPathKind::Copy) > 0);
+    assert!(transfers(&broker, ReadPathKind::Sendfile) > 0, "no Fetch went through sendfile after the switch");
+    assert_eq!(broker.test_support().connection_panics(), 0);
+    broker.shutdown().unwrap();
+}
