@@ -49,7 +49,8 @@ impl<'a> TestSupport<'a> {
     }
 
     /// `(transfers, bytes)` that `kind` moved in Fetch responses since the broker started,
-    /// counted under `server.model=threaded` only (the `uring` cores' engines do not count here).
+    /// counted under `server.model=threaded` only (the `uring` cores' engines do not count here),
+    /// when a response's write returns: a client may have read the response just before.
     pub fn read_path_transfers(&self, kind: ReadPathKind) -> (u64, u64) {
         self.shared.dynamic_config().transfers(kind)
     }

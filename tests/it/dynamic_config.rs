@@ -247,6 +247,20 @@ fn transfers(broker: &BrokerHandle, kind: ReadPathKind) -> u64 {
     broker.test_support().read_path_transfers(kind).0
 }
 
+/// Waits (up to 10 s) until `kind` has made at least `min` transfers and returns the count: a
+/// response's transfers are counted when its write returns, which may be just after the client
+/// read it.
+fn transfers_reach(broker: &BrokerHandle, kind: ReadPathKind, min: u64) -> u64 {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let n = transfers(broker, kind);
+        if n >= min || std::time::Instant::now() > deadline {
+            return n;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
 #[test]
 fn altering_read_path_switches_new_fetch_responses_to_the_new_path() {
     let (_tmp, broker) = crate::broker::start(ReadPathKind::Copy);
@@ -255,8 +269,9 @@ fn altering_read_path_switches_new_fetch_responses_to_the_new_path() {
     assert_eq!(produce(&mut client, "switch", batch(200), 1), Some((0, 0)));
     let before = read_all(&mut client, "switch");
     assert_eq!(before.len(), 200);
-    let copy_before = transfers(&broker, ReadPathKind::Copy);
-    assert!(copy_before > 0 && transfers(&broker, ReadPathKind::Sendfile) == 0);
+    // One Fetch response, one slice: one transfer, counted once its write returned.
+    let copy_before = transfers_reach(&broker, ReadPathKind::Copy, 1);
+    assert!(copy_before == 1 && transfers(&broker, ReadPathKind::Sendfile) == 0, "copy: {copy_before}");
 
     assert_eq!(alter(&mut client, "0", &[(0, "read.path", Some("sendfile"))], false), (0, String::new()));
     assert_eq!(broker.test_support().read_path(), ReadPathKind::Sendfile);
@@ -268,7 +283,7 @@ fn altering_read_path_switches_new_fetch_responses_to_the_new_path() {
     let mut other = Client::connect(broker.local_addr());
     assert_eq!(read_all(&mut other, "switch"), before, "records differ after the switch");
     assert_eq!(read_all(&mut client, "switch"), before);
-    assert!(transfers(&broker, ReadPathKind::Sendfile) >= 2);
+    assert_eq!(transfers_reach(&broker, ReadPathKind::Sendfile, 2), 2);
     assert_eq!(transfers(&broker, ReadPathKind::Copy), copy_before, "copy moved bytes after the switch");
 
     // The cluster default under the per-broker value, then DELETE of the per-broker value: the
@@ -281,11 +296,11 @@ fn altering_read_path_switches_new_fetch_responses_to_the_new_path() {
     assert_eq!(alter(&mut client, "0", &[(1, "read.path", None)], false).0, 0);
     assert_eq!(broker.test_support().read_path(), ReadPathKind::Mmap);
     assert_eq!(read_all(&mut client, "switch"), before);
-    assert!(transfers(&broker, ReadPathKind::Mmap) > 0);
+    assert_eq!(transfers_reach(&broker, ReadPathKind::Mmap, 1), 1);
     assert_eq!(alter(&mut client, "", &[(1, "read.path", None)], false).0, 0);
     assert_eq!(read_path_of(&mut client), "copy");
     assert_eq!(read_all(&mut client, "switch"), before);
-    assert!(transfers(&broker, ReadPathKind::Copy) > copy_before);
+    assert_eq!(transfers_reach(&broker, ReadPathKind::Copy, copy_before + 1), copy_before + 1);
     assert_eq!(broker.test_support().connection_panics(), 0);
     broker.shutdown().unwrap();
 }
@@ -332,8 +347,8 @@ fn confluent_admin_client_switches_the_read_path() {
     assert_eq!(summary["refused"]["bad_value"]["code"], i64::from(INVALID_REQUEST), "{summary}");
     assert_eq!(broker.test_support().read_path(), ReadPathKind::Sendfile);
     // Consumed once on copy, once on sendfile.
-    assert!(transfers(&broker, ReadPathKind::Copy) > 0);
-    assert!(transfers(&broker, ReadPathKind::Sendfile) > 0, "no Fetch went through sendfile after the switch");
+    assert!(transfers_reach(&broker, ReadPathKind::Copy, 1) > 0);
+    assert!(transfers_reach(&broker, ReadPathKind::Sendfile, 1) > 0, "no Fetch went through sendfile after the switch");
     assert_eq!(broker.test_support().connection_panics(), 0);
     broker.shutdown().unwrap();
 }
