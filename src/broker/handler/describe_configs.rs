@@ -26,7 +26,8 @@
 //! Gap: a per-topic config does not persist across a restart ([`create_topics`](super::create_topics)),
 //! so a topic's overrides are described only until then.
 //!
-//! Versions v1-v4 (the codec's; Kafka 4 removed v0, KIP-896). librdkafka 2.x asks v1.
+//! Versions v1-v4 (the codec's; Kafka 4 removed v0, KIP-896); confluent-kafka 2.16's AdminClient
+//! (librdkafka 2.16) is tested against them (`tests/it/dynamic_config.rs`).
 
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::describe_configs_response::{

@@ -18,7 +18,8 @@
 //! to Fetch responses written after the answer. Nothing is persisted: a restart starts from the
 //! static configs.
 //!
-//! Versions v0-v1 (the codec's; librdkafka 2.x asks v0-v1, v1 is the flexible encoding).
+//! Versions v0-v1 (the codec's; v1 is the flexible encoding); confluent-kafka 2.16's AdminClient
+//! is tested against them.
 //!
 //! [`DynamicConfig::alter`]: crate::broker::dynamic_config::DynamicConfig::alter
 
