@@ -31,7 +31,7 @@
 //! | `fetch_requests_in_flight` | gauge | requests | | Fetch requests decoded and not yet answered (parked ones included) |
 //! | `purgatory_size` | gauge | requests | | requests waiting in the purgatory now (Kafka's `DelayedOperationPurgatory` `PurgatorySize`): parked Fetch, JoinGroup, SyncGroup |
 //! | `connections` | gauge | connections | | client connections open now (Kafka's `connection-count`) |
-//! | `broker_info` | info | | `server_model`, `read_path`, `version` | how the broker serves |
+//! | `broker_info` | info | | `server_model`, `read_path`, `version` | how the broker serves (`read_path`: the current one, `read.path` is dynamic) |
 //! | `machine_info` | info | | `nproc`, `kernel`, `arch`, `cpu_model`, `memory_bytes`, `io_uring` | [`Machine`], as a results file records it |
 //!
 //! `api` is Kafka's request name: the API key's name (`Produce`, `Metadata`, `ListOffsets`,

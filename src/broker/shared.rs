@@ -258,7 +258,7 @@ impl Shared {
             fetches_in_flight: self.fetches_in_flight(),
             purgatory_size: self.purgatory.delayed(),
             server_model: self.config.server_model.to_string(),
-            read_path: self.config.read_path.name().to_string(),
+            read_path: self.dynamic_config.read_path().name().to_string(),
         })
     }
 

@@ -275,6 +275,9 @@ fn altering_read_path_switches_new_fetch_responses_to_the_new_path() {
 
     assert_eq!(alter(&mut client, "0", &[(0, "read.path", Some("sendfile"))], false), (0, String::new()));
     assert_eq!(broker.test_support().read_path(), ReadPathKind::Sendfile);
+    let metrics = broker.metrics_text().unwrap();
+    let info = metrics.lines().find(|l| l.starts_with("fetchbench_broker_info{")).expect("broker_info");
+    assert!(info.contains("read_path=\"sendfile\""), "broker_info names another path: {info}");
     let r = describe(&mut client, BROKER, "0", 4);
     let rp = entry(&r, "read.path");
     assert_eq!((value(rp), rp.config_source), ("sendfile", DYNAMIC_BROKER_CONFIG));
