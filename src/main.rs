@@ -95,9 +95,10 @@ struct ServeArgs {
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
     /// How Fetch responses move record bytes: copy, mmap, sendfile, splice, uring-splice,
-    /// uring-read-send, uring-send-zc, msg-zerocopy, direct.
-    #[arg(long, default_value = "sendfile")]
-    read_path: ReadPathKind,
+    /// uring-read-send, uring-send-zc, msg-zerocopy, direct [default: sendfile]. Wins over
+    /// `read.path` in the config (a dynamic broker config: IncrementalAlterConfigs changes it).
+    #[arg(long)]
+    read_path: Option<ReadPathKind>,
     /// How connections are run: `threaded` (Kafka's network and io threads) or `uring` (one
     /// io_uring loop per core). Wins over `server.model` in the config.
     #[arg(long)]
@@ -105,7 +106,8 @@ struct ServeArgs {
     /// A broker config with Kafka's name, `key=value` (repeatable): `num.partitions`,
     /// `auto.create.topics.enable`, `socket.request.max.bytes`, `max.connections`,
     /// `max.connections.per.ip`, `group.*`, `offsets.topic.num.partitions`,
-    /// `offsets.retention.minutes`, `offset.metadata.max.bytes`, `log.dirs`, `listeners`, `log.*`.
+    /// `offsets.retention.minutes`, `offset.metadata.max.bytes`, `log.dirs`, `listeners`,
+    /// `advertised.listeners`, `log.*`, `server.model`, `read.path`, `metrics.listen`.
     #[arg(short = 'X', value_name = "KEY=VALUE")]
     overrides: Vec<String>,
 }
@@ -362,7 +364,7 @@ fn serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
         props.insert(key.trim().to_string(), value.trim().to_string());
     }
     let default_listen = DEFAULT_LISTEN.parse().expect("DEFAULT_LISTEN is an address");
-    let mut config = BrokerConfig::new(default_listen, PathBuf::new(), a.read_path);
+    let mut config = BrokerConfig::new(default_listen, PathBuf::new(), ReadPathKind::Sendfile);
     config.apply_props(&props).with_context(|| match &a.config {
         Some(path) => format!("broker config (--config {} and -X)", path.display()),
         None => "broker config (-X)".to_string(),
@@ -376,11 +378,15 @@ fn serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
     if let Some(model) = a.server_model {
         config.server_model = model;
     }
+    if let Some(path) = a.read_path {
+        config.read_path = path;
+    }
     if config.log_dir.as_os_str().is_empty() {
         anyhow::bail!("no log directory: give --log-dir, or log.dirs in --config or -X");
     }
     let log_dir = config.log_dir.clone();
     let server_model = config.server_model;
+    let read_path = config.read_path;
     if config.read_path == ReadPathKind::Null {
         anyhow::bail!("--read-path null sends zeros, not records: it is a baseline for `read-paths` only");
     }
@@ -399,7 +405,7 @@ fn serve(a: ServeArgs) -> anyhow::Result<ExitCode> {
         "fetchbench broker listening on {} (server model {}, read path {})",
         handle.local_addr(),
         server_model,
-        a.read_path
+        read_path
     ));
     if let Some(addr) = handle.metrics_addr() {
         say(format_args!("fetchbench broker: metrics at http://{addr}/metrics"));
