@@ -44,7 +44,7 @@
 //! an `InvalidRequestException` (KAFKA-13609 notes it, kept for compatibility).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use super::config::BrokerConfig;
@@ -52,7 +52,7 @@ use super::errors;
 use super::server_model::ServerModel;
 use crate::log::config::{broker_synonyms, ConfigSource, TOPIC_CONFIG_KEYS};
 use crate::log::LogConfig;
-use crate::read_path::{ReadPathKind, TransferStats};
+use crate::read_path::ReadPathKind;
 
 /// `read.path`: fetchbench's own broker key, how Fetch responses move record bytes (a
 /// [`ReadPathKind`] name); the one dynamic broker key.
@@ -305,9 +305,9 @@ pub(crate) struct AlterOp<'a> {
 /// The dynamic values of one level (per broker or cluster default): key -> value.
 type Layer = BTreeMap<String, String>;
 
-/// The broker's dynamic config: the per-broker and cluster-default layers of the dynamic keys,
-/// the effective read path (read with one atomic load on the Fetch path) and the bytes and
-/// transfers each read path has moved in Fetch responses.
+/// The broker's dynamic config: the per-broker and cluster-default layers of the dynamic keys
+/// and the effective read path (read with one atomic load on the Fetch path). What each read
+/// path moved is counted by the metrics registry (`metrics_registry.rs`).
 #[derive(Debug)]
 pub(crate) struct DynamicConfig {
     static_read_path: ReadPathKind,
@@ -316,8 +316,6 @@ pub(crate) struct DynamicConfig {
     read_path: AtomicUsize,
     /// (per broker, cluster default); taken only by DescribeConfigs and IncrementalAlterConfigs.
     layers: Mutex<(Layer, Layer)>,
-    /// Per [`ReadPathKind::ALL`] index: (transfers, bytes) of Fetch responses.
-    transfers: [(AtomicU64, AtomicU64); ReadPathKind::ALL.len()],
 }
 
 fn kind_index(kind: ReadPathKind) -> usize {
@@ -332,27 +330,12 @@ impl DynamicConfig {
             server_model: config.server_model,
             read_path: AtomicUsize::new(kind_index(config.read_path)),
             layers: Mutex::default(),
-            transfers: Default::default(),
         }
     }
 
     /// The effective read path: what new Fetch responses are written with (one atomic load).
     pub(crate) fn read_path(&self) -> ReadPathKind {
         ReadPathKind::ALL[self.read_path.load(Ordering::Acquire)]
-    }
-
-    /// Counts what a read path moved for one Fetch response.
-    pub(crate) fn record_transfers(&self, kind: ReadPathKind, stats: &TransferStats) {
-        let (transfers, bytes) = &self.transfers[kind_index(kind)];
-        transfers.fetch_add(stats.transfers, Ordering::Relaxed);
-        bytes.fetch_add(stats.bytes, Ordering::Relaxed);
-    }
-
-    /// `(transfers, bytes)` that `kind` moved in Fetch responses since the broker started
-    /// (counted under `server.model=threaded`; the `uring` cores do not report here).
-    pub(crate) fn transfers(&self, kind: ReadPathKind) -> (u64, u64) {
-        let (transfers, bytes) = &self.transfers[kind_index(kind)];
-        (transfers.load(Ordering::Relaxed), bytes.load(Ordering::Relaxed))
     }
 
     fn layers(&self) -> std::sync::MutexGuard<'_, (Layer, Layer)> {

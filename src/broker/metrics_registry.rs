@@ -239,6 +239,14 @@ impl BrokerMetrics {
         self.path_transfers.get_or_create(&label).inc_by(transfers);
     }
 
+    /// `(transfers, bytes)` read path `path` moved since the broker started (0 before its first
+    /// transfer; reading creates no sample).
+    pub(crate) fn path_counts(&self, path: &'static str) -> (u64, u64) {
+        let label = [("read_path", path)];
+        let get = |family: &Family<PathLabel, Counter>| family.get(&label).map_or(0, |c| c.get());
+        (get(&self.path_transfers), get(&self.path_bytes))
+    }
+
     /// The whole exposition: the recorded families, then the process, the broker's `live`
     /// state and the machine, then `# EOF`.
     ///

@@ -308,11 +308,8 @@ fn write_response(shared: &Shared, conn: &Connection, response: Response) -> Res
             }
             let path = path.as_mut().expect("created above");
             let written = frame.write_to(conn.fd(), path);
-            // What the path moved, also of a write that failed part way: one reading (it
-            // resets the counters) for the metrics endpoint and the per-path Fetch counts.
-            let stats = path.take_stats();
-            shared.metrics().record_transfers(path.name(), &stats);
-            shared.dynamic_config().record_transfers(kind, &stats);
+            // What the path moved, also of a write that failed part way.
+            shared.metrics().record_transfers(path.name(), &path.take_stats());
             written.map(|_| ()).map_err(|e| WriteEnd::Io(timed_out(e)))
         }),
     }

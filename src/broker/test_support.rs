@@ -48,11 +48,11 @@ impl<'a> TestSupport<'a> {
         self.shared.dynamic_config().read_path()
     }
 
-    /// `(transfers, bytes)` that `kind` moved in Fetch responses since the broker started,
-    /// counted under `server.model=threaded` only (the `uring` cores' engines do not count here),
-    /// when a response's write returns: a client may have read the response just before.
+    /// `(transfers, bytes)` that `kind` moved in Fetch responses since the broker started, as
+    /// the metrics endpoint counts them (`fetchbench_read_path_{transfers,bytes}_total`): when a
+    /// response's write returns, so a client may have read the response just before.
     pub fn read_path_transfers(&self, kind: ReadPathKind) -> (u64, u64) {
-        self.shared.dynamic_config().transfers(kind)
+        self.shared.metrics().path_counts(kind.name())
     }
 
     /// Panics caught on the broker's network and io threads (a bug: bad input must get an error
