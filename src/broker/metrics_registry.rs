@@ -28,6 +28,7 @@
 //! | `read_path_transfers_total` | counter | transfers | `read_path` | `transfer` calls, one per record set (file slice) sent ([`TransferStats::transfers`]) |
 //! | `read_path_syscalls_total` | counter | syscalls | `read_path` | system calls (io_uring paths: SQEs + `io_uring_enter`) of those transfers ([`TransferStats::syscalls`]); `server.model=threaded` only |
 //! | `request_total_time_ms` | histogram | milliseconds | `api` | Kafka's `RequestMetrics` `TotalTimeMs`: frame completely read -> response completely written |
+//! | `fetch_consumer_time_ms` | histogram | milliseconds | `records` (`yes`, `no`) | consumer Fetch total time as `FetchConsumer` above, split by whether the response carried record bytes (`no`: long polls that waited at the log end, fetches woken with nothing, error answers); fine buckets ([`fetch_time_buckets_ms`]) so that a remote `fetchbench run --metrics` can take percentiles from differences of scrapes |
 //! | `fetch_requests_in_flight` | gauge | requests | | Fetch requests decoded and not yet answered (parked ones included) |
 //! | `purgatory_size` | gauge | requests | | requests waiting in the purgatory now (Kafka's `DelayedOperationPurgatory` `PurgatorySize`): parked Fetch, JoinGroup, SyncGroup |
 //! | `connections` | gauge | connections | | client connections open now (Kafka's `connection-count`) |
@@ -54,8 +55,9 @@
 //! A labelled family (`request_total_time_ms`, `read_path_*`) appears in the text with its first
 //! sample: the first request of an API, the first transfer of a path.
 //!
-//! Recording costs one histogram observation per request (a read lock of its family, atomic
-//! adds) and three atomic adds per Fetch response; the process figures are read when scraped.
+//! Recording costs one histogram observation per request, two per consumer Fetch (each a read
+//! lock of its family and atomic adds), and three atomic adds per Fetch response; the process
+//! figures are read when scraped.
 
 use std::fmt::{self, Write as _};
 use std::sync::OnceLock;
@@ -80,6 +82,18 @@ use crate::read_path::TransferStats;
 /// long polls (`fetch.max.wait.ms`, 500 ms by default) in between.
 pub(crate) const TOTAL_TIME_BUCKETS_MS: [f64; 17] =
     [0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0, 30000.0];
+
+/// Upper bounds (milliseconds) of the `fetch_consumer_time_ms` buckets, `+Inf` added by the
+/// encoder: 5 us times 2^(k/4) for k = 0..=94 (up to ~70 s, past the 60 s a Fetch latency is
+/// clamped to), so a percentile read from a bucket's upper bound is at most 19% above the
+/// sample it stands for.
+pub(crate) fn fetch_time_buckets_ms() -> impl Iterator<Item = f64> {
+    (0..=94).map(|k| 0.005 * 2f64.powf(k as f64 / 4.0))
+}
+
+/// The `records` label of `fetch_consumer_time_ms`: `yes` when the response carried record
+/// bytes.
+type RecordsLabel = [(&'static str, &'static str); 1];
 
 /// The `api` label of `request_total_time_ms`: Kafka's `RequestMetrics` name of a request (see
 /// the [module docs](self)).
@@ -165,6 +179,7 @@ pub(crate) struct BrokerMetrics {
     path_bytes: Family<PathLabel, Counter>,
     path_transfers: Family<PathLabel, Counter>,
     path_syscalls: Family<PathLabel, Counter>,
+    fetch_time: Family<RecordsLabel, Histogram, fn() -> Histogram>,
     /// [`Machine::current`], read at the first encode (it probes io_uring).
     machine: OnceLock<Machine>,
 }
@@ -189,6 +204,8 @@ impl BrokerMetrics {
         let path_bytes = Family::<PathLabel, Counter>::default();
         let path_transfers = Family::<PathLabel, Counter>::default();
         let path_syscalls = Family::<PathLabel, Counter>::default();
+        let fetch_time: Family<RecordsLabel, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(|| Histogram::new(fetch_time_buckets_ms()));
         let mut registry = Registry::default();
         registry.register_with_unit(
             "fetchbench_request_total_time",
@@ -213,12 +230,33 @@ impl BrokerMetrics {
             "System calls (io_uring: SQEs and io_uring_enter calls) of the read path's transfers",
             path_syscalls.clone(),
         );
-        BrokerMetrics { registry, total_time, path_bytes, path_transfers, path_syscalls, machine: OnceLock::new() }
+        registry.register_with_unit(
+            "fetchbench_fetch_consumer_time",
+            "Consumer Fetch total time by whether the response carried record bytes (fine buckets)",
+            Unit::Other("ms".into()),
+            fetch_time.clone(),
+        );
+        BrokerMetrics {
+            registry,
+            total_time,
+            path_bytes,
+            path_transfers,
+            path_syscalls,
+            fetch_time,
+            machine: OnceLock::new(),
+        }
     }
 
     /// Records one request's total time under `name`.
     pub(crate) fn record_request(&self, name: RequestName, total: Duration) {
         self.total_time.get_or_create(&name).observe(total.as_secs_f64() * 1000.0);
+    }
+
+    /// Records one consumer Fetch's total time in `fetch_consumer_time_ms`, labelled by
+    /// whether its response carried record bytes.
+    pub(crate) fn record_fetch(&self, total: Duration, with_records: bool) {
+        let label = [("records", if with_records { "yes" } else { "no" })];
+        self.fetch_time.get_or_create(&label).observe(total.as_secs_f64() * 1000.0);
     }
 
     /// Adds what read path `path` did for one response: `stats` as the path counted them
@@ -392,6 +430,8 @@ mod tests {
             &TransferStats { transfers: 2, bytes: 1000, syscalls: 3, wall: Duration::ZERO },
         );
         metrics.record_transfers_without_syscalls("uring-splice", 1, 10);
+        metrics.record_fetch(Duration::from_micros(300), true);
+        metrics.record_fetch(Duration::from_millis(500), false);
         let text = metrics.encode(&live()).unwrap();
         assert!(text.ends_with("# EOF\n"), "{text}");
         assert_eq!(text.matches("# EOF").count(), 1);
@@ -407,6 +447,9 @@ mod tests {
         assert_eq!(sample(&text, "fetchbench_read_path_syscalls_total{read_path=\"sendfile\"}"), Some(3.0));
         assert_eq!(sample(&text, "fetchbench_read_path_bytes_total{read_path=\"uring-splice\"}"), Some(10.0));
         assert_eq!(sample(&text, "fetchbench_read_path_syscalls_total{read_path=\"uring-splice\"}"), None);
+        assert_eq!(sample(&text, "fetchbench_fetch_consumer_time_ms_count{records=\"yes\"}"), Some(1.0));
+        assert_eq!(sample(&text, "fetchbench_fetch_consumer_time_ms_count{records=\"no\"}"), Some(1.0));
+        assert_eq!(sample(&text, "fetchbench_fetch_consumer_time_ms_bucket{le=\"0.32\",records=\"yes\"}"), Some(1.0));
         assert_eq!(sample(&text, "fetchbench_connections"), Some(2.0));
         assert_eq!(sample(&text, "fetchbench_purgatory_size"), Some(1.0));
         assert!(sample(&text, "fetchbench_process_cpu_user_seconds_total").is_some(), "{text}");

@@ -234,12 +234,14 @@ impl Shared {
     /// bytes. Clamped to 1 us ..= 60 s by [`Latency::record_ns`].
     pub(crate) fn record_fetch_latency(&self, total: Duration, with_records: bool) {
         self.fetch_metrics.record(self.io_pool.current_thread(), total, with_records);
+        self.metrics.record_fetch(total, with_records);
     }
 
     /// Records one consumer Fetch's total time in `uring` core `core`'s own histograms (the
     /// core wrote its response).
     pub(crate) fn record_core_fetch_latency(&self, core: usize, total: Duration, with_records: bool) {
         self.fetch_metrics.record_core(core, total, with_records);
+        self.metrics.record_fetch(total, with_records);
     }
 
     /// The metrics endpoint's recorded families ([`BrokerMetrics`]): the io threads and cores
