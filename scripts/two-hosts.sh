@@ -17,14 +17,19 @@
 #   --delay DELAY         add DELAY each way (tc netem delay, e.g. 100us, 1ms; needs a kernel
 #                         with sch_netem)
 #   --no-pin              do not pin serve to CPU 0 and run to the other CPUs
+#   --no-metrics          no metrics endpoint: serve without metrics.listen, run without
+#                         --metrics (broker figures 0, the read path serve's alone)
 #   --serve-arg ARG       one more argument for serve (repeatable, e.g. --serve-arg -X
 #                         --serve-arg num.io.threads=4)
-# RUN-ARGS go to `fetchbench run --bootstrap <server>:9092` (a workload file, --no-limits,
-# --results-dir DIR, ...). Exit status: run's, or 1 when the setup failed.
+# RUN-ARGS go to `fetchbench run --bootstrap <server>:9092 --metrics <server>:9093` (a workload
+# file, --no-limits, --results-dir DIR, ...): serve exposes its metrics endpoint on port 9093,
+# and run switches serve's read path per combination and reads the broker's CPU, faults, RSS
+# and fetch latency from it. Exit status: run's, or 1 when the setup failed.
 #
 # On two real machines the same run is (README "Two hosts"):
-#   host A: fetchbench serve --listen 0.0.0.0:9092 -X advertised.listeners=PLAINTEXT://hostA:9092
-#   host B: fetchbench run --bootstrap hostA:9092 WORKLOAD
+#   host A: fetchbench serve --listen 0.0.0.0:9092 -X advertised.listeners=PLAINTEXT://hostA:9092 \
+#             -X metrics.listen=0.0.0.0:9093
+#   host B: fetchbench run --bootstrap hostA:9092 --metrics hostA:9093 WORKLOAD
 set -euo pipefail
 
 bin=
@@ -33,6 +38,7 @@ server_model=
 rate=
 delay=
 pin=1
+metrics=1
 serve_args=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -42,9 +48,10 @@ while [ $# -gt 0 ]; do
         --rate) rate=$2; shift 2 ;;
         --delay) delay=$2; shift 2 ;;
         --no-pin) pin=0; shift ;;
+        --no-metrics) metrics=0; shift ;;
         --serve-arg) serve_args+=("$2"); shift 2 ;;
         --) shift; break ;;
-        -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
         *) echo "two-hosts: unknown option $1 (see --help)" >&2; exit 1 ;;
     esac
 done
@@ -154,6 +161,12 @@ fi
 serve_cmd=("${srv_pin[@]}" "$bin" serve --listen "$srv_ip:$port" --log-dir "$tmp/logs")
 [ -n "$read_path" ] && serve_cmd+=(--read-path "$read_path")
 [ -n "$server_model" ] && serve_cmd+=(--server-model "$server_model")
+metrics_port=9093
+run_metrics=()
+if [ "$metrics" = 1 ]; then
+    serve_cmd+=(-X "metrics.listen=$srv_ip:$metrics_port")
+    run_metrics=(--metrics "$srv_ip:$metrics_port")
+fi
 serve_cmd+=("${serve_args[@]}")
 echo "two-hosts: server namespace $srv ($srv_ip), client namespace $cli ($cli_ip), veth, shaping: $shaping" >&2
 echo "two-hosts: serve: ${serve_cmd[*]}" >&2
@@ -166,7 +179,7 @@ for i in $(seq 1 300); do
     sleep 0.1
 done
 
-run_cmd=("${cli_pin[@]}" "$bin" run --bootstrap "$srv_ip:$port" "$@")
+run_cmd=("${cli_pin[@]}" "$bin" run --bootstrap "$srv_ip:$port" "${run_metrics[@]}" "$@")
 echo "two-hosts: run: ${run_cmd[*]}" >&2
 # In the background and waited for: a signal to this script then runs its trap at once (bash
 # defers traps until a foreground child exits), and the cleanup stops the run too.

@@ -96,6 +96,12 @@ impl Latency {
         self.hist.saturating_record(ns.min(HIGHEST_NS));
     }
 
+    /// Records `count` latencies of `ns` nanoseconds each (a bucket of a Prometheus histogram
+    /// read back as its upper bound); above [`HIGHEST_NS`] they count as [`HIGHEST_NS`].
+    pub fn record_n_ns(&mut self, ns: u64, count: u64) {
+        self.hist.saturating_record_n(ns.min(HIGHEST_NS), count);
+    }
+
     /// Adds every count of `other` (merging consumers, or runs): percentiles of the result
     /// are those of all the recorded values together.
     pub fn merge(&mut self, other: &Latency) {

@@ -10,6 +10,7 @@ use nix::sys::resource::UsageWho;
 
 use super::backlog::Backlog;
 use super::histogram::LatencyRecorder;
+use super::remote::{MetricsEndpoint, RemoteWindow};
 use super::results::{CpuPerGb, EndToEnd, LatencyResult, PathResult};
 use super::usage::{pin_current_thread, residency, threads_usage, Usage};
 use super::workload::{PageCache, Phase, Workload};
@@ -73,8 +74,11 @@ pub(crate) struct Target<'a> {
     /// `host:port` of the broker.
     pub bootstrap: String,
     /// The embedded broker, `None` for an external cluster (no broker CPU, no broker-side
-    /// fetch latency there).
+    /// fetch latency there, unless `metrics`).
     pub broker: Option<&'a BrokerHandle>,
+    /// The external broker's metrics endpoint (`run --metrics`): its figures replace the
+    /// in-process ones ([`super::remote`]); `None` for the embedded broker.
+    pub metrics: Option<&'a MetricsEndpoint>,
     /// Set by Ctrl-C: phases stop early and report what they measured.
     pub interrupted: &'a AtomicBool,
     /// A prefix unique to this path, for group ids.
@@ -215,6 +219,7 @@ pub(crate) fn catch_up_with(t: &Target<'_>, hooks: &dyn DrainHooks) -> anyhow::R
         shared.failed.store(true, Ordering::SeqCst);
         return Err(join_error(threads, e));
     }
+    let remote = RemoteWindow::open(t.metrics);
     let proc_start = Usage::now(UsageWho::RUSAGE_SELF);
     if let Some(b) = t.broker {
         let _ = b.take_fetch_latencies(); // the warmup's fetches are not measured
@@ -251,6 +256,8 @@ pub(crate) fn catch_up_with(t: &Target<'_>, hooks: &dyn DrainHooks) -> anyhow::R
         // Counted as broker CPU: a coarse poll (the drain's end is stamped by the consumers).
         std::thread::sleep(Duration::from_millis(5));
     }
+    // Before the consumers close, as the embedded broker's fetch latencies above.
+    let remote = remote.close(t.metrics, &t.read_path, &mut notes);
     // The consumers' heartbeat threads are clients too (taken before the consumers close).
     let heartbeats = threads_usage(&["heartbeat-"]).minus(heartbeats_start);
     let mut reports = Vec::new();
@@ -264,7 +271,12 @@ pub(crate) fn catch_up_with(t: &Target<'_>, hooks: &dyn DrainHooks) -> anyhow::R
     }
     let proc_end = Usage::now(UsageWho::RUSAGE_SELF);
     let end = shared.done_at.lock().expect("not poisoned").unwrap_or_else(Instant::now);
-    let fetch_latency = fetch_latency.or_else(|| t.broker.map(|b| b.take_fetch_latencies())).unwrap_or_default();
+    let fetch_latency = fetch_latency.or_else(|| t.broker.map(|b| b.take_fetch_latencies()));
+    let fetches_in_flight_at_start =
+        fetches_in_flight_at_start.or(remote.as_ref().map(|r| r.fetches_in_flight_at_start));
+    let broker_rss_bytes = remote.as_ref().map(|r| r.rss_bytes);
+    let remote_usage = remote.as_ref().map(|r| r.usage);
+    let fetch_latency = fetch_latency.or(remote.map(|r| r.fetch)).unwrap_or_default();
     if let Some(e) = error {
         return Err(e);
     }
@@ -307,8 +319,12 @@ pub(crate) fn catch_up_with(t: &Target<'_>, hooks: &dyn DrainHooks) -> anyhow::R
     let records = shared.consumed.load(Ordering::SeqCst).min(shared.target);
     let bytes = (backlog.disk_bytes as f64 * groups as f64 * records as f64 / shared.target.max(1) as f64) as u64;
     let process = proc_end.minus(proc0);
-    // External target: the broker is elsewhere; this process is only the clients.
-    let brk = if t.broker.is_some() { process.minus_part(consumer) } else { Usage::default() };
+    // External target: the broker is elsewhere (its figures from its endpoint, if any); this
+    // process is only the clients.
+    let brk = match t.broker {
+        Some(_) => process.minus_part(consumer),
+        None => remote_usage.unwrap_or_default(),
+    };
     if t.broker.is_none() {
         consumer = process;
     }
@@ -326,6 +342,7 @@ pub(crate) fn catch_up_with(t: &Target<'_>, hooks: &dyn DrainHooks) -> anyhow::R
         polls,
         end_to_end: LatencyRecorder::new(),
         rebalance_ms: Some(rebalance_ms),
+        broker_rss_bytes,
     }
     .result(t);
     Ok((result, notes))
@@ -581,7 +598,8 @@ pub(crate) struct Measured {
     pub bytes: u64,
     /// Records delivered (all groups).
     pub records: u64,
-    /// The broker's resource use over the window (zero for an external cluster).
+    /// The broker's resource use over the window (zero for an external cluster without a
+    /// metrics endpoint).
     pub broker: Usage,
     /// The clients' (consumers', and producers' in the tail).
     pub clients: Usage,
@@ -602,6 +620,9 @@ pub(crate) struct Measured {
     pub end_to_end: LatencyRecorder,
     /// Subscribe to every group stable, ms.
     pub rebalance_ms: Option<f64>,
+    /// An external broker's RSS at the end, from its endpoint (`None`: the embedded broker's
+    /// is read by [`Measured::result`], or not measured).
+    pub broker_rss_bytes: Option<u64>,
 }
 
 impl Measured {
@@ -629,7 +650,10 @@ impl Measured {
             major_faults_per_gb: per_gb(self.broker.majflt),
             context_switches_per_gb: per_gb(self.broker.csw),
             residency_before: self.residency_before,
-            broker_rss_bytes: if t.broker.is_some() { rss_bytes() } else { 0 },
+            broker_rss_bytes: match t.broker {
+                Some(_) => rss_bytes(),
+                None => self.broker_rss_bytes.unwrap_or(0),
+            },
             fetch_latency: LatencyResult::of(&self.fetch),
             fetch_long_poll_latency: LatencyResult::of(&self.fetch_long_poll),
             fetches_in_flight_at_start: self.fetches_in_flight_at_start,

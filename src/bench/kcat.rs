@@ -35,6 +35,7 @@ use nix::sys::resource::UsageWho;
 
 use super::catch_up::{Measured, Target};
 use super::histogram::LatencyRecorder;
+use super::remote::RemoteWindow;
 use super::results::PathResult;
 use super::tail_shared::{mono_ns, TailMemberReport, TailMembers, TailShared, INTENDED_HEADER, SENT_HEADER};
 use super::usage::{residency, Usage};
@@ -547,6 +548,7 @@ pub(crate) fn catch_up(t: &Target<'_>) -> anyhow::Result<(PathResult, Vec<String
         done_at: Mutex::new(None),
         groups_done: AtomicUsize::new(0),
     });
+    let mut remote = RemoteWindow::open(t.metrics);
     let proc_start = Usage::now(UsageWho::RUSAGE_SELF);
     let spawned = Instant::now();
     let mut procs = Vec::new();
@@ -644,6 +646,7 @@ pub(crate) fn catch_up(t: &Target<'_>) -> anyhow::Result<(PathResult, Vec<String
             match children.filter(|_| procs.iter().all(|p| p.reaped.is_none())) {
                 Some(c) => {
                     let children = c.into_iter().fold(Usage::default(), Usage::plus);
+                    remote = RemoteWindow::open(t.metrics);
                     boundary = Some((Instant::now(), Usage::now(UsageWho::RUSAGE_SELF), consumed(), children));
                     d.boundary.store(true, Ordering::SeqCst);
                     if let Some(b) = t.broker {
@@ -674,7 +677,11 @@ pub(crate) fn catch_up(t: &Target<'_>) -> anyhow::Result<(PathResult, Vec<String
         stderr_threads = stderr_threads.plus(r.join().unwrap_or_default());
     }
     let proc_end = Usage::now(UsageWho::RUSAGE_SELF);
-    let fetch_latency = t.broker.map(|b| b.take_fetch_latencies()).unwrap_or_default();
+    let remote = remote.close(t.metrics, &t.read_path, &mut notes);
+    let in_flight_at_start = in_flight_at_start.or(remote.as_ref().map(|r| r.fetches_in_flight_at_start));
+    let broker_rss_bytes = remote.as_ref().map(|r| r.rss_bytes);
+    let remote_usage = remote.as_ref().map(|r| r.usage);
+    let fetch_latency = t.broker.map(|b| b.take_fetch_latencies()).or(remote.map(|r| r.fetch)).unwrap_or_default();
     if let Some(e) = error {
         return Err(e);
     }
@@ -717,7 +724,10 @@ pub(crate) fn catch_up(t: &Target<'_>) -> anyhow::Result<(PathResult, Vec<String
     let records = consumed().min(total).saturating_sub(records0);
     let bytes = (backlog.disk_bytes as f64 * groups as f64 * records as f64 / total.max(1) as f64) as u64;
     let process = proc_end.minus(proc0);
-    let brk = if t.broker.is_some() { process.minus_part(readers_usage) } else { Usage::default() };
+    let brk = match t.broker {
+        Some(_) => process.minus_part(readers_usage),
+        None => remote_usage.unwrap_or_default(),
+    };
     // The consumers are the kcat processes (plus, on an external cluster, this process's readers).
     let consumer = if t.broker.is_some() { children } else { children.plus(process) };
     let rebalance = (0..groups).map(|g| *ms.stable_at[g].lock().expect("not poisoned")).collect::<Option<Vec<_>>>();
@@ -745,6 +755,7 @@ pub(crate) fn catch_up(t: &Target<'_>) -> anyhow::Result<(PathResult, Vec<String
         polls: Latency::new(),
         end_to_end: LatencyRecorder::new(),
         rebalance_ms,
+        broker_rss_bytes,
     }
     .result(t);
     Ok((result, notes))

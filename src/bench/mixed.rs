@@ -49,6 +49,7 @@ use anyhow::{anyhow, bail};
 use nix::sys::resource::UsageWho;
 
 use super::catch_up::{catch_up_with, DrainHooks, Measured, Target};
+use super::remote::{BrokerInterval, MetricsEndpoint, RemoteWindow};
 use super::results::PathResult;
 use super::tail::{self, Producers, TailRig, CLIENT_THREADS};
 use super::tail_shared::{mono_ns, TailShared};
@@ -91,6 +92,12 @@ struct Interval<'a> {
     end: &'a AtomicU64,
     /// `S` and `E`.
     marks: Mutex<(Option<Mark>, Option<Mark>)>,
+    /// An external broker's endpoint (`run --metrics`).
+    metrics: Option<&'a MetricsEndpoint>,
+    /// The read path the broker should serve with.
+    read_path: String,
+    /// Its window, opened at `S`, and its figures and notes, taken at `E`.
+    remote: Mutex<(Option<RemoteWindow>, Option<BrokerInterval>, Vec<String>)>,
 }
 
 impl DrainHooks for Interval<'_> {
@@ -99,6 +106,7 @@ impl DrainHooks for Interval<'_> {
         if !tail::wait_until(self.sh, self.interrupted, self.warm_until) && self.sh.failed.load(Ordering::SeqCst) {
             bail!("stopped: the producers or the tail consumers failed");
         }
+        self.remote.lock().expect("not poisoned").0 = Some(RemoteWindow::open(self.metrics));
         let mark = Mark::now(self.producers);
         self.sh.window.0.store(mark.ns, Ordering::SeqCst);
         self.marks.lock().expect("not poisoned").0 = Some(mark);
@@ -112,10 +120,23 @@ impl DrainHooks for Interval<'_> {
         self.end.store(ns, Ordering::SeqCst);
         let mark = Mark { ns, ..Mark::now(self.producers) };
         self.marks.lock().expect("not poisoned").1 = Some(mark);
+        self.close_remote();
     }
 
     fn failed(&self) -> bool {
         self.sh.failed.load(Ordering::SeqCst)
+    }
+}
+
+impl Interval<'_> {
+    /// Closes the external broker's window, if open.
+    fn close_remote(&self) {
+        let mut remote = self.remote.lock().expect("not poisoned");
+        if let Some(window) = remote.0.take() {
+            let mut notes = Vec::new();
+            remote.1 = window.close(self.metrics, &self.read_path, &mut notes);
+            remote.2 = notes;
+        }
     }
 }
 
@@ -150,6 +171,9 @@ pub(crate) fn mixed(t: &Target<'_>, dir: Option<&Path>) -> anyhow::Result<(PathR
         warm_until: start_ns + w.warmup.as_nanos() as u64,
         end: &end,
         marks: Mutex::new((None, None)),
+        metrics: t.metrics,
+        read_path: t.read_path.clone(),
+        remote: Mutex::new((None, None, Vec::new())),
     };
     let drained = catch_up_with(&tail::retarget(t, t.backlog, prefix), &hooks);
     let marks = *hooks.marks.lock().expect("not poisoned");
@@ -176,12 +200,23 @@ pub(crate) fn mixed(t: &Target<'_>, dir: Option<&Path>) -> anyhow::Result<(PathR
         }
     };
     let interrupted = t.interrupted.load(Ordering::SeqCst);
+    hooks.close_remote(); // interrupted: the interval ends now
+    let (remote, remote_notes) = {
+        let mut r = hooks.remote.lock().expect("not poisoned");
+        (r.1.take(), std::mem::take(&mut r.2))
+    };
+    drop(hooks);
     let out = rig.finish(&tt, producers, interrupted)?;
     let seconds = (end_mark.ns.saturating_sub(start.ns) as f64 / 1e9).max(1e-9);
     let tail_bytes = out.window_batch_bytes();
     let process = end_mark.process.minus(start.process);
     let clients = end_mark.clients.minus(start.clients);
-    let brk = if t.broker.is_some() { process.minus_part(clients) } else { Usage::default() };
+    notes.extend(remote_notes);
+    let brk = match (t.broker, &remote) {
+        (Some(_), _) => process.minus_part(clients),
+        (None, Some(r)) => r.usage,
+        (None, None) => Usage::default(),
+    };
     let clients = if t.broker.is_some() { clients } else { process };
     let interval_at = notes.len();
     let interval_note = format!(
@@ -211,6 +246,7 @@ pub(crate) fn mixed(t: &Target<'_>, dir: Option<&Path>) -> anyhow::Result<(PathR
         polls: Latency::new(),
         end_to_end: out.latency,
         rebalance_ms: drain.rebalance_ms,
+        broker_rss_bytes: remote.map(|r| r.rss_bytes),
     }
     .result(t);
     let result = PathResult {

@@ -6,7 +6,7 @@
 //! ([`catch_up`]), the tail phase with end-to-end latency ([`tail`]; what its threads share,
 //! whichever client: [`tail_shared`]), both at once ([`mixed`]), librdkafka consumers as kcat
 //! processes ([`kcat`]), resource accounting and the page cache ([`usage`]), this machine's
-//! limits ([`limits`]).
+//! limits ([`limits`]), the broker behind `--bootstrap` and its metrics endpoint ([`remote`]).
 //!
 //! `fetchbench read-paths` ([`read_paths`]) is the harness's loopback mode: each read path
 //! alone moving a file to an in-process loopback receiver ([`loopback`]), no broker, reported
@@ -25,6 +25,7 @@ pub(crate) mod limits;
 pub mod loopback;
 pub(crate) mod mixed;
 pub mod read_paths;
+pub(crate) mod remote;
 pub mod results;
 pub mod run;
 pub(crate) mod stats;

@@ -10,7 +10,9 @@
 //! ```text
 //! { schema, schema_version, date,
 //!   machine {nproc, kernel, arch, cpu_model, memory_bytes, io_uring},
-//!   git {commit, dirty}, command [..], target, interrupted, notes [..],
+//!   git {commit, dirty}, command [..], target,
+//!   broker {bootstrap, broker_id, configs {NAME: VALUE|null}, metrics, machine {..}|null} | null,
+//!   interrupted, notes [..],
 //!   workload {every workload key, as in the TOML file} | null,
 //!   loopback {file, temp_file, file_size, slice_size, total_bytes, cold_cache, buffer_size,
 //!             pipe_size} | null,
@@ -56,7 +58,14 @@
 //!
 //! - `fetchbench run` (`target` `embedded` or `bootstrap:HOST:PORT`): `workload` is the resolved
 //!   workload, `loopback` is `null`, and the entries have the phases `catch_up`, `tail` and
-//!   `mixed`, their `loopback` `null`.
+//!   `mixed`, their `loopback` `null`. Against a cluster (`bootstrap:...`) `broker` records
+//!   the broker the run connected to ([`BrokerRecord`]: its configs as DescribeConfigs
+//!   reported them, and with `--metrics` the endpoint the broker figures came from and the
+//!   broker's machine); `null` in an embedded run (the broker is this process, on `machine`)
+//!   and in a `read-paths` document. Entries of a run against a `fetchbench serve` with
+//!   `--metrics` name the broker's server model and the read path it served with (switched per
+//!   combination through IncrementalAlterConfigs, see [`super::run`]); against any other
+//!   cluster `server_model` is `null` and `read_path` `external`.
 //! - `fetchbench read-paths` (`target` `loopback`, see [`super::read_paths`]): each read path
 //!   moves a file to an in-process loopback TCP receiver ([`super::loopback`]), no broker, no
 //!   records. `workload` is `null` and `loopback` holds the configuration ([`LoopbackConfig`]);
@@ -84,13 +93,13 @@
 //! `fetches_in_flight_at_start`); 4 (`fetchbench read-paths` documents: the top-level
 //! and per-entry `loopback`, phase `loopback`, `workload` `null` there; before, `read-paths`
 //! wrote its own `fetchbench-read-paths` version 1 document, which nothing reads any more);
-//! 5 (this one: `server_model` in every entry and summary, the workload key `server_models`,
-//! entries keyed by (server model, read path, phase, repetition)).
-//! [`Results::from_json`] reads version 2, 3 and 4 files too, converted (version 2: every entry
+//! 5 (`server_model` in every entry and summary, the workload key `server_models`,
+//! entries keyed by (server model, read path, phase, repetition)); 6 (this one: `broker`).
+//! [`Results::from_json`] reads version 2, 3, 4 and 5 files too, converted (version 2: every entry
 //! repetition 0, the version 3 path fields empty or `null`, an empty `summary`; 2 and 3: every
 //! `loopback` `null`; 2 to 4: `server_model` `threaded` in every entry and summary of an
 //! embedded run, the only model there was, `null` for an external cluster and a `read-paths`
-//! document); [`validate`] takes version 5 only; any other version is refused rather than
+//! document; 2 to 5: `broker` `null`, as it was not recorded); [`validate`] takes version 6 only; any other version is refused rather than
 //! guessed at.
 
 use std::fmt;
@@ -109,10 +118,10 @@ use crate::metrics::{Latency, Summary};
 pub const SCHEMA: &str = "fetchbench-results";
 
 /// Version of the results schema; bumped on any incompatible change.
-pub const SCHEMA_VERSION: u32 = 5;
+pub const SCHEMA_VERSION: u32 = 6;
 
 /// The older versions [`Results::from_json`] still reads (converted to [`SCHEMA_VERSION`]).
-pub const READABLE_OLD_VERSIONS: [u32; 3] = [2, 3, 4];
+pub const READABLE_OLD_VERSIONS: [u32; 4] = [2, 3, 4, 5];
 
 /// One results file: a run of one resolved workload over its read paths, or a `fetchbench
 /// read-paths` run (see the [module docs](self)).
@@ -135,6 +144,9 @@ pub struct Results {
     /// external cluster, `--bootstrap`) or `loopback` (`fetchbench read-paths`: the read paths
     /// alone, to an in-process receiver).
     pub target: String,
+    /// The broker of a run against a cluster (`target` `bootstrap:...`), `null` otherwise (see
+    /// the [module docs](self)).
+    pub broker: Option<BrokerRecord>,
     /// Whether the run was stopped early (Ctrl-C): `paths` holds what was measured until then.
     pub interrupted: bool,
     /// What the run noticed and the reader should know: skipped read paths, a drain shorter
@@ -154,6 +166,26 @@ pub struct Results {
     /// Statistics over the repetitions, one entry per (server model, read path, phase) in the
     /// order of their first entries ([`summarize`]); empty in a file read from version 2.
     pub summary: Vec<SummaryEntry>,
+}
+
+/// The broker a run against a cluster (`--bootstrap`) connected to, as it described itself.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BrokerRecord {
+    /// `host:port` of `--bootstrap`.
+    pub bootstrap: String,
+    /// Its node id (Metadata); -1 when it could not be asked.
+    pub broker_id: i32,
+    /// Every broker config DescribeConfigs returned when the run started, name to value
+    /// (`null`: sensitive or unset); empty when the broker refused DescribeConfigs (a note
+    /// says why).
+    pub configs: std::collections::BTreeMap<String, Option<String>>,
+    /// `host:port` of the metrics endpoint (`--metrics`) the broker figures were read from;
+    /// `null` without `--metrics` (broker figures 0, not measured).
+    pub metrics: Option<String>,
+    /// The broker's machine, as its endpoint's `machine_info` describes it; `null` without
+    /// `--metrics` or when the endpoint could not be read.
+    pub machine: Option<Machine>,
 }
 
 /// Which way is better for a metric.
@@ -663,7 +695,8 @@ impl fmt::Display for ValidationError {
 impl std::error::Error for ValidationError {}
 
 /// The shape of a document, for [`validate`]: type names where values go, one element for
-/// arrays. `uint` is a non-negative integer, `number` a finite non-negative number,
+/// arrays. `uint` is a non-negative integer, `number` a finite non-negative number, `broker`
+/// the object of [`broker_shape`], `machine` that of [`Machine`],
 /// `server_model` a [`crate::broker::ServerModel`] name,
 /// `histogram` a base64 V2 histogram, `workload` a workload table, `loopback_config` and
 /// `loopback_figures` the objects of [`loopback_shapes`]; `|null` allows `null`.
@@ -709,13 +742,11 @@ pub fn schema_shape() -> Value {
         "schema": "string",
         "schema_version": "uint",
         "date": "string",
-        "machine": {
-            "nproc": "uint", "kernel": "string", "arch": "string",
-            "cpu_model": "string", "memory_bytes": "uint", "io_uring": "bool",
-        },
+        "machine": machine_shape(),
         "git": {"commit": "string|null", "dirty": "bool"},
         "command": ["string"],
         "target": "string",
+        "broker": "broker|null",
         "interrupted": "bool",
         "notes": ["string"],
         "workload": "workload|null",
@@ -733,6 +764,23 @@ pub fn schema_shape() -> Value {
             "figures": stats,
             "ratio_to_copy": stats,
         }],
+    })
+}
+
+/// The shape of [`Machine`], as in [`schema_shape`].
+fn machine_shape() -> Value {
+    json!({
+        "nproc": "uint", "kernel": "string", "arch": "string",
+        "cpu_model": "string", "memory_bytes": "uint", "io_uring": "bool",
+    })
+}
+
+/// The shape of [`BrokerRecord`], as in [`schema_shape`]: `int` any integer, `string_map` an
+/// object of strings or `null`s.
+fn broker_shape() -> Value {
+    json!({
+        "bootstrap": "string", "broker_id": "int", "configs": "string_map",
+        "metrics": "string|null", "machine": "machine|null",
     })
 }
 
@@ -809,8 +857,25 @@ fn walk(shape: &Value, v: &Value, at: &str, problems: &mut Vec<String>) {
                 Some(Err(e)) => problems.push(format!("{at}: {e}")),
                 None => bad("a base64 histogram string"),
             },
-            "workload|null" | "loopback_config|null" | "loopback_figures|null" | "server_model|null" if v.is_null() => {
-            }
+            "workload|null"
+            | "loopback_config|null"
+            | "loopback_figures|null"
+            | "server_model|null"
+            | "broker|null"
+            | "machine|null"
+                if v.is_null() => {}
+            "broker|null" => walk(&broker_shape(), v, at, problems),
+            "machine|null" => walk(&machine_shape(), v, at, problems),
+            "int" if v.is_i64() => {}
+            "int" => bad("an integer"),
+            "string_map" => match v.as_object() {
+                Some(map) => {
+                    for (k, x) in map.iter().filter(|(_, x)| !x.is_string() && !x.is_null()) {
+                        problems.push(format!("{at}/{k}: expected a string or null, found {}", describe(x)));
+                    }
+                }
+                None => bad("an object of strings"),
+            },
             "server_model|null" => {
                 if v.as_str().and_then(|m| m.parse::<crate::broker::ServerModel>().ok()).is_none() {
                     let known: Vec<&str> = crate::broker::ServerModel::ALL.iter().map(|m| m.name()).collect();
@@ -842,8 +907,8 @@ fn walk(shape: &Value, v: &Value, at: &str, problems: &mut Vec<String>) {
 /// an unknown phase, a `fetchbench read-paths` document (`loopback` set, `workload` `null`)
 /// with an entry of another phase or a run's with a `loopback` entry, an entry whose
 /// `loopback` figures do not match its phase, an unknown `server_model`, one that is not
-/// `null` in a document without fetchbench's broker (an external cluster or `read-paths`) or
-/// `null` in an embedded run, two entries for the same (server model, read path, phase,
+/// `null` in a `read-paths` document or `null` in an embedded run, a `broker` record that is
+/// not `null` outside a run against a cluster (`target` `bootstrap:...`), two entries for the same (server model, read path, phase,
 /// repetition), a summary interval that does not hold its mean, two summaries of the same
 /// (server model, read path, phase).
 pub fn validate(doc: &Value) -> Result<Results, ValidationError> {
@@ -870,6 +935,10 @@ pub fn validate(doc: &Value) -> Result<Results, ValidationError> {
     }
     // A run on fetchbench's own broker: every entry names its server model.
     let embedded = doc.get("target").and_then(Value::as_str) == Some("embedded");
+    let cluster = doc.get("target").and_then(Value::as_str).is_some_and(|t| t.starts_with("bootstrap:"));
+    if !cluster && doc.get("broker").is_some_and(|b| !b.is_null()) {
+        problems.push("/broker: expected null outside a run against a cluster (target bootstrap:...)".to_string());
+    }
     if let Some(paths) = doc.get("paths").and_then(Value::as_array) {
         for (i, p) in paths.iter().enumerate() {
             if p.get("residency_before").and_then(Value::as_f64).is_some_and(|r| r > 1.0) {
@@ -907,13 +976,14 @@ pub fn validate(doc: &Value) -> Result<Results, ValidationError> {
                 }
             }
             let model = p.get("server_model");
-            if model.is_some_and(|m| m.is_null() == embedded) {
+            // A cluster's entries (`bootstrap:...`) may name a model: a fetchbench serve's.
+            if model.is_some_and(|m| (embedded && m.is_null()) || (read_paths && !m.is_null())) {
                 problems.push(format!(
                     "/paths/{i}/server_model: expected {}",
                     if embedded {
                         "the server model that ran (an embedded run)"
                     } else {
-                        "null (no broker of fetchbench's: an external cluster or fetchbench read-paths)"
+                        "null (no broker: a fetchbench read-paths document)"
                     }
                 ));
             }
@@ -989,6 +1059,9 @@ impl Results {
         if doc.get("schema_version").and_then(Value::as_u64) == Some(4) {
             upgrade_v4(&mut doc);
         }
+        if doc.get("schema_version").and_then(Value::as_u64) == Some(5) {
+            upgrade_v5(&mut doc);
+        }
         validate(&doc)
     }
 
@@ -1056,7 +1129,7 @@ fn upgrade_v3(doc: &mut Value) {
 /// [`validate`] to report.
 fn upgrade_v4(doc: &mut Value) {
     let Some(obj) = doc.as_object_mut() else { return };
-    obj.insert("schema_version".into(), json!(SCHEMA_VERSION));
+    obj.insert("schema_version".into(), json!(5));
     if let Some(w) = obj.get_mut("workload").and_then(Value::as_object_mut) {
         if !w.contains_key("server_models") {
             let at = w.keys().position(|k| k == "read_paths").map_or(w.len(), |i| i + 1);
@@ -1075,6 +1148,18 @@ fn upgrade_v4(doc: &mut Value) {
                 }
             }
         }
+    }
+}
+
+/// Converts a version 5 document in place to version 6 (see [`Results::from_json`]): `broker`
+/// `null` after `target` (not recorded before version 6). What is not an object is left for
+/// [`validate`] to report.
+fn upgrade_v5(doc: &mut Value) {
+    let Some(obj) = doc.as_object_mut() else { return };
+    obj.insert("schema_version".into(), json!(SCHEMA_VERSION));
+    if !obj.contains_key("broker") {
+        let at = obj.keys().position(|k| k == "target").map_or(obj.len(), |i| i + 1);
+        obj.shift_insert(at, "broker".into(), Value::Null);
     }
 }
 
@@ -1283,6 +1368,7 @@ pub fn example_repeated(speeds: &[f64]) -> Results {
         git: Git { commit: Some("0123456789abcdef0123456789abcdef01234567".into()), dirty: false },
         command: ["fetchbench", "run", "fixtures/workloads/default.toml"].map(String::from).to_vec(),
         target: "embedded".into(),
+        broker: None,
         interrupted: false,
         notes: vec!["an example document".into()],
         workload: Results::workload_value(&workload),
@@ -1370,6 +1456,7 @@ pub fn example_read_paths() -> Results {
         .to_vec(),
         machine: Machine { io_uring: false, ..run.machine },
         target: "loopback".into(),
+        broker: None,
         interrupted: false,
         notes: vec!["read path uring-splice: skipped: io_uring_setup: Operation not permitted".into()],
         workload: Value::Null,
@@ -1421,7 +1508,7 @@ pub(crate) mod tests {
             assert!(e.contains(expected), "{e}\n  does not contain {expected}");
         };
         check(&|d| d["schema"] = json!("other"), "/schema: expected \"fetchbench-results\", found \"other\"");
-        check(&|d| d["schema_version"] = json!(1), "/schema_version: expected 5, found 1");
+        check(&|d| d["schema_version"] = json!(1), "/schema_version: expected 6, found 1");
         check(
             &|d| d["paths"][0]["server_model"] = json!("reactor"),
             "/paths/0/server_model: expected a server model (threaded, uring) or null, found \"reactor\"",
@@ -1434,10 +1521,22 @@ pub(crate) mod tests {
             &|d| d["summary"][0]["server_model"] = json!(1),
             "/summary/0/server_model: expected a server model (threaded, uring) or null",
         );
-        check(
-            &|d| d["target"] = json!("bootstrap:h:9092"),
-            "/paths/0/server_model: expected null (no broker of fetchbench's",
-        );
+        // A cluster's entries may name a fetchbench serve's model; a broker record only there.
+        let mut cluster = good.clone();
+        cluster["target"] = json!("bootstrap:h:9092");
+        cluster["broker"] = json!({
+            "bootstrap": "h:9092", "broker_id": 0, "configs": {"read.path": "copy", "ssl.key.password": null},
+            "metrics": "h:9093", "machine": good["machine"].clone(),
+        });
+        validate(&cluster).unwrap();
+        let broker = cluster["broker"].clone();
+        check(&|d| d["broker"] = broker.clone(), "/broker: expected null outside a run against a cluster");
+        let mut bad_broker = cluster.clone();
+        bad_broker["broker"]["configs"]["read.path"] = json!(3);
+        bad_broker["broker"]["broker_id"] = json!("0");
+        let e = validate(&bad_broker).unwrap_err().to_string();
+        assert!(e.contains("/broker/configs/read.path: expected a string or null, found 3"), "{e}");
+        assert!(e.contains("/broker/broker_id: expected an integer"), "{e}");
         // The same read path and phase under another model is another entry.
         let mut other_model = good.clone();
         let mut uring = other_model["paths"][0].clone();
@@ -1546,8 +1645,17 @@ pub(crate) mod tests {
     }
 
     /// `r` as a version 4 file would have it: no `server_model`.
-    pub(crate) fn as_version_4(r: &Results) -> Value {
+    pub(crate) fn as_version_5(r: &Results) -> Value {
         let mut doc = serde_json::to_value(r).unwrap();
+        doc["schema_version"] = json!(5);
+        doc.as_object_mut().unwrap().shift_remove("broker");
+        doc
+    }
+
+    /// `r` (a `fetchbench run` document) as a version 4 file would have it: no `server_model`
+    /// (and nothing of version 6).
+    pub(crate) fn as_version_4(r: &Results) -> Value {
+        let mut doc = as_version_5(r);
         doc["schema_version"] = json!(4);
         for list in ["paths", "summary"] {
             for item in doc[list].as_array_mut().unwrap() {
@@ -1590,7 +1698,7 @@ pub(crate) mod tests {
     fn version_2_documents_are_read_as_repetition_0() {
         let v3 = example(1.0);
         let v2 = as_version_2(&v3);
-        assert!(validate(&v2).unwrap_err().to_string().contains("/schema_version: expected 5, found 2"));
+        assert!(validate(&v2).unwrap_err().to_string().contains("/schema_version: expected 6, found 2"));
         let read = Results::from_json(&v2.to_string()).unwrap();
         assert_eq!(read.schema_version, SCHEMA_VERSION);
         assert!(read.summary.is_empty());
@@ -1626,7 +1734,7 @@ pub(crate) mod tests {
     fn version_3_documents_are_read_without_loopback() {
         let v4 = example_repeated(&[1.0, 1.1]);
         let v3 = as_version_3(&v4);
-        assert!(validate(&v3).unwrap_err().to_string().contains("/schema_version: expected 5, found 3"));
+        assert!(validate(&v3).unwrap_err().to_string().contains("/schema_version: expected 6, found 3"));
         let read = Results::from_json(&v3.to_string()).unwrap();
         assert_eq!(read, v4, "a run's version 3 document is its version 4 document with every loopback null");
         // A version 3 document with a version 4 field is refused (unknown field)...
@@ -1655,12 +1763,16 @@ pub(crate) mod tests {
     /// external cluster; the committed CI baseline still reads, as threaded.
     #[test]
     fn version_4_documents_read_as_threaded() {
-        let v5 = example_repeated(&[1.0, 1.1]);
-        let v4 = as_version_4(&v5);
-        assert!(validate(&v4).unwrap_err().to_string().contains("/schema_version: expected 5, found 4"));
+        let v6 = example_repeated(&[1.0, 1.1]);
+        let v5 = as_version_5(&v6);
+        assert!(validate(&v5).unwrap_err().to_string().contains("/schema_version: expected 6, found 5"));
+        assert!(v5.get("broker").is_none());
+        assert_eq!(Results::from_json(&v5.to_string()).unwrap(), v6, "a version 5 document is version 6 without a broker");
+        let v4 = as_version_4(&v6);
+        assert!(validate(&v4).unwrap_err().to_string().contains("/schema_version: expected 6, found 4"));
         assert!(v4["paths"][0].get("server_model").is_none() && v4["workload"].get("server_models").is_none());
         let read = Results::from_json(&v4.to_string()).unwrap();
-        assert_eq!(read, v5, "an embedded version 4 run is its version 5 document under threaded");
+        assert_eq!(read, v6, "an embedded version 4 run is its version 6 document under threaded");
         assert!(read.paths.iter().all(|p| p.server_model.as_deref() == Some("threaded")));
         assert!(read.summary.iter().all(|s| s.server_model.as_deref() == Some("threaded")));
         let text = serde_json::to_string_pretty(&Results::from_json(&v4.to_string()).unwrap()).unwrap();

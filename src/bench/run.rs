@@ -68,7 +68,8 @@ use anyhow::{anyhow, bail, Context};
 
 use super::backlog::Backlog;
 use super::catch_up::Target;
-use super::results::{self, utc_timestamp, Git, LimitsResult, PathResult, Results};
+use super::remote::RemoteBroker;
+use super::results::{self, utc_timestamp, BrokerRecord, Git, LimitsResult, PathResult, Results};
 use super::tail::Stall;
 use super::usage::{allowed_cpus, pin_current_thread};
 use super::workload::{expand_sweep, Client, CpuPinning, PageCache, Phase, Workload};
@@ -97,6 +98,12 @@ pub struct RunArgs {
     /// Run against this Kafka-compatible cluster (`host:port`) instead of the embedded broker.
     #[arg(long)]
     pub bootstrap: Option<String>,
+    /// With `--bootstrap` at a `fetchbench serve`: its metrics endpoint (`metrics.listen`,
+    /// `host:port`). The run then switches the broker's read path per combination
+    /// (IncrementalAlterConfigs `read.path`) and reads broker CPU, faults, RSS and fetch
+    /// latency from the endpoint.
+    #[arg(long, value_name = "HOST:PORT", requires = "bootstrap")]
+    pub metrics: Option<String>,
     /// This machine's limits: a `scripts/baseline-limits.sh` output file. Without it the
     /// script runs (short setting) when fio and iperf3 are installed.
     #[arg(long)]
@@ -257,6 +264,7 @@ pub fn run_one(args: &RunArgs, w: &Workload, command: &[String]) -> anyhow::Resu
         notes.push("cpu pinning: none (fewer than 2 CPUs allowed)".into());
     }
     let fill_start = Instant::now();
+    let mut broker_record = None;
     if let Some(bootstrap) = &args.bootstrap {
         progress.step(format!("writing the backlog to {bootstrap}"));
         let backlog = external_backlog(&w, bootstrap).context("writing the backlog")?;
@@ -269,32 +277,54 @@ pub fn run_one(args: &RunArgs, w: &Workload, command: &[String]) -> anyhow::Resu
         if w.page_cache == PageCache::Cold {
             notes.push("page_cache cold: not possible on an external cluster; its page cache is as it is".into());
         }
-        notes.push(
-            "external cluster: broker CPU, faults, RSS, page-cache residency (reported as 1) and \
-             broker-side fetch latency are not measured (0 / empty); consumer_cpu is this process \
-             (all clients); the topics created stay on the cluster"
-                .into(),
-        );
+        let remote = describe_remote(bootstrap, args.metrics.as_deref(), &mut notes)?;
+        broker_record = Some(BrokerRecord {
+            bootstrap: bootstrap.clone(),
+            broker_id: remote.as_ref().map_or(-1, |r| r.broker_id),
+            configs: remote.as_ref().map(|r| r.configs.clone()).unwrap_or_default(),
+            metrics: args.metrics.clone(),
+            machine: None,
+        });
         let stamp = unix_secs();
-        for r in 0..w.repeat {
-            if INTERRUPTED.load(Ordering::SeqCst) {
-                break;
+        match remote.filter(|r| r.metrics.is_some()) {
+            Some(remote) => {
+                let machine = run_on_fetchbench_broker(
+                    &w, &remote, &backlog, stamp, &pinning, args, &progress, &mut paths, &mut notes,
+                )?;
+                if let Some(record) = &mut broker_record {
+                    record.machine = machine;
+                }
             }
-            let t = Target {
-                w: &w,
-                backlog: &backlog,
-                read_path: "external".into(),
-                server_model: None,
-                bootstrap: bootstrap.clone(),
-                broker: None,
-                interrupted: &INTERRUPTED,
-                group_prefix: repetition_prefix(format!("fetchbench-run-{stamp}"), r),
-                pin_clients: pinning.as_ref().map(|(_, c)| c.clone()),
-            };
-            let (p0, n0) = (paths.len(), notes.len());
-            let outcome = run_phases(&t, None, args, &progress, &mut paths, &mut notes);
-            mark_repetition(&w, r, &mut paths[p0..], &mut notes[n0..]);
-            outcome?;
+            None => {
+                notes.push(
+                    "external cluster: broker CPU, faults, RSS, page-cache residency (reported as 1) and \
+                     broker-side fetch latency are not measured (0 / empty; a fetchbench serve measures them \
+                     with --metrics); consumer_cpu is this process (all clients); the topics created stay on \
+                     the cluster"
+                        .into(),
+                );
+                for r in 0..w.repeat {
+                    if INTERRUPTED.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    let t = Target {
+                        w: &w,
+                        backlog: &backlog,
+                        read_path: "external".into(),
+                        server_model: None,
+                        bootstrap: bootstrap.clone(),
+                        broker: None,
+                        metrics: None,
+                        interrupted: &INTERRUPTED,
+                        group_prefix: repetition_prefix(format!("fetchbench-run-{stamp}"), r),
+                        pin_clients: pinning.as_ref().map(|(_, c)| c.clone()),
+                    };
+                    let (p0, n0) = (paths.len(), notes.len());
+                    let outcome = run_phases(&t, None, args, &progress, &mut paths, &mut notes);
+                    mark_repetition(&w, r, &mut paths[p0..], &mut notes[n0..]);
+                    outcome?;
+                }
+            }
         }
     } else {
         let dir = TempDir::new()?;
@@ -391,6 +421,7 @@ pub fn run_one(args: &RunArgs, w: &Workload, command: &[String]) -> anyhow::Resu
                 server_model: Some(model),
                 bootstrap: broker.local_addr().to_string(),
                 broker: Some(&broker),
+                metrics: None,
                 interrupted: &INTERRUPTED,
                 group_prefix: repetition_prefix(format!("fetchbench-run-{model}-{}", kind.name()), r),
                 pin_clients: pinning.as_ref().map(|(_, c)| c.clone()),
@@ -423,6 +454,7 @@ pub fn run_one(args: &RunArgs, w: &Workload, command: &[String]) -> anyhow::Resu
         git: Git::current(),
         command: command.to_vec(),
         target,
+        broker: broker_record,
         interrupted,
         notes: notes.clone(),
         workload: Results::workload_value(&w),
@@ -449,6 +481,132 @@ pub fn run_one(args: &RunArgs, w: &Workload, command: &[String]) -> anyhow::Resu
         eprintln!("wrote {}", files.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "));
     }
     Ok(results)
+}
+
+/// DescribeConfigs of the broker at `bootstrap` (its id from Metadata), with `metrics` its
+/// endpoint. A broker that cannot be described is a note and `None` without `--metrics`
+/// (any Kafka-compatible cluster may refuse it); with `--metrics` it is an error, as is a
+/// broker without `read.path` (not a fetchbench broker: nothing to switch, no endpoint of
+/// ours to read).
+fn describe_remote(
+    bootstrap: &str,
+    metrics: Option<&str>,
+    notes: &mut Vec<String>,
+) -> anyhow::Result<Option<RemoteBroker>> {
+    let remote = match RemoteBroker::describe(bootstrap, metrics) {
+        Ok(r) => r,
+        Err(e) if metrics.is_none() => {
+            notes.push(format!("broker configs not recorded: {e}"));
+            return Ok(None);
+        }
+        Err(e) => return Err(e).context("--metrics: describing the broker's configs"),
+    };
+    if metrics.is_some() && !remote.has_read_path() {
+        bail!(
+            "--metrics: the broker at {bootstrap} reports no {} config (DescribeConfigs): not a fetchbench \
+             serve, whose read path and metrics endpoint the option is for; drop --metrics",
+            super::remote::READ_PATH_KEY
+        );
+    }
+    Ok(Some(remote))
+}
+
+/// Runs the phases against a `fetchbench serve` with a metrics endpoint (`remote`): every read
+/// path of the workload under the broker's server model (`server.model` of its configs), the
+/// combinations in [`combination_order`], each after IncrementalAlterConfigs set `read.path`
+/// to it (a path the broker refuses is skipped with its reason, once); then `read.path` is set
+/// back to what the broker had. Returns the broker's machine from its endpoint (`None`, with a
+/// note, when the endpoint cannot be read).
+///
+/// Errors: an unknown server model in the configs, an alter that fails for another reason
+/// than the broker's refusal (connection), a phase's error.
+#[allow(clippy::too_many_arguments)]
+fn run_on_fetchbench_broker(
+    w: &Workload,
+    remote: &RemoteBroker,
+    backlog: &Backlog,
+    stamp: u64,
+    pinning: &Option<(Vec<usize>, Vec<usize>)>,
+    args: &RunArgs,
+    progress: &Progress,
+    paths: &mut Vec<PathResult>,
+    notes: &mut Vec<String>,
+) -> anyhow::Result<Option<Machine>> {
+    let endpoint = remote.metrics.as_ref().ok_or_else(|| anyhow!("internal error: no metrics endpoint"))?;
+    let config = |k: &str| remote.configs.get(k).cloned().flatten();
+    let model_name = config("server.model").unwrap_or_else(|| ServerModel::Threaded.name().to_string());
+    let model: ServerModel =
+        model_name.parse().map_err(|e| anyhow!("the broker's server.model {model_name:?}: {e}"))?;
+    let original = config(super::remote::READ_PATH_KEY);
+    let machine = match endpoint.scrape() {
+        Ok(s) => Some(s.machine),
+        Err(e) => {
+            notes.push(format!("the broker's machine is not recorded: {e}"));
+            None
+        }
+    };
+    notes.push(format!(
+        "broker figures from the metrics endpoint {}: the fetchbench serve process's CPU, faults, context \
+         switches and RSS; broker-side fetch latency percentiles are histogram bucket upper bounds (at most \
+         19% above the true value); page-cache residency is not measured (reported as 1); consumer_cpu is \
+         this process (all clients); the topics created stay on the broker",
+        endpoint.addr
+    ));
+    let mut skipped: Vec<ReadPathKind> = Vec::new();
+    let mut outcome = Ok(());
+    for (r, model, kind) in combination_order(&[model], &w.read_paths, w.repeat) {
+        if INTERRUPTED.load(Ordering::SeqCst) {
+            break;
+        }
+        if skipped.contains(&kind) {
+            continue;
+        }
+        if kind == ReadPathKind::Null {
+            notes.push("read path null: skipped: it sends zeros, which consumers cannot decode".into());
+            skipped.push(kind);
+            continue;
+        }
+        if w.repeat > 1 {
+            progress.step(format!("repetition {}/{}: {model}/{}", r + 1, w.repeat, kind.name()));
+        }
+        match remote.set_read_path(Some(kind.name())) {
+            Ok(()) => {}
+            Err(e @ crate::client::ClientError::Kafka { .. }) => {
+                notes.push(format!("read path {}: skipped: the broker refused it: {e}", kind.name()));
+                skipped.push(kind);
+                continue;
+            }
+            Err(e) => {
+                outcome =
+                    Err(anyhow::Error::from(e).context(format!("setting the broker's read.path to {}", kind.name())));
+                break;
+            }
+        }
+        let t = Target {
+            w,
+            backlog,
+            read_path: kind.name().to_string(),
+            server_model: Some(model),
+            bootstrap: remote.bootstrap.clone(),
+            broker: None,
+            metrics: Some(endpoint),
+            interrupted: &INTERRUPTED,
+            group_prefix: repetition_prefix(format!("fetchbench-run-{stamp}-{}", kind.name()), r),
+            pin_clients: pinning.as_ref().map(|(_, c)| c.clone()),
+        };
+        let (p0, n0) = (paths.len(), notes.len());
+        let phases = run_phases(&t, None, args, progress, paths, notes);
+        mark_repetition(w, r, &mut paths[p0..], &mut notes[n0..]);
+        if let Err(e) = phases {
+            outcome = Err(e);
+            break;
+        }
+    }
+    // The broker as it was, also after a failure.
+    if let Err(e) = remote.set_read_path(original.as_deref()) {
+        notes.push(format!("the broker's read.path could not be set back to {original:?}: {e}"));
+    }
+    outcome.map(|()| machine)
 }
 
 /// `(repetition, server model, read path)` in the order a run measures them: the
@@ -758,6 +916,10 @@ pub struct SweepRunArgs {
     /// Run against this cluster instead of the embedded broker.
     #[arg(long)]
     pub bootstrap: Option<String>,
+    /// The metrics endpoint of the `fetchbench serve` at `--bootstrap` (see `fetchbench run
+    /// --metrics`).
+    #[arg(long, value_name = "HOST:PORT", requires = "bootstrap")]
+    pub metrics: Option<String>,
     /// Machine limits file (see `fetchbench run --limits`).
     #[arg(long)]
     pub limits: Option<PathBuf>,
@@ -800,6 +962,7 @@ fn sweep(args: &SweepArgs) -> anyhow::Result<bool> {
         results_dir: args.run.results_dir.clone(),
         log_dir: None,
         bootstrap: args.run.bootstrap.clone(),
+        metrics: args.run.metrics.clone(),
         limits: args.run.limits.clone(),
         no_limits: args.run.no_limits,
         repeat: args.run.repeat,

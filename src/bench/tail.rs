@@ -46,6 +46,7 @@ use nix::sys::resource::UsageWho;
 use super::backlog::{Backlog, Payload};
 use super::catch_up::{join_error, join_until_stable, Measured, Stability, Target};
 use super::histogram::{LatencyRecorder, OpenLoopSchedule};
+use super::remote::RemoteWindow;
 use super::results::PathResult;
 use super::tail_shared::{mono_ns, TailMemberReport, TailMembers, TailShared, INTENDED_HEADER, SENT_HEADER};
 use super::usage::{pin_current_thread, residency, threads_usage, Usage};
@@ -107,7 +108,9 @@ pub(crate) fn tail(
     let mut window_cut = None;
     let (mut proc0, mut clients0, mut written0) = (Usage::default(), Usage::default(), 0);
     let mut in_flight_at_start = None;
+    let mut remote = RemoteWindow::open(None);
     if wait_until(&sh, t.interrupted, window_start) {
+        remote = RemoteWindow::open(t.metrics);
         proc0 = Usage::now(UsageWho::RUSAGE_SELF);
         clients0 = threads_usage(&CLIENT_THREADS);
         written0 = producers.written();
@@ -125,7 +128,11 @@ pub(crate) fn tail(
     let proc1 = Usage::now(UsageWho::RUSAGE_SELF);
     let clients1 = threads_usage(&CLIENT_THREADS);
     let written1 = producers.written();
-    let fetch_latency = t.broker.map(|b| b.take_fetch_latencies()).unwrap_or_default();
+    let remote = remote.close(t.metrics, &t.read_path, &mut notes);
+    let in_flight_at_start = in_flight_at_start.or(remote.as_ref().map(|r| r.fetches_in_flight_at_start));
+    let broker_rss_bytes = remote.as_ref().map(|r| r.rss_bytes);
+    let remote_usage = remote.as_ref().map(|r| r.usage);
+    let fetch_latency = t.broker.map(|b| b.take_fetch_latencies()).or(remote.map(|r| r.fetch)).unwrap_or_default();
     if t.interrupted.load(Ordering::SeqCst) {
         interrupted = true;
     }
@@ -149,7 +156,10 @@ pub(crate) fn tail(
     }
     let process = proc1.minus(proc0);
     let clients = clients1.minus(clients0);
-    let brk = if t.broker.is_some() { process.minus_part(clients) } else { Usage::default() };
+    let brk = match t.broker {
+        Some(_) => process.minus_part(clients),
+        None => remote_usage.unwrap_or_default(),
+    };
     let clients = if t.broker.is_some() { clients } else { process };
     let interrupted = interrupted || t.interrupted.load(Ordering::SeqCst);
     out.schedule_notes(w, seconds, interrupted, &mut notes);
@@ -167,6 +177,7 @@ pub(crate) fn tail(
         polls: out.polls,
         end_to_end: out.latency,
         rebalance_ms: Some(out.rebalance_ms),
+        broker_rss_bytes,
     }
     .result(t);
     result.produced_mb_per_sec = Some(written1.saturating_sub(written0) as f64 / 1e6 / seconds);
@@ -209,6 +220,7 @@ pub(crate) fn retarget<'a>(t: &Target<'a>, backlog: &'a Backlog, group_prefix: S
         server_model: t.server_model,
         bootstrap: t.bootstrap.clone(),
         broker: t.broker,
+        metrics: t.metrics,
         interrupted: t.interrupted,
         group_prefix,
         pin_clients: t.pin_clients.clone(),

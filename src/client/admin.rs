@@ -8,6 +8,10 @@
 //! completed rebalance (written when the group became Stable or Empty). The partition count that
 //! `partitionFor` needs (`offsets.topic.num.partitions`, a broker setting) comes from a Metadata
 //! request for `__consumer_offsets`, which does not create the topic.
+//!
+//! Broker configs: [`describe_broker_configs`] (DescribeConfigs) and [`alter_broker_config`]
+//! (IncrementalAlterConfigs) of the broker found by [`connected_broker_id`], as
+//! `kafka-configs.sh --entity-type brokers --entity-name ID` reads and changes them.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -131,6 +135,109 @@ pub fn create_topics(conn: &mut KafkaConnection, topics: &[(String, i32)], timeo
         kafka(format!("CreateTopics {}", t.name.as_str()), t.error_code)?;
     }
     Ok(())
+}
+
+/// `ConfigResource.Type.BROKER` of DescribeConfigs and IncrementalAlterConfigs.
+const RESOURCE_BROKER: i8 = 4;
+
+/// The node id of the broker `conn` is connected to: the Metadata (no topics) broker whose
+/// `host:port` is the connection's address, or, when none matches (an advertised name), the
+/// only broker of a one-broker cluster.
+///
+/// Errors: [`ClientError`]; [`ClientError::Kafka`] (code -1) when neither finds one.
+pub fn connected_broker_id(conn: &mut KafkaConnection) -> Result<i32, ClientError> {
+    let version = conn.version(ApiKey::Metadata, (1, 12))?;
+    let request = MetadataRequest::default().with_topics(Some(Vec::new()));
+    let ResponseKind::Metadata(r) = conn.call(ApiKey::Metadata, version, RequestKind::Metadata(request))? else {
+        unreachable!()
+    };
+    let addr = conn.addr();
+    let matching = r.brokers.iter().find(|b| {
+        u16::try_from(b.port).ok() == Some(addr.port())
+            && (b.host.as_str() == addr.ip().to_string()
+                || std::net::ToSocketAddrs::to_socket_addrs(&(b.host.as_str(), addr.port()))
+                    .is_ok_and(|mut a| a.any(|a| a == addr)))
+    });
+    match (matching, r.brokers.as_slice()) {
+        (Some(b), _) => Ok(b.node_id.0),
+        (None, [only]) => Ok(only.node_id.0),
+        (None, _) => Err(ClientError::Kafka {
+            context: format!("Metadata: no broker listed at {addr} among {} brokers", r.brokers.len()),
+            code: -1,
+        }),
+    }
+}
+
+/// DescribeConfigs of broker `broker_id`'s resource: every config the broker reports, name to
+/// value (`None`: a sensitive or unset value), as `kafka-configs.sh --describe --all
+/// --entity-type brokers --entity-name ID` lists them.
+///
+/// Errors: [`ClientError`]; the resource's error code as [`ClientError::Kafka`] with the
+/// broker's message in its context.
+pub fn describe_broker_configs(
+    conn: &mut KafkaConnection,
+    broker_id: i32,
+) -> Result<std::collections::BTreeMap<String, Option<String>>, ClientError> {
+    use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+    use kafka_protocol::messages::DescribeConfigsRequest;
+    let version = conn.version(ApiKey::DescribeConfigs, (1, 4))?;
+    let request = DescribeConfigsRequest::default().with_resources(vec![DescribeConfigsResource::default()
+        .with_resource_type(RESOURCE_BROKER)
+        .with_resource_name(s(&broker_id.to_string()))
+        .with_configuration_keys(None)]);
+    let ResponseKind::DescribeConfigs(r) =
+        conn.call(ApiKey::DescribeConfigs, version, RequestKind::DescribeConfigs(request))?
+    else {
+        unreachable!()
+    };
+    let result = r
+        .results
+        .into_iter()
+        .next()
+        .ok_or(ClientError::Kafka { context: format!("DescribeConfigs broker {broker_id}: no result"), code: -1 })?;
+    let message = result.error_message.as_ref().map_or(String::new(), |m| format!(": {}", m.as_str()));
+    kafka(format!("DescribeConfigs broker {broker_id}{message}"), result.error_code)?;
+    Ok(result.configs.into_iter().map(|c| (c.name.to_string(), c.value.map(|v| v.to_string()))).collect())
+}
+
+/// IncrementalAlterConfigs of broker `broker_id`'s resource, one key: SET `value`, or DELETE
+/// the broker's dynamic value when `value` is `None` (the next level shows through, as
+/// `kafka-configs.sh --alter --delete-config` does).
+///
+/// Errors: [`ClientError`]; the resource's error code (INVALID_CONFIG, INVALID_REQUEST, ...)
+/// as [`ClientError::Kafka`] with the broker's message in its context.
+pub fn alter_broker_config(
+    conn: &mut KafkaConnection,
+    broker_id: i32,
+    key: &str,
+    value: Option<&str>,
+) -> Result<(), ClientError> {
+    use kafka_protocol::messages::incremental_alter_configs_request::{AlterConfigsResource, AlterableConfig};
+    use kafka_protocol::messages::IncrementalAlterConfigsRequest;
+    let version = conn.version(ApiKey::IncrementalAlterConfigs, (0, 1))?;
+    let op = AlterableConfig::default()
+        .with_name(s(key))
+        .with_config_operation(if value.is_some() { 0 } else { 1 }) // SET, DELETE
+        .with_value(value.map(s));
+    let request = IncrementalAlterConfigsRequest::default().with_resources(vec![AlterConfigsResource::default()
+        .with_resource_type(RESOURCE_BROKER)
+        .with_resource_name(s(&broker_id.to_string()))
+        .with_configs(vec![op])]);
+    let ResponseKind::IncrementalAlterConfigs(r) =
+        conn.call(ApiKey::IncrementalAlterConfigs, version, RequestKind::IncrementalAlterConfigs(request))?
+    else {
+        unreachable!()
+    };
+    let result = r.responses.into_iter().next().ok_or(ClientError::Kafka {
+        context: format!("IncrementalAlterConfigs broker {broker_id}: no result"),
+        code: -1,
+    })?;
+    let what = match value {
+        Some(v) => format!("{key}={v}"),
+        None => format!("delete {key}"),
+    };
+    let message = result.error_message.as_ref().map_or(String::new(), |m| format!(": {}", m.as_str()));
+    kafka(format!("IncrementalAlterConfigs broker {broker_id} {what}{message}"), result.error_code)
 }
 
 /// ListGroups: every group the broker coordinates.

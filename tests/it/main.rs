@@ -38,6 +38,7 @@ mod producer;
 mod protocol_corpus;
 mod python_clients;
 mod read_paths;
+mod remote_run;
 mod serve_corpus;
 mod serve_process;
 mod two_hosts;

@@ -82,6 +82,7 @@ consumers_per_group = 2
 rate = 1000
 warmup = "500ms"
 duration = "2s"
+read_paths = ["copy", "sendfile"]
 "#;
 
 #[test]
@@ -106,8 +107,28 @@ fn a_run_across_two_namespaces_reports_and_cleans_up() {
     assert!(stderr.contains("shaping: tbf rate 1gbit each way"), "{}", text(&out));
     let results = only_results(&results);
     assert_eq!(results.target, "bootstrap:10.250.0.1:9092");
-    let catch_up = results.paths.iter().find(|p| p.phase == "catch_up").expect("a catch_up entry");
-    assert_eq!(catch_up.records, 4096, "the whole 4 MiB backlog of 1 KiB records crossed the veth pair");
+    // serve's read path switched per combination, its figures read from its metrics endpoint.
+    let entries: Vec<(Option<&str>, &str, &str)> =
+        results.paths.iter().map(|p| (p.server_model.as_deref(), p.read_path.as_str(), p.phase.as_str())).collect();
+    assert_eq!(
+        entries,
+        [
+            (Some("threaded"), "copy", "catch_up"),
+            (Some("threaded"), "copy", "tail"),
+            (Some("threaded"), "sendfile", "catch_up"),
+            (Some("threaded"), "sendfile", "tail"),
+        ],
+        "{}",
+        text(&out)
+    );
+    for p in results.paths.iter().filter(|p| p.phase == "catch_up") {
+        assert_eq!(p.records, 4096, "the whole 4 MiB backlog of 1 KiB records crossed the veth pair");
+        assert!(p.broker_cpu.user_s_per_gb + p.broker_cpu.sys_s_per_gb > 0.0, "{}: broker CPU", p.read_path);
+        assert!(p.broker_rss_bytes > 0 && p.fetch_latency.summary.count > 0, "{}: broker figures", p.read_path);
+    }
+    let broker = results.broker.as_ref().expect("the broker is recorded");
+    assert_eq!(broker.metrics.as_deref(), Some("10.250.0.1:9093"));
+    assert!(broker.machine.is_some(), "the broker's machine_info");
     assert_eq!(leftovers(pid), Vec::<String>::new(), "the script left these behind");
 }
 

@@ -1,0 +1,167 @@
+//! `fetchbench run --bootstrap HOST:PORT --metrics HOST:PORT` (issue 17): against a broker with
+//! a metrics endpoint the run switches the broker's read path per combination through
+//! IncrementalAlterConfigs, reads the broker's figures from the endpoint, records the broker
+//! (configs, endpoint, machine) and sets `read.path` back; an endpoint that answers garbage is
+//! said in the notes and no broker figure is made up.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::time::Duration;
+
+use fetchbench::broker::{Broker, BrokerConfig, BrokerHandle};
+use fetchbench::client::admin::describe_broker_configs;
+use fetchbench::client::KafkaConnection;
+use fetchbench::machine::Machine;
+use fetchbench::read_path::ReadPathKind;
+
+use crate::bench_run::{run_ok, write_workload};
+
+/// A broker serving `sendfile` with `metrics.listen=127.0.0.1:0` (as `serve -X` sets it),
+/// rebalances at once.
+fn start() -> (tempfile::TempDir, BrokerHandle) {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut config = BrokerConfig::new("127.0.0.1:0".parse().unwrap(), tmp.path().join("logs"), ReadPathKind::Sendfile);
+    let props = BTreeMap::from([
+        ("metrics.listen".to_string(), "127.0.0.1:0".to_string()),
+        ("group.initial.rebalance.delay.ms".to_string(), "0".to_string()),
+    ]);
+    config.apply_props(&props).unwrap();
+    (tmp, Broker::start(config).unwrap())
+}
+
+const WORKLOAD: &str = r#"
+name = "remote"
+partitions = 2
+backlog = "2MiB"
+consumers_per_group = 2
+rate = 500
+warmup = "200ms"
+duration = "1s"
+read_paths = ["copy", "mmap"]
+"#;
+
+/// The broker's `read.path` as DescribeConfigs reports it.
+fn read_path_config(broker: &BrokerHandle) -> Option<String> {
+    let mut conn = KafkaConnection::connect(broker.local_addr(), "test", Duration::from_secs(10)).unwrap();
+    describe_broker_configs(&mut conn, 0).unwrap().get("read.path").cloned().flatten()
+}
+
+#[test]
+fn a_run_with_metrics_switches_the_read_path_and_reports_the_brokers_figures() {
+    let (dir, broker) = start();
+    let metrics = broker.metrics_addr().expect("metrics.listen set").to_string();
+    let bootstrap = broker.local_addr().to_string();
+    let workload = write_workload(dir.path(), WORKLOAD);
+    let before: Vec<(u64, u64)> = [ReadPathKind::Copy, ReadPathKind::Mmap]
+        .iter()
+        .map(|k| broker.test_support().read_path_transfers(*k))
+        .collect();
+    let results = run_ok(
+        &workload,
+        &dir.path().join("results"),
+        &["--bootstrap", &bootstrap, "--metrics", &metrics],
+        "the run with --metrics",
+    );
+    let entries: Vec<(Option<&str>, &str, &str)> =
+        results.paths.iter().map(|p| (p.server_model.as_deref(), p.read_path.as_str(), p.phase.as_str())).collect();
+    assert_eq!(
+        entries,
+        [
+            (Some("threaded"), "copy", "catch_up"),
+            (Some("threaded"), "copy", "tail"),
+            (Some("threaded"), "mmap", "catch_up"),
+            (Some("threaded"), "mmap", "tail"),
+        ],
+        "{:#?}",
+        results.notes
+    );
+    // Each path moved the records of its combination on the broker.
+    for (kind, (transfers0, bytes0)) in [ReadPathKind::Copy, ReadPathKind::Mmap].iter().zip(before) {
+        let (transfers, bytes) = broker.test_support().read_path_transfers(*kind);
+        assert!(
+            transfers > transfers0 && bytes >= bytes0 + 2 * 1024 * 1024,
+            "{kind:?}: {transfers} transfers, {bytes} bytes"
+        );
+    }
+    for p in &results.paths {
+        let cpu = p.broker_cpu.user_s_per_gb + p.broker_cpu.sys_s_per_gb;
+        assert!(cpu > 0.0, "{} {}: broker CPU from the endpoint: {cpu}", p.read_path, p.phase);
+        assert!(p.broker_rss_bytes > 0, "{} {}", p.read_path, p.phase);
+        assert!(p.fetch_latency.summary.count > 0, "{} {}: broker-side fetch latency", p.read_path, p.phase);
+        assert!(p.fetches_in_flight_at_start.is_some(), "{} {}", p.read_path, p.phase);
+    }
+    assert_eq!(results.paths[0].records, 2048);
+    let record = results.broker.as_ref().expect("the broker is recorded");
+    assert_eq!(record.bootstrap, bootstrap);
+    assert_eq!(record.broker_id, 0);
+    assert_eq!(record.metrics.as_deref(), Some(metrics.as_str()));
+    assert_eq!(record.machine.as_ref(), Some(&Machine::current()), "the endpoint's machine_info");
+    assert_eq!(record.configs.get("read.path"), Some(&Some("sendfile".to_string())), "as it was when the run started");
+    assert_eq!(record.configs.get("server.model"), Some(&Some("threaded".to_string())));
+    assert!(
+        !results.notes.iter().any(|n| n.contains("broker figures not measured") || n.contains("someone else")),
+        "{:#?}",
+        results.notes
+    );
+    assert!(
+        results.notes.iter().any(|n| n.contains("broker figures from the metrics endpoint")),
+        "{:#?}",
+        results.notes
+    );
+    assert_eq!(read_path_config(&broker).as_deref(), Some("sendfile"), "read.path set back after the run");
+}
+
+/// Answers every connection with `answer` until the test ends.
+fn bad_endpoint(answer: &'static [u8]) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        for s in listener.incoming() {
+            let Ok(mut s) = s else { continue };
+            let mut request = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !request.ends_with(b"\r\n\r\n") {
+                match s.read(&mut buf) {
+                    Ok(n) if n > 0 => request.extend_from_slice(&buf[..n]),
+                    _ => break,
+                }
+            }
+            let _ = s.write_all(answer);
+        }
+    });
+    addr
+}
+
+#[test]
+fn an_endpoint_answering_garbage_is_said_and_no_broker_figure_is_made_up() {
+    let (dir, broker) = start();
+    let garbage = bad_endpoint(b"HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\nhello world");
+    let bootstrap = broker.local_addr().to_string();
+    let workload = write_workload(dir.path(), &WORKLOAD.replace("[\"copy\", \"mmap\"]", "[\"copy\"]"));
+    let results = run_ok(
+        &workload,
+        &dir.path().join("results"),
+        &["--bootstrap", &bootstrap, "--metrics", &garbage],
+        "the run with a garbage endpoint",
+    );
+    let notes = results.notes.join("\n");
+    assert!(
+        notes.contains("broker figures not measured") && notes.contains("not a fetchbench broker's metrics"),
+        "{notes}"
+    );
+    assert!(notes.contains("the broker's machine is not recorded"), "{notes}");
+    assert_eq!(results.paths.len(), 2, "{notes}");
+    for p in &results.paths {
+        assert_eq!(p.read_path, "copy", "the read path is still switched through the admin API");
+        assert_eq!((p.broker_cpu.user_s_per_gb, p.broker_cpu.sys_s_per_gb), (0.0, 0.0), "{}", p.phase);
+        assert_eq!((p.broker_rss_bytes, p.fetch_latency.summary.count), (0, 0), "{}", p.phase);
+        assert!(
+            p.mb_per_sec > 0.0 && p.consumer_cpu.user_s_per_gb + p.consumer_cpu.sys_s_per_gb > 0.0,
+            "what the run measured itself stands"
+        );
+    }
+    assert_eq!(results.broker.as_ref().and_then(|b| b.machine.as_ref()), None);
+    assert!(broker.test_support().read_path_transfers(ReadPathKind::Copy).1 >= 2 * 1024 * 1024);
+    assert_eq!(read_path_config(&broker).as_deref(), Some("sendfile"));
+}
