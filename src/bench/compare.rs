@@ -24,6 +24,11 @@
 //! the figures that hold on noisy machines (see DESIGN.md, Measuring); with repeats as the
 //! mean of the per-repetition ratios and its 95% confidence interval.
 //!
+//! Notes above the table say what makes absolute figures incomparable, and the verdict still
+//! stands: machines that differ (each differing field of the `machine` records, both values:
+//! [`machines_note`]), workloads or read-paths configurations that differ, a dirty working
+//! tree, an interrupted run.
+//!
 //! Entries are named `path/phase` (`copy/catch_up`), or `model/path/phase`
 //! (`uring/uring-splice/catch_up`) when either file has an entry under a server model other
 //! than `threaded` ([`models_compared`]). A file from before server models (version 2 to 4)
@@ -53,8 +58,9 @@ use super::workload::Workload;
 /// that did not get worse, per metric and entry).
 pub const ALPHA: f64 = 0.05;
 
-/// Metrics shown in the within-run table (each path / `copy`).
-const WITHIN_RUN: [&str; 3] = ["mb_per_sec", "broker_cpu_s_per_gb", "e2e_corrected_p99_us"];
+/// Metrics shown in the within-run table (each path / `copy`); `fetchbench report`'s ratio table
+/// shows the same.
+pub(crate) const WITHIN_RUN: [&str; 3] = ["mb_per_sec", "broker_cpu_s_per_gb", "e2e_corrected_p99_us"];
 
 /// How a [`Row`] was judged.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -290,16 +296,8 @@ pub fn compare_gated(base: &Results, new: &Results, threshold: f64, gated: Optio
     let mut within_run = within(base, "base");
     within_run.extend(within(new, "new"));
     let mut notes = Vec::new();
-    if base.machine != new.machine {
-        notes.push(format!(
-            "the machines differ (base {} {} nproc {}, new {} {} nproc {}): compare within-run ratios",
-            base.machine.kernel,
-            base.machine.arch,
-            base.machine.nproc,
-            new.machine.kernel,
-            new.machine.arch,
-            new.machine.nproc
-        ));
+    if let Some(note) = machines_note(base, new) {
+        notes.push(note);
     }
     // The number of repetitions is not part of what was measured.
     let same_workload = match (base.workload(), new.workload()) {
@@ -349,6 +347,23 @@ pub fn compare_gated(base: &Results, new: &Results, threshold: f64, gated: Optio
         ));
     }
     Report { threshold, qualified, rows, missing, added, within_run, notes }
+}
+
+/// The note of [`compare`] when the two files come from different machines
+/// ([`crate::machine::Machine::differences`]: CPU model, CPUs, memory, kernel, architecture):
+/// each field that differs with both values, e.g. `the machines differ (cpu_model:
+/// base "A", new "B"; nproc: base "2", new "8"): absolute figures are not comparable across
+/// them; compare the within-run ratios`. `None` for the same machine.
+pub fn machines_note(base: &Results, new: &Results) -> Option<String> {
+    let differences = base.machine.differences(&new.machine);
+    if differences.is_empty() {
+        return None;
+    }
+    let fields: Vec<String> = differences.iter().map(|(name, b, n)| format!("{name}: base {b:?}, new {n:?}")).collect();
+    Some(format!(
+        "the machines differ ({}): absolute figures are not comparable across them; compare the within-run ratios",
+        fields.join("; ")
+    ))
 }
 
 /// The (server model, read path, phase) keys of `r`, in the order of their first entries.
@@ -627,6 +642,32 @@ mod tests {
         assert!(report.table().contains("within-run ratios"));
         assert_eq!(report.notes.len(), 1, "only the note on the threshold rule: {:?}", report.notes);
         assert!(report.notes[0].contains("threshold rule alone"), "{:?}", report.notes);
+    }
+
+    /// Files from different machines get a note naming each field that differs, first in the
+    /// table; the same machine gets none.
+    #[test]
+    fn different_machines_are_noted() {
+        let base = example(1.0);
+        let mut new = example(1.0);
+        new.machine.cpu_model = "Other CPU @ 3.00GHz".into();
+        new.machine.nproc = 16;
+        let report = compare(&base, &new, 0.10);
+        let note = report.notes.iter().find(|n| n.starts_with("the machines differ")).expect("a machines note");
+        assert!(
+            note.contains(
+                r#"cpu_model: base "Example CPU @ 2.00GHz", new "Other CPU @ 3.00GHz"; nproc: base "2", new "16")"#
+            ),
+            "{note}"
+        );
+        assert!(!note.contains("kernel") && !note.contains("memory"), "only what differs: {note}");
+        assert!(report.table().starts_with("note: the machines differ ("), "{}", report.table());
+        assert!(!report.has_regressions(), "a note, not a verdict");
+        new.machine = base.machine.clone();
+        new.machine.memory_bytes = 8 << 30;
+        assert!(machines_note(&base, &new).unwrap().contains(r#"memory: base "24.0 GiB", new "8.0 GiB""#));
+        assert!(machines_note(&base, &base).is_none());
+        assert!(compare(&base, &base, 0.10).notes.iter().all(|n| !n.contains("machines")));
     }
 
     #[test]
