@@ -56,6 +56,12 @@ enum Command {
     /// threshold alone decides. Every metric is gated unless `--metrics` names some (each test
     /// can flag noise: gate few). Exit 0 none, 1 a regression, 2 bad input.
     Compare(fetchbench::bench::compare::CompareArgs),
+    /// Write one self-contained HTML page (no network access to view it) of results files of
+    /// `fetchbench run` or `read-paths --json`: the runs side by side (machine, command,
+    /// workload), a warning when they come from different machines, each path's ratio to
+    /// `copy`, every entry's figures (with 95% intervals over repeats) and the charts; see
+    /// `bench::report`. Exit 0 written, 2 bad input.
+    Report(fetchbench::bench::report::ReportArgs),
     /// Run a workload (the default one without a file): per read path, an embedded broker
     /// (or `--bootstrap` a cluster), a catch-up read of the backlog and a tail read behind a
     /// rate-limited producer; writes `<results-dir>/<UTC time>-<name>.json`, `.csv`, `.svg`
@@ -215,6 +221,7 @@ fn main() -> ExitCode {
         Command::Produce(a) => fetchbench::client::produce_cmd::main(a),
         Command::Consume(a) => fetchbench::client::consume_cmd::main(a),
         Command::Compare(a) => fetchbench::bench::compare::main(a),
+        Command::Report(a) => fetchbench::bench::report::main(a),
         Command::Run(a) => fetchbench::bench::run::main(a),
         Command::Sweep(a) => fetchbench::bench::run::sweep_main(a),
         Command::Groups(a) => match groups(a) {

@@ -13,7 +13,9 @@
 //! as a table or as a results document of the same schema (phase `loopback`).
 //!
 //! `fetchbench compare` ([`compare`]) sets two results files side by side; repeated runs are
-//! summarised and tested with [`stats`].
+//! summarised and tested with [`stats`]. `fetchbench report` ([`report`]) makes one
+//! self-contained HTML page of any number of results files: the runs side by side, their
+//! tables, ratios to `copy` and charts.
 
 pub(crate) mod backlog;
 pub(crate) mod catch_up;
@@ -26,6 +28,7 @@ pub mod loopback;
 pub(crate) mod mixed;
 pub mod read_paths;
 pub(crate) mod remote;
+pub mod report;
 pub mod results;
 pub mod run;
 pub(crate) mod stats;
