@@ -2,7 +2,7 @@
 # The test command: installs what the tests need, then runs every check CI runs.
 # Usage: scripts/test.sh            (from anywhere; works on a fresh Debian/Ubuntu machine as root)
 # Env:   FETCHBENCH_CORPUS=DIR      real Kafka data (default ../shared/corpus beside the project)
-#        CI=true                    a missing corpus, kcat, Python client or nightly toolchain fails instead of skipping
+#        CI=true                    a missing corpus, kcat, chromium, Python client or nightly toolchain fails instead of skipping
 #        FUZZ_SECONDS=N             time per fuzz target (default 20; scripts/fuzz.sh)
 # Sets:  FETCHBENCH_PYTHON          the .venv Python with the pinned Kafka clients (tests/it/python_clients.rs)
 set -euo pipefail
@@ -43,6 +43,14 @@ if ! command -v kcat >/dev/null; then
     apt_install kcat
   else
     echo "NOTICE: kcat not found: the kcat interop tests will SKIP (apt-get install kcat)"
+  fi
+fi
+# Chromium (headless) renders the `fetchbench report` page in its test (tests/it/report.rs).
+if ! command -v chromium >/dev/null; then
+  if { [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; } || [ "${CI:-}" = "true" ]; then
+    apt_install chromium
+  else
+    echo "NOTICE: chromium not found: the report page's browser test will SKIP (apt-get install chromium)"
   fi
 fi
 # The Python Kafka clients of the interop tests (tests/it/python_clients.rs): a virtualenv at

@@ -39,6 +39,7 @@ mod protocol_corpus;
 mod python_clients;
 mod read_paths;
 mod remote_run;
+mod report;
 mod serve_corpus;
 mod serve_process;
 mod two_hosts;
