@@ -43,7 +43,8 @@
 //! - [`machine`]: the machine description a results file records and the broker's metrics
 //!   endpoint shows ([`machine::Machine`]), and this process's resident memory.
 //! - [`bench`](mod@bench): the benchmark harness: workload files with sweeps, latency histograms with
-//!   coordinated-omission correction, the results JSON schema, `fetchbench compare`, and
+//!   coordinated-omission correction, the results JSON schema, `fetchbench compare`, `fetchbench
+//!   report` (one HTML page of several results files), and
 //!   `fetchbench read-paths` (each read path alone, its loopback mode).
 //!
 //! ## Layering
