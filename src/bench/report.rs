@@ -22,7 +22,7 @@
 //!   in the reference's own row, `-` where a run has no such entry or no ratio;
 //! - per run: with repeats, the statistics of every figure over the repetitions (the
 //!   results' `summary`: mean and 95% confidence interval, Student's t); the table of every
-//!   entry (MB/s, records/s, broker CPU s/GB user and sys, consumer CPU s/GB user and sys,
+//!   entry (MB/s, records/s, broker CPU s/GB user + sys, user and sys, consumer CPU s/GB user and sys,
 //!   minor and major faults per GB, RSS, broker-side fetch, consumer poll and corrected
 //!   end-to-end latency percentiles, rebalance); and the run's chart, the SVG of
 //!   [`super::chart`] inline (none for a `read-paths` document: the chart draws the phases
@@ -591,6 +591,7 @@ fn run_section(h: &mut Html, i: usize, run: &Run) -> Result<(), ReportError> {
         "rep",
         "MB/s",
         "records/s",
+        "broker CPU s/GB",
         "broker CPU user s/GB",
         "broker CPU sys s/GB",
         "consumer CPU user s/GB",
@@ -636,6 +637,7 @@ fn entry_row(p: &PathResult) -> Vec<Cell> {
         Cell::num(p.repetition.to_string()),
         Cell::num(Unit::MbPerSec.format(p.mb_per_sec)),
         Cell::num(Unit::PerSec.format(p.records_per_sec)),
+        Cell::num(Unit::CpuPerGb.format(p.broker_cpu.user_s_per_gb + p.broker_cpu.sys_s_per_gb)),
         Cell::num(Unit::CpuPerGb.format(p.broker_cpu.user_s_per_gb)),
         Cell::num(Unit::CpuPerGb.format(p.broker_cpu.sys_s_per_gb)),
         Cell::num(Unit::CpuPerGb.format(p.consumer_cpu.user_s_per_gb)),

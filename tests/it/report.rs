@@ -64,9 +64,17 @@ fn chromium_available() -> bool {
 /// Chromium, headless, with its own profile in `profile`, and `args`.
 fn chromium(profile: &Path, args: &[String]) -> crate::common::ChildOutput {
     let mut cmd = Command::new("chromium");
-    cmd.args(["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-extensions"])
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .args(args);
+    // --disable-dev-shm-usage: a container's /dev/shm may be too small for Chromium.
+    cmd.args([
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--no-first-run",
+        "--disable-extensions",
+    ])
+    .arg(format!("--user-data-dir={}", profile.display()))
+    .args(args);
     run_with_timeout(&mut cmd, None, CHROMIUM_TIMEOUT)
 }
 
