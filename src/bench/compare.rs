@@ -299,6 +299,9 @@ pub fn compare_gated(base: &Results, new: &Results, threshold: f64, gated: Optio
     if let Some(note) = machines_note(base, new) {
         notes.push(note);
     }
+    if let Some(note) = broker_machines_note(base, new) {
+        notes.push(note);
+    }
     // The number of repetitions is not part of what was measured.
     let same_workload = match (base.workload(), new.workload()) {
         (Some(b), Some(n)) => b == Workload { repeat: b.repeat, ..n },
@@ -362,6 +365,23 @@ pub fn machines_note(base: &Results, new: &Results) -> Option<String> {
     let fields: Vec<String> = differences.iter().map(|(name, b, n)| format!("{name}: base {b:?}, new {n:?}")).collect();
     Some(format!(
         "the machines differ ({}): absolute figures are not comparable across them; compare the within-run ratios",
+        fields.join("; ")
+    ))
+}
+
+/// The note of [`compare`] when the brokers ran on different machines
+/// ([`Results::broker_machine`]: a run against a remote `fetchbench serve` with `--metrics`
+/// knows the broker's), e.g. `the brokers' machines differ (nproc: base "2", new "16"): broker
+/// CPU s/GB, faults and fetch latency are not comparable across them`. `None` when they are the
+/// same or either is unknown.
+pub fn broker_machines_note(base: &Results, new: &Results) -> Option<String> {
+    let differences = base.broker_machine()?.differences(new.broker_machine()?);
+    if differences.is_empty() {
+        return None;
+    }
+    let fields: Vec<String> = differences.iter().map(|(name, b, n)| format!("{name}: base {b:?}, new {n:?}")).collect();
+    Some(format!(
+        "the brokers' machines differ ({}): broker CPU s/GB, faults and fetch latency are not comparable across them",
         fields.join("; ")
     ))
 }
@@ -667,6 +687,21 @@ mod tests {
         new.machine.memory_bytes = 8 << 30;
         assert!(machines_note(&base, &new).unwrap().contains(r#"memory: base "24.0 GiB", new "8.0 GiB""#));
         assert!(machines_note(&base, &base).is_none());
+        // A remote broker's machine (run --metrics) is compared too.
+        let mut remote = base.clone();
+        remote.target = "bootstrap:10.0.0.1:9092".into();
+        remote.broker = Some(crate::bench::results::BrokerRecord {
+            bootstrap: "10.0.0.1:9092".into(),
+            broker_id: 0,
+            configs: Default::default(),
+            metrics: Some("10.0.0.1:9093".into()),
+            machine: Some(crate::machine::Machine { nproc: 64, ..base.machine.clone() }),
+        });
+        let note = broker_machines_note(&base, &remote).unwrap();
+        assert!(note.contains(r#"nproc: base "2", new "64""#), "{note}");
+        assert!(machines_note(&base, &remote).is_none(), "the clients ran on the same machine");
+        remote.broker.as_mut().unwrap().machine = None;
+        assert!(broker_machines_note(&base, &remote).is_none(), "unknown: nothing to say");
         assert!(compare(&base, &base, 0.10).notes.iter().all(|n| !n.contains("machines")));
     }
 

@@ -351,29 +351,42 @@ fn run_list(indices: &[usize]) -> String {
     format!("{} {}", if indices.len() == 1 { "run" } else { "runs" }, numbers.join(", "))
 }
 
-/// How many different machines `runs` come from: distinct descriptions as
+/// How many different machines are among `all`: distinct descriptions as
 /// [`crate::machine::Machine::differences`] compares them.
-fn machine_count(runs: &[Run]) -> usize {
+fn machine_count<'a>(all: impl Iterator<Item = &'a crate::machine::Machine>) -> usize {
     let mut machines: Vec<&crate::machine::Machine> = Vec::new();
-    for r in runs {
-        if !machines.iter().any(|m| m.differences(&r.results.machine).is_empty()) {
-            machines.push(&r.results.machine);
+    for machine in all {
+        if !machines.iter().any(|m| m.differences(machine).is_empty()) {
+            machines.push(machine);
         }
     }
     machines.len()
+}
+
+/// A machine in one line: CPU model, CPUs, memory, kernel.
+fn machine_line(m: &crate::machine::Machine) -> String {
+    let field = |name: &str| m.fields().into_iter().find(|(n, _)| *n == name).map_or(String::new(), |(_, v)| v);
+    format!("{}, {} CPUs, {}, kernel {}", field("cpu_model"), field("nproc"), field("memory"), field("kernel"))
 }
 
 /// The warning when the runs come from different machines: how many, and per differing field
 /// each value with its runs.
 fn machines_warning(h: &mut Html, runs: &[Run]) {
     let Some(first) = runs.first() else { return };
-    let machines = machine_count(runs);
-    if machines < 2 {
+    let machines = machine_count(runs.iter().map(|r| &r.results.machine));
+    // The brokers' machines, where known (a remote fetchbench serve's through --metrics).
+    let brokers = machine_count(runs.iter().filter_map(|r| r.results.broker_machine()));
+    if machines < 2 && brokers < 2 {
         return;
     }
     let fields: Vec<_> = runs.iter().map(|r| r.results.machine.fields()).collect();
     h.raw("<div class=\"warning\" id=\"machines-differ\" role=\"alert\">\n");
-    h.el("<p><strong>", &format!("These results come from {machines} different machines."), "</strong> ");
+    let what = if machines >= 2 {
+        format!("These results come from {machines} different machines.")
+    } else {
+        format!("The brokers of these results ran on {brokers} different machines.")
+    };
+    h.el("<p><strong>", &what, "</strong> ");
     h.text(
         "Absolute figures (MB/s, CPU s/GB, latencies) are not comparable across them; compare each run's \
          ratios to copy.",
@@ -392,6 +405,16 @@ fn machines_warning(h: &mut Html, runs: &[Run]) {
             let listed: Vec<String> = values.iter().map(|(v, r)| format!("{v:?} ({})", run_list(r))).collect();
             h.el("<li>", &format!("{name}: {}", listed.join("; ")), "</li>\n");
         }
+    }
+    if brokers >= 2 {
+        let listed: Vec<String> = runs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| {
+                r.results.broker_machine().map(|m| format!("{} ({})", machine_line(m), run_list(&[i])))
+            })
+            .collect();
+        h.el("<li>", &format!("broker machines: {}", listed.join("; ")), "</li>\n");
     }
     h.raw("</ul>\n</div>\n");
 }
@@ -434,6 +457,22 @@ fn runs_table(h: &mut Html, runs: &[Run]) {
     row("file", runs.iter().map(|r| Cell::text(&r.file)).collect());
     row("date (UTC)", each(&|r| r.date.clone()));
     row("target", each(&|r| r.target.clone()));
+    row(
+        "broker",
+        each(&|r| match &r.broker {
+            Some(b) => format!(
+                "{} (node {}), {}",
+                b.bootstrap,
+                b.broker_id,
+                b.metrics.as_ref().map_or("no metrics endpoint: broker figures not measured".into(), |m| {
+                    format!("figures from its metrics endpoint {m}")
+                })
+            ),
+            None if r.target == "embedded" => "embedded, in the run's process".into(),
+            None => "none".into(),
+        }),
+    );
+    row("broker machine", each(&|r| r.broker_machine().map_or("unknown".into(), machine_line)));
     let machines: Vec<_> = runs.iter().map(|r| r.results.machine.fields()).collect();
     for k in 0..machines.first().map_or(0, |m| m.len()) {
         let cells = machines
@@ -696,11 +735,18 @@ fn write_page(path: &Path, page: &str) -> Result<(), ReportError> {
 pub fn main(args: ReportArgs) -> ExitCode {
     match report(&args) {
         Ok(runs) => {
-            let machines = machine_count(&runs);
+            let machines = machine_count(runs.iter().map(|r| &r.results.machine));
             if machines > 1 {
                 eprintln!(
                     "note: the results come from {machines} different machines (the page lists what differs): \
                      compare the ratios to copy, not absolute figures"
+                );
+            }
+            let brokers = machine_count(runs.iter().filter_map(|r| r.results.broker_machine()));
+            if brokers > 1 {
+                eprintln!(
+                    "note: the brokers ran on {brokers} different machines (the page lists them): broker CPU s/GB, \
+                     faults and fetch latency are not comparable across them"
                 );
             }
             eprintln!("fetchbench report: {} results file(s) -> {}", runs.len(), args.output.display());
@@ -810,6 +856,32 @@ mod tests {
         let page = render(&[run("a.json", a), run("d.json", no_uring)]).unwrap();
         assert!(!page.contains("machines-differ"), "io_uring alone is not another machine");
         assert!(page.contains("<td class=\"differs\">no</td>"));
+    }
+
+    /// A run against a remote fetchbench serve (`--metrics`) names its broker and the broker's
+    /// machine; brokers on different machines get the warning though the clients' machine is
+    /// the same.
+    #[test]
+    fn a_remote_brokers_machine_is_shown_and_compared() {
+        let a = example(1.0);
+        let mut remote = example(1.0);
+        remote.target = "bootstrap:10.0.0.1:9092".into();
+        remote.broker = Some(crate::bench::results::BrokerRecord {
+            bootstrap: "10.0.0.1:9092".into(),
+            broker_id: 0,
+            configs: Default::default(),
+            metrics: Some("10.0.0.1:9093".into()),
+            machine: Some(crate::machine::Machine { nproc: 64, cpu_model: "Big CPU".into(), ..a.machine.clone() }),
+        });
+        let page = render(&[run("a.json", a.clone()), run("r.json", remote.clone())]).unwrap();
+        assert!(page.contains("The brokers of these results ran on 2 different machines."), "{page}");
+        assert!(page.contains("broker machines: Example CPU @ 2.00GHz, 2 CPUs"), "{page}");
+        assert!(page.contains("Big CPU, 64 CPUs"), "{page}");
+        assert!(page.contains("10.0.0.1:9092 (node 0), figures from its metrics endpoint 10.0.0.1:9093"), "{page}");
+        assert!(page.contains("embedded, in the run&#39;s process"), "{page}");
+        remote.broker.as_mut().unwrap().machine = None;
+        let page = render(&[run("a.json", a), run("r.json", remote)]).unwrap();
+        assert!(!page.contains("machines-differ"), "an unknown broker machine is not another machine");
     }
 
     /// Every entry's figures, the statistics with their intervals (repeats), and the ratios to

@@ -1084,6 +1084,17 @@ impl Results {
         workload || models_compared(&self.paths)
     }
 
+    /// The machine the broker ran on, when known: this run's `machine` for the embedded broker
+    /// and for `read-paths` (the paths ran here), the broker record's `machine` for a cluster
+    /// (known with `--metrics` at a fetchbench serve, else `None`).
+    pub fn broker_machine(&self) -> Option<&Machine> {
+        match &self.broker {
+            Some(b) => b.machine.as_ref(),
+            None if self.target.starts_with("bootstrap:") => None,
+            None => Some(&self.machine),
+        }
+    }
+
     /// The JSON form of `workload` for [`Results::workload`] (the workload file's keys).
     pub fn workload_value(workload: &Workload) -> Value {
         serde_json::to_value(workload.to_table()).expect("a TOML table is JSON")
@@ -1767,7 +1778,11 @@ pub(crate) mod tests {
         let v5 = as_version_5(&v6);
         assert!(validate(&v5).unwrap_err().to_string().contains("/schema_version: expected 6, found 5"));
         assert!(v5.get("broker").is_none());
-        assert_eq!(Results::from_json(&v5.to_string()).unwrap(), v6, "a version 5 document is version 6 without a broker");
+        assert_eq!(
+            Results::from_json(&v5.to_string()).unwrap(),
+            v6,
+            "a version 5 document is version 6 without a broker"
+        );
         let v4 = as_version_4(&v6);
         assert!(validate(&v4).unwrap_err().to_string().contains("/schema_version: expected 6, found 4"));
         assert!(v4["paths"][0].get("server_model").is_none() && v4["workload"].get("server_models").is_none());
