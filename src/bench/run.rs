@@ -23,8 +23,16 @@
 //!    `posix_fadvise(DONTNEED)`, after the broker's start-up reads and before anything maps
 //!    them; `residency_before` reports what `mincore` still sees); then the workload's phases: [`super::catch_up`] (groups drain the
 //!    backlog), [`super::tail`] (producers at a rate, consumers at the head) and
-//!    [`super::mixed`] (both at once). External: the
-//!    phases run once, read path `external`.
+//!    [`super::mixed`] (both at once). External (`--bootstrap`): the broker's configs are
+//!    recorded (DescribeConfigs, the results' `broker`); without `--metrics` the phases run
+//!    once, read path `external`, server model `null`, broker figures 0. With `--metrics
+//!    HOST:PORT` (a `fetchbench serve` with `metrics.listen`; a broker without `read.path` is
+//!    refused): every read path of `read_paths` under the broker's `server.model`, in
+//!    [`combination_order`], each after IncrementalAlterConfigs set the broker's `read.path`
+//!    to it (a path the broker refuses, e.g. one its model cannot run, is skipped with the
+//!    broker's reason); the broker's figures come from its endpoint ([`super::remote`]); after
+//!    the last combination (or a failure) `read.path` is set back to what DescribeConfigs
+//!    reported at the start.
 //!
 //!    Entries, notes, progress lines and error contexts name the combination: the entry's
 //!    `server_model` and `read_path`; notes `<model>/<path> (<phase>): ...` when the run
