@@ -19,9 +19,12 @@
 //! restart). A change of `read.path` applies to Fetch responses written after it: under
 //! `server.model=threaded` each io thread compares its own read path with
 //! [`DynamicConfig::read_path`] (one atomic load) before each Fetch response and makes a new one
-//! when they differ; no lock is taken on the Fetch path. Under `server.model=uring` the cores'
-//! engines and their registered resources are set up at start, so a change of `read.path` is
-//! refused there (not yet dynamic under `uring`).
+//! when they differ; no lock is taken on the Fetch path. Under `server.model=uring` the new
+//! value is first prepared on every core (the [preparer](DynamicConfig::set_preparer) the
+//! broker installs: each core checks the opcodes of the path's engine on its own ring and
+//! registers the buffers it needs, `uring/start.rs`), and only then made current; each core
+//! looks at [`DynamicConfig::read_path`] before each response it starts, so transfers in flight
+//! finish on the path they started on and give back their buffers and pipes as they end.
 //!
 //! ## IncrementalAlterConfigs checks ([`DynamicConfig::alter`]), in Kafka's order
 //!
@@ -37,7 +40,7 @@
 //! | an unknown key | `INVALID_CONFIG` "Unknown config name: x" (Kafka stores unknown broker keys; fetchbench refuses them, never ignoring a key silently) |
 //! | APPEND / SUBTRACT on a key that is not a list | `INVALID_CONFIG` "Config value append is not allowed for config key: x" |
 //! | a read-only key | `INVALID_REQUEST` "Cannot update these configs dynamically: Set(server.model)" |
-//! | a bad `read.path` value, one this machine or server model cannot run | `INVALID_REQUEST` "Invalid value x for configuration read.path: reason" |
+//! | a bad `read.path` value, one this machine or server model cannot run (threaded: the path's probe; uring: [`ServerModel::supports`], then a core's preparation of the effective value) | `INVALID_REQUEST` "Invalid value x for configuration read.path: reason" |
 //!
 //! Read-only keys and bad values get `INVALID_REQUEST` (42), not `INVALID_CONFIG` (40), as in
 //! Kafka: its `ConfigAdminManager.validateBrokerConfigChange` turns the `ConfigException` into
@@ -45,7 +48,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
 use super::config::BrokerConfig;
 use super::errors;
@@ -137,7 +140,8 @@ pub(crate) const BROKER_KEYS: &[BrokerKey] = &[
         default: None,
         value: |c| c.read_path.name().to_string(),
         doc: "fetchbench: how Fetch responses move record bytes (copy, mmap, sendfile, splice, uring-splice, \
-              uring-read-send, uring-send-zc, msg-zerocopy, direct); dynamic under server.model=threaded",
+              uring-read-send, uring-send-zc, msg-zerocopy, direct; server.model=uring runs the uring-* ones); \
+              dynamic: new Fetch responses use the new path",
     },
     key!("server.model", String, Some("threaded"), "fetchbench: threaded or uring (read-only: needs a restart)", |c| {
         c.server_model.name()
@@ -305,6 +309,19 @@ pub(crate) struct AlterOp<'a> {
 /// The dynamic values of one level (per broker or cluster default): key -> value.
 type Layer = BTreeMap<String, String>;
 
+/// What gets the front end ready for a new effective read path before it is made current:
+/// `Ok`, or the reason it cannot run it (see [`DynamicConfig::set_preparer`]).
+pub(crate) type PreparePath = Box<dyn Fn(ReadPathKind) -> Result<(), String> + Send + Sync>;
+
+/// The installed [`PreparePath`] (a newtype for `Debug`).
+struct Preparer(PreparePath);
+
+impl std::fmt::Debug for Preparer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Preparer")
+    }
+}
+
 /// The broker's dynamic config: the per-broker and cluster-default layers of the dynamic keys
 /// and the effective read path (read with one atomic load on the Fetch path). What each read
 /// path moved is counted by the metrics registry (`metrics_registry.rs`).
@@ -316,6 +333,8 @@ pub(crate) struct DynamicConfig {
     read_path: AtomicUsize,
     /// (per broker, cluster default); taken only by DescribeConfigs and IncrementalAlterConfigs.
     layers: Mutex<(Layer, Layer)>,
+    /// Under `server.model=uring`: gets every core ready for a new read path.
+    preparer: OnceLock<Preparer>,
 }
 
 fn kind_index(kind: ReadPathKind) -> usize {
@@ -330,7 +349,17 @@ impl DynamicConfig {
             server_model: config.server_model,
             read_path: AtomicUsize::new(kind_index(config.read_path)),
             layers: Mutex::default(),
+            preparer: OnceLock::new(),
         }
+    }
+
+    /// Installs what gets the front end ready for a new effective read path (under
+    /// `server.model=uring`: every core checks the path's engine and registers its buffers;
+    /// `uring/start.rs`'s `prepare_cores`). [`Self::alter`] calls it, under `uring`, before it
+    /// changes the effective path, and refuses the change with its reason. Set once, when the
+    /// front end has started; a second call is ignored.
+    pub(crate) fn set_preparer(&self, prepare: PreparePath) {
+        let _ = self.preparer.set(Preparer(prepare));
     }
 
     /// The effective read path: what new Fetch responses are written with (one atomic load).
@@ -427,14 +456,16 @@ impl DynamicConfig {
         }
         let current = self.read_path();
         if effective != current && self.server_model == ServerModel::Uring {
-            return Err(AlterError::new(
-                errors::INVALID_REQUEST,
-                format!(
-                    "Invalid value {effective} for configuration {READ_PATH}: read.path is not yet dynamic under \
-                     server.model=uring (its cores set up their engine and registered resources at start); \
-                     restart the broker with --read-path {effective}"
-                ),
-            ));
+            // The cores' own check of the path (their ring's opcodes, the registered buffers),
+            // also for validate_only: it is the probe of the value under uring.
+            let invalid = |reason: String| {
+                AlterError::new(
+                    errors::INVALID_REQUEST,
+                    format!("Invalid value {effective} for configuration {READ_PATH}: {reason}"),
+                )
+            };
+            let prepare = self.preparer.get().ok_or_else(|| invalid("the uring cores are not running".into()))?;
+            (prepare.0)(effective).map_err(invalid)?;
         }
         if validate_only {
             return Ok(());
@@ -549,14 +580,37 @@ mod tests {
     }
 
     #[test]
-    fn uring_refuses_a_read_path_change() {
+    fn uring_prepares_the_cores_before_a_read_path_change() {
         let d = DynamicConfig::new(&config(ServerModel::Uring, ReadPathKind::UringSplice));
         let e = d.alter(true, &[set(READ_PATH, "sendfile")], false).unwrap_err();
         assert!(e.message.contains("cannot run read path sendfile"), "{e}");
         let e = d.alter(true, &[set(READ_PATH, "uring-read-send")], false).unwrap_err();
-        assert!(e.message.contains("not yet dynamic under server.model=uring"), "{e}");
-        d.alter(true, &[set(READ_PATH, "uring-splice")], false).unwrap();
-        assert_eq!(d.read_path(), ReadPathKind::UringSplice);
+        assert!(e.message.contains("the uring cores are not running"), "{e}");
+        let asked = std::sync::Arc::new(Mutex::new(Vec::new()));
+        let seen = std::sync::Arc::clone(&asked);
+        d.set_preparer(Box::new(move |kind| {
+            seen.lock().unwrap().push(kind);
+            match kind {
+                ReadPathKind::UringSendZc => Err("core 0 cannot run it: no SEND_ZC".into()),
+                _ => Ok(()),
+            }
+        }));
+        let e = d.alter(true, &[set(READ_PATH, "uring-send-zc")], false).unwrap_err();
+        assert_eq!(e.code, errors::INVALID_REQUEST);
+        assert!(e.message.contains("Invalid value uring-send-zc for configuration read.path: core 0"), "{e}");
+        assert_eq!(d.read_path(), ReadPathKind::UringSplice, "a refused preparation changes nothing");
+        assert_eq!(d.describe_read_path(true).len(), 1, "nothing stored");
+        d.alter(true, &[set(READ_PATH, "uring-read-send")], true).unwrap();
+        assert_eq!(d.read_path(), ReadPathKind::UringSplice, "validate_only prepares, changes nothing");
+        d.alter(true, &[set(READ_PATH, "uring-read-send")], false).unwrap();
+        assert_eq!(d.read_path(), ReadPathKind::UringReadSend);
+        d.alter(true, &[set(READ_PATH, "uring-read-send")], false).unwrap();
+        let asked = asked.lock().unwrap().clone();
+        assert_eq!(
+            asked,
+            [ReadPathKind::UringSendZc, ReadPathKind::UringReadSend, ReadPathKind::UringReadSend],
+            "the current path is not prepared again"
+        );
     }
 
     #[test]

@@ -45,8 +45,9 @@
 //! each take, for one process's measured intervals), these histograms are never reset: a scraper
 //! takes differences between scrapes.
 //!
-//! The read path counters are labelled by the path that moved the bytes (today the broker's one
-//! configured path). Under `server.model=threaded` each io thread adds what its path counted
+//! The read path counters are labelled by the path that moved the bytes (`read.path` is dynamic:
+//! after a change, a response still being written is counted under the path it started on, the
+//! next ones under the new path). Under `server.model=threaded` each io thread adds what its path counted
 //! after each Fetch response, also for a write that failed part way (the bytes that moved).
 //! Under `server.model=uring` the cores add the record sets (transfers) and their bytes of each
 //! response completely written; they do not count system calls per transfer, so

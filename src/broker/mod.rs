@@ -60,7 +60,7 @@
 //!   coordinator's configuration derived from it.
 //! - [`dynamic_config`]: the dynamic broker configs (KIP-226): the broker keys DescribeConfigs
 //!   reports and `read.path`, the one IncrementalAlterConfigs changes at runtime (per broker or
-//!   cluster default), with Kafka's checks and error codes.
+//!   cluster default; under both server models), with Kafka's checks and error codes.
 //! - [`error`]: [`BrokerError`], the errors of starting, configuring and stopping the broker.
 //! - [`node`]: [`NODE_ID`](node::NODE_ID), [`CLUSTER_ID`](node::CLUSTER_ID) (leader epoch 0).
 //! - [`shared`]: [`Shared`](shared::Shared), the state every thread and handler gets (the locks

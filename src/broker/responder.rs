@@ -26,7 +26,7 @@
 //! and made again at the first Fetch after the kind changed (never a fallback: a path that
 //! cannot be made closes that connection, with the reason logged, and the next Fetch tries
 //! again). What each path moved is counted per kind
-//! ([`DynamicConfig::record_transfers`](super::dynamic_config::DynamicConfig::record_transfers)).
+//! ([`BrokerMetrics::record_transfers`](super::metrics_registry::BrokerMetrics::record_transfers)).
 //! A path's resources, e.g. `uring-splice`'s ring and pipe, are thus
 //! held per io thread (`num.io.threads` of them), no longer per connection.
 //!
@@ -35,7 +35,7 @@
 //! The connection is muted, so its io thread is the only one touching the socket, which is
 //! blocking with `SO_SNDTIMEO` = [`SEND_TIMEOUT`]: a plain write that moves no byte for that long
 //! fails (`TimedOut`) and the connection is closed; the read paths wait out `EAGAIN` for
-//! writability instead (their contract, [`ReadPath::transfer`](crate::read_path::ReadPath::transfer)),
+//! writability instead (their contract, [`ReadPath::transfer`]),
 //! and a peer that takes a few bytes now and then would restart that timer at every send anyway.
 //! So the whole response write is bounded, by the same time: past it the
 //! [`write_deadline`](super::write_deadline) watchdog closes the connection and the write fails

@@ -110,6 +110,11 @@ impl Broker {
                 Some(engine) => {
                     let started = Cores::start(&shared, std::mem::take(&mut listeners), engine)
                         .map_err(|(what, source)| BrokerError::Thread { what, source })?;
+                    // read.path is dynamic: a new value is prepared on every core first.
+                    let mailboxes = started.mailboxes();
+                    shared
+                        .dynamic_config()
+                        .set_preparer(Box::new(move |path| uring_start::prepare_cores(&mailboxes, path)));
                     cores = Some(started);
                     None
                 }

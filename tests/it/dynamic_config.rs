@@ -3,8 +3,11 @@
 //! read-only key, bad value, APPEND on a non-list key, validate_only, a path the server model
 //! cannot run), each leaving the config as it was, and the switch itself: `read.path` altered
 //! from copy to sendfile, after which new Fetch responses move through sendfile (the broker's
-//! per-path transfer counters) and the records read back byte-identical. Then confluent-kafka's
-//! AdminClient doing the same from Python (tests/python/confluent_configs.py).
+//! per-path transfer counters) and the records read back byte-identical. Under
+//! `server.model=uring` the same between the cores' paths (every core switches, a transfer in
+//! flight finishes on its path, a path the model or the cores cannot run is refused). Then
+//! confluent-kafka's AdminClient doing the same from Python (tests/python/confluent_configs.py),
+//! under both models.
 
 use fetchbench::broker::{BrokerHandle, ServerModel};
 use fetchbench::read_path::ReadPathKind;
@@ -308,50 +311,202 @@ fn altering_read_path_switches_new_fetch_responses_to_the_new_path() {
     broker.shutdown().unwrap();
 }
 
+/// Whether a uring broker runs here (a notice when not; in CI a failure).
+fn uring_runs() -> bool {
+    match ServerModel::Uring.probe() {
+        Ok(()) => true,
+        Err(e) => {
+            assert!(!crate::common::in_ci(), "CI must run the server.model=uring tests: {e}");
+            eprintln!("SKIP: server.model=uring: {e}");
+            false
+        }
+    }
+}
+
+/// The `read_path` label of the `broker_info` sample of the broker's metrics exposition.
+fn info_read_path(broker: &BrokerHandle) -> String {
+    let metrics = broker.metrics_text().unwrap();
+    let info = metrics.lines().find(|l| l.starts_with("fetchbench_broker_info{")).expect("broker_info");
+    let at = info.find("read_path=\"").unwrap_or_else(|| panic!("no read_path label: {info}")) + "read_path=\"".len();
+    info[at..].split('"').next().unwrap().to_string()
+}
+
+/// Under uring, on two cores: read.path altered uring-splice -> uring-read-send -> uring-send-zc
+/// -> (DELETE) uring-splice; after each switch new Fetch responses, on a new connection and on
+/// the one that altered (the cores spread them), move through the new path only (the metrics
+/// registry's per-path transfer counters), broker_info names it, and the records read back
+/// identical.
 #[test]
-fn under_uring_read_path_changes_are_refused() {
-    if let Err(e) = ServerModel::Uring.probe() {
-        assert!(!crate::common::in_ci(), "CI must run the server.model=uring tests: {e}");
-        eprintln!("SKIP: server.model=uring: {e}");
+fn under_uring_altering_read_path_switches_every_core() {
+    if !uring_runs() {
+        return;
+    }
+    let (_tmp, broker) = crate::uring_model::start_model(ReadPathKind::UringSplice, ServerModel::Uring, |c| {
+        c.uring_cores = 2;
+    });
+    broker.test_support().create_topic("switch", 1).unwrap();
+    let mut client = Client::connect(broker.local_addr());
+    assert_eq!(produce(&mut client, "switch", batch(200), 1), Some((0, 0)));
+    let before = read_all(&mut client, "switch");
+    assert_eq!(before.len(), 200);
+    assert_eq!(transfers_reach(&broker, ReadPathKind::UringSplice, 1), 1);
+    assert_eq!(info_read_path(&broker), "uring-splice");
+    let mut expected = vec![(ReadPathKind::UringSplice, 1)];
+    let steps: [(Op<'_>, ReadPathKind); 3] = [
+        ((0, "read.path", Some("uring-read-send")), ReadPathKind::UringReadSend),
+        ((0, "read.path", Some("uring-send-zc")), ReadPathKind::UringSendZc),
+        ((1, "read.path", None), ReadPathKind::UringSplice),
+    ];
+    for (op, kind) in steps {
+        if kind == ReadPathKind::UringSendZc && crate::uring_model::uring_path("uring-send-zc").is_none() {
+            continue;
+        }
+        assert_eq!(alter(&mut client, "0", &[op], false), (0, String::new()), "{op:?}");
+        assert_eq!(broker.test_support().read_path(), kind);
+        assert_eq!(read_path_of(&mut client), kind.name());
+        assert_eq!(info_read_path(&broker), kind.name(), "broker_info after {op:?}");
+        // Several new connections (SO_REUSEPORT spreads them over both cores) and the first one.
+        let mut reads = 1;
+        assert_eq!(read_all(&mut client, "switch"), before, "records differ on {kind}");
+        for _ in 0..3 {
+            let mut other = Client::connect(broker.local_addr());
+            assert_eq!(read_all(&mut other, "switch"), before, "records differ on {kind}");
+            reads += 1;
+        }
+        match expected.iter_mut().find(|(k, _)| *k == kind) {
+            Some((_, n)) => *n += reads,
+            None => expected.push((kind, reads)),
+        }
+        for (k, n) in &expected {
+            assert_eq!(transfers_reach(&broker, *k, *n), *n, "{k} after the switch to {kind}");
+        }
+    }
+    assert_eq!(describe(&mut client, BROKER, "0", 4).error_code, 0);
+    assert_eq!(broker.test_support().connection_panics(), 0);
+    drop(client);
+    crate::uring_model::wait_until_released(&broker, 0, "after the switches");
+    broker.shutdown().unwrap();
+}
+
+/// Under uring, a transfer in flight when read.path changes finishes on the path it started
+/// on, and gives back its pipe: a reader asks for 16 MiB on uring-splice and stops reading
+/// (its transfer holds a pipe), read.path becomes uring-read-send, then the reader takes the
+/// whole response: it is counted on uring-splice, nothing on uring-read-send, the pipe is back;
+/// the next Fetch goes through uring-read-send.
+#[test]
+fn under_uring_a_transfer_in_flight_finishes_on_its_path() {
+    use std::io::Read;
+    if !uring_runs() {
         return;
     }
     let (_tmp, broker) = crate::uring_model::start_model(ReadPathKind::UringSplice, ServerModel::Uring, |c| {
         c.uring_cores = 1;
     });
+    broker.test_support().create_topic("big", 1).unwrap();
     let mut client = Client::connect(broker.local_addr());
-    let (code, text) = alter(&mut client, "0", &[(0, "read.path", Some("sendfile"))], false);
-    assert_eq!(code, INVALID_REQUEST, "{text}");
-    assert!(text.contains("server.model=uring cannot run read path sendfile"), "{text}");
-    let (code, text) = alter(&mut client, "0", &[(0, "read.path", Some("uring-read-send"))], false);
-    assert_eq!(code, INVALID_REQUEST, "{text}");
-    assert!(text.contains("not yet dynamic under server.model=uring"), "{text}");
-    assert_eq!(read_path_of(&mut client), "uring-splice");
+    crate::uring_model::produce_big(&mut client, "big", 32, 4, 128 * 1024);
+    let mut reader = crate::uring_model::raw_fetch(broker.local_addr(), "big");
+    let mut size = [0u8; 4];
+    reader.read_exact(&mut size).unwrap();
+    let size = u32::from_be_bytes(size) as usize;
+    assert!(size > 16 << 20, "the response holds the 16 MiB: {size}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while broker.test_support().uring_resources().pipes == 0 {
+        assert!(std::time::Instant::now() < deadline, "no pipe held for the stalled reader");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(alter(&mut client, "0", &[(0, "read.path", Some("uring-read-send"))], false), (0, String::new()));
+    assert!(broker.test_support().uring_resources().pipes > 0, "the transfer was no longer in flight at the switch");
+    let mut rest = vec![0u8; size];
+    reader.read_exact(&mut rest).unwrap();
+    assert_eq!(i32::from_be_bytes(rest[..4].try_into().unwrap()), 7, "correlation id");
+    // The response's record sets, all on the path the response started on.
+    let spliced = transfers_reach(&broker, ReadPathKind::UringSplice, 1);
+    assert!(spliced >= 1, "the stalled response was not counted on uring-splice");
+    assert_eq!(transfers(&broker, ReadPathKind::UringReadSend), 0);
+    let (_, bytes) = broker.test_support().read_path_transfers(ReadPathKind::UringSplice);
+    assert!(bytes >= 16 << 20, "uring-splice moved the 16 MiB: {bytes}");
+    crate::uring_model::wait_until_released(&broker, 2, "the finished transfer");
+    broker.test_support().create_topic("after", 1).unwrap();
+    assert_eq!(produce(&mut client, "after", batch(200), 1), Some((0, 0)));
+    assert_eq!(read_all(&mut client, "after").len(), 200);
+    assert_eq!(transfers_reach(&broker, ReadPathKind::UringReadSend, 1), 1, "the next Fetch went elsewhere");
+    assert_eq!(transfers(&broker, ReadPathKind::UringSplice), spliced);
+    assert_eq!(broker.test_support().connection_panics(), 0);
+    broker.shutdown().unwrap();
+}
+
+/// Under uring, a path the model cannot run (sendfile: a blocking call) and one the cores
+/// cannot prepare (registered buffers of 2 GiB: above the 1 GiB a buffer may have) are refused
+/// with INVALID_REQUEST and the reason, validate_only included; nothing changes.
+#[test]
+fn under_uring_read_path_changes_the_cores_cannot_run_are_refused() {
+    if !uring_runs() {
+        return;
+    }
+    let (_tmp, broker) = crate::uring_model::start_model(ReadPathKind::UringSplice, ServerModel::Uring, |c| {
+        c.uring_cores = 2;
+        c.read_path_config.buffer_size = 2 << 30;
+    });
+    let mut client = Client::connect(broker.local_addr());
+    for validate_only in [false, true] {
+        let (code, text) = alter(&mut client, "0", &[(0, "read.path", Some("sendfile"))], validate_only);
+        assert_eq!(code, INVALID_REQUEST, "{text}");
+        assert!(text.contains("server.model=uring cannot run read path sendfile"), "{text}");
+        let (code, text) = alter(&mut client, "0", &[(0, "read.path", Some("uring-read-send"))], validate_only);
+        assert_eq!(code, INVALID_REQUEST, "{text}");
+        assert!(text.starts_with("Invalid value uring-read-send for configuration read.path: core "), "{text}");
+        assert!(text.contains("registering buffers"), "{text}");
+        assert_eq!(read_path_of(&mut client), "uring-splice");
+        assert_eq!(broker.test_support().read_path(), ReadPathKind::UringSplice);
+        assert_eq!(describe(&mut client, BROKER, "", 4).configs.len(), 0, "nothing at the default level");
+    }
     assert_eq!(value(entry(&describe(&mut client, BROKER, "0", 4), "server.model")), "uring");
+    // The broker still serves on its path.
+    broker.test_support().create_topic("still", 1).unwrap();
+    assert_eq!(produce(&mut client, "still", batch(200), 1), Some((0, 0)));
+    assert_eq!(read_all(&mut client, "still").len(), 200);
+    assert_eq!(transfers_reach(&broker, ReadPathKind::UringSplice, 1), 1);
+    broker.shutdown().unwrap();
+}
+
+/// confluent-kafka's AdminClient alters `read.path` from `from` to `to` on a broker of `model`
+/// (tests/python/confluent_configs.py), then the broker's per-path transfer counters show the
+/// records consumed once on each path.
+fn confluent_admin_client_switch(model: ServerModel, from: ReadPathKind, to: ReadPathKind) {
+    let Some(python) = crate::python_clients::python_with("confluent_kafka") else { return };
+    let (_tmp, broker) = crate::uring_model::start_model(from, model, |c| c.uring_cores = 1);
+    let bootstrap = broker.local_addr().to_string();
+    let what = format!("confluent-kafka AdminClient, server.model={model}, read.path {from} -> {to}");
+    let summary = crate::python_clients::run_script_args(
+        &python,
+        "confluent_configs.py",
+        &[&bootstrap, from.name(), to.name(), model.name()],
+        &what,
+    );
+    eprintln!("{what}: {summary}");
+    assert_eq!(summary["consumed_after"], 40, "{summary}");
+    assert_eq!(summary["read_path_after"], to.name());
+    assert_eq!(summary["refused"]["read_only"]["code"], i64::from(INVALID_REQUEST), "{summary}");
+    assert_eq!(summary["refused"]["unknown"]["code"], i64::from(INVALID_CONFIG), "{summary}");
+    assert_eq!(summary["refused"]["bad_value"]["code"], i64::from(INVALID_REQUEST), "{summary}");
+    assert_eq!(broker.test_support().read_path(), to);
+    // Consumed once on each path.
+    assert!(transfers_reach(&broker, from, 1) > 0);
+    assert!(transfers_reach(&broker, to, 1) > 0, "no Fetch went through {to} after the switch");
+    assert_eq!(broker.test_support().connection_panics(), 0);
     broker.shutdown().unwrap();
 }
 
 #[test]
 fn confluent_admin_client_switches_the_read_path() {
-    let Some(python) = crate::python_clients::python_with("confluent_kafka") else { return };
-    let (_tmp, broker) = crate::broker::start(ReadPathKind::Copy);
-    let bootstrap = broker.local_addr().to_string();
-    let what = "confluent-kafka AdminClient, read.path copy -> sendfile";
-    let summary = crate::python_clients::run_script_args(
-        &python,
-        "confluent_configs.py",
-        &[&bootstrap, "copy", "sendfile"],
-        what,
-    );
-    eprintln!("{what}: {summary}");
-    assert_eq!(summary["consumed_after"], 40, "{summary}");
-    assert_eq!(summary["read_path_after"], "sendfile");
-    assert_eq!(summary["refused"]["read_only"]["code"], i64::from(INVALID_REQUEST), "{summary}");
-    assert_eq!(summary["refused"]["unknown"]["code"], i64::from(INVALID_CONFIG), "{summary}");
-    assert_eq!(summary["refused"]["bad_value"]["code"], i64::from(INVALID_REQUEST), "{summary}");
-    assert_eq!(broker.test_support().read_path(), ReadPathKind::Sendfile);
-    // Consumed once on copy, once on sendfile.
-    assert!(transfers_reach(&broker, ReadPathKind::Copy, 1) > 0);
-    assert!(transfers_reach(&broker, ReadPathKind::Sendfile, 1) > 0, "no Fetch went through sendfile after the switch");
-    assert_eq!(broker.test_support().connection_panics(), 0);
-    broker.shutdown().unwrap();
+    confluent_admin_client_switch(ServerModel::Threaded, ReadPathKind::Copy, ReadPathKind::Sendfile);
+}
+
+#[test]
+fn confluent_admin_client_switches_the_read_path_under_uring() {
+    if !uring_runs() {
+        return;
+    }
+    confluent_admin_client_switch(ServerModel::Uring, ReadPathKind::UringSplice, ReadPathKind::UringReadSend);
 }

@@ -67,7 +67,7 @@ macro_rules! on_each_path {
 
 /// The path named `name`, when a uring broker can run it here; `None` with a notice otherwise
 /// (a panic in CI). An unknown name is a failure.
-fn uring_path(name: &str) -> Option<ReadPathKind> {
+pub(crate) fn uring_path(name: &str) -> Option<ReadPathKind> {
     let kind: ReadPathKind = name.parse().unwrap_or_else(|e| panic!("{e}"));
     let skip = |why: String| {
         assert!(!crate::common::in_ci(), "CI must run the server.model=uring tests: {why}");
@@ -93,7 +93,7 @@ fn uring_path(name: &str) -> Option<ReadPathKind> {
 
 /// Waits (up to a generous minute) until the cores hold nothing, and the broker counts no
 /// connection beyond `open` and no Fetch in flight; panics naming what is still held.
-fn wait_until_released(broker: &BrokerHandle, open: usize, what: &str) {
+pub(crate) fn wait_until_released(broker: &BrokerHandle, open: usize, what: &str) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let support = broker.test_support();
@@ -161,7 +161,7 @@ fn python_clients_on_every_uring_path() {
 }
 
 /// `batches` batches of `records` records of `value_len` bytes each, produced to `topic`.
-fn produce_big(client: &mut Client, topic: &str, batches: usize, records: usize, value_len: usize) {
+pub(crate) fn produce_big(client: &mut Client, topic: &str, batches: usize, records: usize, value_len: usize) {
     for b in 0..batches {
         let mut builder = BatchBuilder::new(0, Compression::None);
         for r in 0..records {
@@ -174,7 +174,7 @@ fn produce_big(client: &mut Client, topic: &str, batches: usize, records: usize,
 }
 
 /// A raw connection that sends one Fetch of `topic`-0 from offset 0 for up to 50 MiB.
-fn raw_fetch(addr: std::net::SocketAddr, topic: &str) -> std::net::TcpStream {
+pub(crate) fn raw_fetch(addr: std::net::SocketAddr, topic: &str) -> std::net::TcpStream {
     let mut stream = std::net::TcpStream::connect(addr).unwrap();
     stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     let req = FetchRequest::default().with_max_wait_ms(0).with_min_bytes(1).with_max_bytes(50 << 20).with_topics(vec![

@@ -1,11 +1,11 @@
 """confluent-kafka's AdminClient (librdkafka) against a fetchbench broker's dynamic broker
 configs; run by tests/it/dynamic_config.rs.
 
-Usage: confluent_configs.py BOOTSTRAP FROM_PATH TO_PATH
+Usage: confluent_configs.py BOOTSTRAP FROM_PATH TO_PATH [MODEL]
 
-The broker starts with read.path=FROM_PATH. Produce RECORDS records to the topic `dc`; consume
+The broker starts with read.path=FROM_PATH under server.model=MODEL (default threaded). Produce RECORDS records to the topic `dc`; consume
 them; describe the broker resource "0" (read.path: FROM_PATH, STATIC_BROKER_CONFIG, not read-only;
-server.model read-only) and the topic; refuse a read-only key (server.model) and an unknown key
+server.model=MODEL, read-only) and the topic; refuse a read-only key (server.model) and an unknown key
 and check nothing changed; validate_only to TO_PATH changes nothing; then SET read.path=TO_PATH,
 describe again (DYNAMIC_BROKER_CONFIG, the static value as a synonym) and consume again: the
 records must come back identical. Prints one JSON line, which the Rust side checks against the
@@ -77,6 +77,7 @@ def set_op(name, value):
 
 def main():
     bootstrap, from_path, to_path = sys.argv[1:4]
+    model = sys.argv[4] if len(sys.argv) > 4 else "threaded"
     producer = Producer({"bootstrap.servers": bootstrap})
     for i in range(RECORDS):
         producer.produce(TOPIC, key=f"k{i}".encode(), value=(f"value-{i}-" + "x" * 200).encode())
@@ -89,7 +90,7 @@ def main():
     rp = configs["read.path"]
     if (rp.value, src(rp.source), rp.is_read_only) != (from_path, ConfigSource.STATIC_BROKER_CONFIG.value, False):
         fail(f"read.path before: {rp.value} source {rp.source} read-only {rp.is_read_only}")
-    if not configs["server.model"].is_read_only or configs["server.model"].value != "threaded":
+    if not configs["server.model"].is_read_only or configs["server.model"].value != model:
         fail(f"server.model: {configs['server.model']}")
     topic_res = ConfigResource(ResourceType.TOPIC, TOPIC)
     topic_configs = admin.describe_configs([topic_res], request_timeout=TIMEOUT)[topic_res].result(timeout=TIMEOUT)

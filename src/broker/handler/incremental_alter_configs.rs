@@ -14,8 +14,9 @@
 //! | any other type | `INVALID_REQUEST` "Unknown resource type 8" |
 //!
 //! A refused resource changes nothing; `validate_only` runs every check and changes nothing.
-//! The only dynamic key is `read.path` ([`crate::broker::dynamic_config`]); a new value applies
-//! to Fetch responses written after the answer. Nothing is persisted: a restart starts from the
+//! The only dynamic key is `read.path` ([`crate::broker::dynamic_config`]), under both server
+//! models; a new value applies to Fetch responses started after the answer (one being written
+//! finishes on its path). Nothing is persisted: a restart starts from the
 //! static configs.
 //!
 //! Versions v0-v1 (the codec's; v1 is the flexible encoding); confluent-kafka 2.16's AdminClient

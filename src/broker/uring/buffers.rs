@@ -8,13 +8,15 @@
 //!   ends with `ENOBUFS`: the core re-arms it after the buffers of that turn came back.
 //! - [`FixedBuffers`]: the registered buffers (`IORING_REGISTER_BUFFERS`) that
 //!   `uring-read-send` and `uring-send-zc` read file bytes into (`READ_FIXED`) and send from:
-//!   the read paths' pool (`read_path::registered_buffers`) with the core's gauges.
+//!   the read paths' pool (`read_path::registered_buffers`) with the core's gauges. A core
+//!   registers them at start when its path needs them, else at the first change of `read.path`
+//!   to such a path, and keeps them until it ends.
 //!   A buffer is held by the transfer piece that reads into it, plus one hold per `SEND_ZC`
 //!   whose notification has not come yet; it is free again when the last hold is released.
 //!   Registered pages are pinned and count against `RLIMIT_MEMLOCK` without `CAP_IPC_LOCK`.
 //! - [`PipePool`]: the pipes of `uring-splice`, one per transfer in progress, kept for the next
 //!   transfer when they come back empty, closed when a transfer failed (their bytes are not
-//!   worth reading back).
+//!   worth reading back) and when the core leaves `uring-splice` ([`PipePool::close_idle`]).
 //!
 //! Memory given to the kernel is freed only after the ring that may write it is gone: the core
 //! declares its ring before these (fields drop in declaration order) and waits for every
@@ -228,6 +230,11 @@ impl PipePool {
         };
         self.gauges.pipes(1);
         Ok(pipe)
+    }
+
+    /// Closes the idle pipes (the core no longer runs `uring-splice`: `read.path` changed).
+    pub(crate) fn close_idle(&mut self) {
+        self.idle.clear();
     }
 
     /// Gives back a pipe: kept when `empty` (and the pool is not full), else closed.

@@ -1,7 +1,8 @@
 //! One core's loop: its ring, its listening socket, its connections (see the
 //! [`uring` docs](super) for the design).
 //!
-//! Each turn of the loop: drain the mailbox (responses to write, closes, the stop), re-arm the
+//! Each turn of the loop: drain the mailbox (responses to write, closes, preparations for a new
+//! `read.path`, the stop), re-arm the
 //! receives that ran out of provided buffers, give the connections waiting for a registered
 //! buffer their turn, run the timers (write deadline, idle connections, the stop's grace),
 //! submit what was queued and wait for at least one completion (or the next timer tick, with
@@ -35,6 +36,7 @@ use crate::broker::response::Response;
 use crate::broker::shared::Shared;
 use crate::broker::write_deadline::SEND_TIMEOUT;
 use crate::protocol::frame::{DecodedRequest, ProtocolError, ReceiveProgress};
+use crate::read_path::ReadPathKind;
 
 /// Submission queue entries of a core's ring.
 const RING_ENTRIES: u32 = 1024;
@@ -67,7 +69,7 @@ pub(crate) struct CoreSetup {
     pub(crate) mailbox: Arc<CoreMailbox>,
     /// Its listening socket (`SO_REUSEPORT`, bound to the broker's address).
     pub(crate) listener: std::net::TcpListener,
-    /// How it moves record bytes.
+    /// How it moves record bytes at start (then `read.path`'s current value: dynamic).
     pub(crate) engine: Engine,
 }
 
@@ -83,6 +85,8 @@ pub(crate) struct Core {
     shared: Arc<Shared>,
     mailbox: Arc<CoreMailbox>,
     listener: Option<std::net::TcpListener>,
+    /// The engine of the transfers started from now on: `read.path`'s current value, looked at
+    /// before each response ([`Self::engine_now`]); a transfer keeps the one it started with.
     engine: Engine,
     conns: Vec<Option<Conn>>,
     generations: Vec<u32>,
@@ -112,6 +116,26 @@ fn engine_opcodes(engine: Engine) -> &'static [(u8, &'static str)] {
     }
 }
 
+/// Checks that `ring`'s kernel runs every opcode `engine` issues ([`engine_opcodes`]). Errors:
+/// `IORING_REGISTER_PROBE`'s, or `Unsupported` naming the missing opcode.
+fn check_engine_opcodes(ring: &IoUring, engine: Engine) -> io::Result<()> {
+    let mut probe = Probe::new();
+    ring.submitter().register_probe(&mut probe)?;
+    match engine_opcodes(engine).iter().find(|(code, _)| !probe.is_supported(*code)) {
+        Some((_, name)) => {
+            Err(io::Error::new(io::ErrorKind::Unsupported, format!("this kernel does not support {name}")))
+        }
+        None => Ok(()),
+    }
+}
+
+/// Registers the core's [`FIXED_BUFFERS`] buffers of `read_path_config.buffer_size` bytes (at
+/// least 4096) with `ring`. Errors: [`FixedBuffers::new`]'s.
+fn register_fixed(ring: &IoUring, shared: &Shared) -> io::Result<FixedBuffers> {
+    let len = u32::try_from(shared.config.read_path_config.buffer_size.max(4096)).unwrap_or(u32::MAX);
+    FixedBuffers::new(ring, FIXED_BUFFERS, len, shared.uring_gauges_arc())
+}
+
 impl Core {
     /// Sets up the core's ring, buffers and pipes. Errors: `io_uring_setup`, an opcode the
     /// engine needs missing (named), the buffer ring or the registered buffers refused.
@@ -124,19 +148,12 @@ impl Core {
         if let Err(e) = ring.submitter().register_iowq_max_workers(&mut workers) {
             tracing::warn!("io-wq worker cap not set ({e}); the kernel's default bound applies");
         }
-        let mut probe = Probe::new();
-        ring.submitter().register_probe(&mut probe)?;
-        if let Some((_, name)) = engine_opcodes(setup.engine).iter().find(|(code, _)| !probe.is_supported(*code)) {
-            return Err(io::Error::new(io::ErrorKind::Unsupported, format!("this kernel does not support {name}")));
-        }
+        check_engine_opcodes(&ring, setup.engine)?;
         let gauges = setup.shared.uring_gauges_arc();
         let provided = ProvidedRing::new(&ring, PROVIDED_BUFFERS, PROVIDED_BUFFER_BYTES, BGID, Arc::clone(&gauges))?;
-        let fixed = if setup.engine.uses_fixed_buffers() {
-            let len = u32::try_from(setup.shared.config.read_path_config.buffer_size.max(4096)).unwrap_or(u32::MAX);
-            Some(FixedBuffers::new(&ring, FIXED_BUFFERS, len, Arc::clone(&gauges))?)
-        } else {
-            None
-        };
+        // Registered at start when the engine needs them, else at the first Prepare for an
+        // engine that does (a `read.path` change); kept until the core ends.
+        let fixed = if setup.engine.uses_fixed_buffers() { Some(register_fixed(&ring, &setup.shared)?) } else { None };
         let pipes = PipePool::new(setup.shared.config.read_path_config.pipe_size, gauges);
         // SAFETY: `sysconf` reads a constant of the system; it takes no pointers.
         let page_size = u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).ok().filter(|p| *p > 0);
@@ -304,6 +321,14 @@ impl Core {
                 match message {
                     CoreMessage::Respond { conn, response, context } => self.on_response(conn, response, context),
                     CoreMessage::Close(id) => self.close(id, Why::Normal("a handler closed it".into())),
+                    CoreMessage::Prepare { path, reply } => {
+                        let answer = self.prepare(path);
+                        if let Err(reason) = &answer {
+                            tracing::warn!("core {}: cannot run read path {path}: {reason}", self.index);
+                        }
+                        // The asker may have given up waiting: nothing to do then.
+                        let _ = reply.send((self.index, answer));
+                    }
                     CoreMessage::Stop => self.on_stop(),
                 }
             }
@@ -325,13 +350,61 @@ impl Core {
         }
     }
 
+    /// Gets the core ready to run read path `path` ([`CoreMessage::Prepare`]): its engine's
+    /// opcodes are checked against this ring and, for an engine that reads into registered
+    /// buffers, the core's [`FixedBuffers`] are registered unless they already are. Errors: the
+    /// path has no engine here, an opcode missing, `IORING_REGISTER_BUFFERS` refused (e.g.
+    /// `RLIMIT_MEMLOCK`), each as a sentence.
+    fn prepare(&mut self, path: ReadPathKind) -> Result<(), String> {
+        let engine = Engine::for_path(path).ok_or_else(|| format!("no core engine drives {path}"))?;
+        check_engine_opcodes(&self.ring, engine).map_err(|e| e.to_string())?;
+        if engine.uses_fixed_buffers() && self.io.fixed.is_none() {
+            let fixed = register_fixed(&self.ring, &self.shared).map_err(|e| format!("registering buffers: {e}"))?;
+            self.io.fixed = Some(fixed);
+        }
+        Ok(())
+    }
+
+    /// The engine for a transfer starting now: `read.path`'s current value (one atomic load).
+    /// IncrementalAlterConfigs changes it only after every core prepared it
+    /// ([`Self::prepare`]), so the core has what the engine needs; a switch is logged once per
+    /// core, and switching away from `uring-splice` closes the idle pipes. Errors: a path no
+    /// engine drives or whose buffers are missing (a bug: never a fallback to another path).
+    fn engine_now(&mut self) -> Result<Engine, String> {
+        let path = self.shared.dynamic_config().read_path();
+        if path == self.engine.path() {
+            return Ok(self.engine);
+        }
+        let engine = Engine::for_path(path).ok_or_else(|| format!("read.path {path} has no core engine (a bug)"))?;
+        if engine.uses_fixed_buffers() && self.io.fixed.is_none() {
+            return Err(format!("read.path {path} needs registered buffers this core has not got (a bug)"));
+        }
+        tracing::info!(
+            "core {}: read.path {} -> {path} for the responses started from now",
+            self.index,
+            self.engine.path()
+        );
+        self.engine = engine;
+        if engine != Engine::Splice {
+            self.io.pipes.close_idle();
+        }
+        Ok(engine)
+    }
+
     fn on_response(&mut self, id: ConnId, response: Response, context: FetchContext) {
+        let engine = match self.engine_now() {
+            Ok(engine) => engine,
+            Err(why) => {
+                drop(context);
+                return self.close(id, Why::Fault(why));
+            }
+        };
         let Some(conn) = self.conn_mut(id) else { return };
         if conn.closing {
             return;
         }
         let close = matches!(response, Response::Close);
-        match Transfer::new(response) {
+        match Transfer::new(response, engine) {
             Some(transfer) => {
                 conn.transfer = Some((transfer, context));
                 conn.write_started = Some(Instant::now());
@@ -348,7 +421,6 @@ impl Core {
     /// Pumps the connection's transfer, and finishes it (or closes the connection) when it
     /// ended.
     fn progress(&mut self, id: ConnId) {
-        let engine = self.engine;
         let Some(slot) = self.conns.get_mut(id.slot as usize) else { return };
         let Some(conn) = slot.as_mut().filter(|c| c.id == id) else { return };
         if conn.closing {
@@ -356,7 +428,7 @@ impl Core {
         }
         let Some((transfer, _)) = conn.transfer.as_mut() else { return };
         let mut io = self.io.io(id, conn.stream.as_raw_fd(), &mut conn.inflight, conn.zc_notifs);
-        transfer.pump(engine, &mut io);
+        transfer.pump(&mut io);
         let starved = io.starved;
         if let Some(error) = transfer.failure() {
             let why = format!("writing a response: {error}");
@@ -374,12 +446,17 @@ impl Core {
                 self.shared.metrics().record_request(api, total);
             }
             let (record_sets, record_bytes) = transfer.record_sets;
-            // The cores do not count their system calls per transfer: bytes and transfers only.
+            // The cores do not count their system calls per transfer: bytes and transfers only,
+            // under the path the transfer ran on.
             self.shared.metrics().record_transfers_without_syscalls(
-                self.shared.config.read_path.name(),
+                transfer.engine().path().name(),
                 record_sets,
                 record_bytes,
             );
+            if transfer.engine() == Engine::Splice && self.engine != Engine::Splice {
+                // A uring-splice transfer that outlived a switch: its pipe is not kept.
+                self.io.pipes.close_idle();
+            }
             // Out of flight before the next request can be parsed.
             drop(context.in_flight);
             self.unmute(id);

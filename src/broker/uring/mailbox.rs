@@ -2,7 +2,8 @@
 //!
 //! - [`CoreMailbox`]: a core's queue (a mutex-guarded `Vec`) and the `eventfd` the core watches
 //!   with a multishot `POLL_ADD` on its ring: io threads (and the core itself, for the requests
-//!   it answers inline) post responses and closes there; the broker posts the stop.
+//!   it answers inline) post responses and closes there; IncrementalAlterConfigs posts the
+//!   preparation for a new `read.path` ([`CoreMessage::Prepare`]); the broker posts the stop.
 //! - [`UringConn`]: a `uring` connection as a [`Responder`](crate::broker::responder::Responder)
 //!   holds it (its id on its core, its peer, whether it is gone), the counterpart of the threaded
 //!   model's [`Connection`](crate::broker::connection::Connection). Writing never happens
@@ -15,12 +16,13 @@ use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{mpsc, Mutex};
 use std::time::Instant;
 
 use crate::broker::metrics_registry::RequestName;
 use crate::broker::request_metrics::FetchInFlight;
 use crate::broker::response::Response;
+use crate::read_path::ReadPathKind;
 
 /// A connection's key on its core: its slot in the core's table (low 32 bits) and the slot's
 /// generation (high 32 bits), so a message for a connection closed meanwhile never reaches the
@@ -64,6 +66,15 @@ pub(crate) enum CoreMessage {
     },
     /// Close the connection (a request given up unanswered, a close asked by a handler).
     Close(ConnId),
+    /// Get ready to run read path `path` (IncrementalAlterConfigs of `read.path`, before the
+    /// change is made): check the opcodes its engine issues against the core's ring and
+    /// register the buffers it needs; answer `(core index, Ok or the reason)` on `reply`.
+    Prepare {
+        /// The read path about to become current.
+        path: ReadPathKind,
+        /// Where the core answers.
+        reply: mpsc::Sender<(usize, Result<(), String>)>,
+    },
     /// The broker is shutting down: stop accepting, finish or close every connection, end.
     Stop,
 }

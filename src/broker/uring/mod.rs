@@ -39,7 +39,8 @@
 //!          files or wait on locks): the io pool (IoPool::submit, never waits; bounded by the
 //!          connections, each with one request in flight)
 //!   --> Responder::send posts (conn, Response, Fetch context) to the core's mailbox (eventfd,
-//!       multishot POLL_ADD) --> Transfer on the core's ring (send.rs) --> record the Fetch
+//!       multishot POLL_ADD) --> Transfer on the core's ring (send.rs), with the engine of
+//!       `read.path` as it is when the transfer starts --> record the Fetch
 //!       latency in the core's own slot, drop the in-flight guard, UNMUTE (parse what came
 //!       meanwhile)
 //! peer hang-up (RECV 0 / error) while muted --> 'gone': the purgatory drops a waiting Fetch
@@ -69,9 +70,21 @@
 //! stops accepting, closes idle connections, lets the responses in progress finish for up to
 //! 5 s, closes the rest, waits for every completion, and ends.
 //!
+//! ## A change of `read.path`
+//!
+//! `read.path` is dynamic (IncrementalAlterConfigs, [`dynamic_config`](super::dynamic_config)).
+//! Before the change is made, [`start::prepare_cores`] posts a `Prepare` to every core and waits
+//! for all the answers: each core checks the new engine's opcodes on its own ring and, for
+//! `uring-read-send` / `uring-send-zc`, registers its registered buffers if it has none yet
+//! (kept from then on until the core ends); one core's refusal refuses the request, nothing
+//! changed. Then each core reads the current path (one atomic load) before every response it
+//! starts: a transfer keeps the engine it started with to its end and gives its buffers and
+//! pipe back as usual; a core that leaves `uring-splice` closes its idle pipes.
+//!
 //! ## Files
 //!
-//! - [`start`]: the core count, the listening sockets, starting and stopping the cores.
+//! - [`start`]: the core count, the listening sockets, starting and stopping the cores, getting
+//!   them ready for a new `read.path`.
 //! - [`core`]: one core's loop (accept, receive, dispatch, completions, timers, close).
 //! - [`conn`]: a connection as its core holds it, and the buffered-bytes reader for framing.
 //! - [`send`]: the response writer and the three engines' state machines.

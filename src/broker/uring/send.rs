@@ -1,5 +1,6 @@
 //! [`Transfer`]: one response being written by a core, asynchronously, with the state machine of
-//! the configured path ([`Engine`]). Bytes in memory (an encoded response, a Fetch response's
+//! the read path that was current when it started ([`Engine`]; `read.path` is dynamic: a
+//! transfer keeps its engine to its end, the next one takes the new path). Bytes in memory (an encoded response, a Fetch response's
 //! header and fields) go out with `SEND` (`MSG_NOSIGNAL`), continued after a short send; a Fetch
 //! response's record sets (`File` chunks) go through the engine:
 //!
@@ -112,6 +113,15 @@ impl Engine {
     pub(crate) fn uses_fixed_buffers(self) -> bool {
         matches!(self, Engine::ReadSend | Engine::SendZc)
     }
+
+    /// The read path this engine runs (the `read_path` label of its counters).
+    pub(crate) fn path(self) -> ReadPathKind {
+        match self {
+            Engine::Splice => ReadPathKind::UringSplice,
+            Engine::ReadSend => ReadPathKind::UringReadSend,
+            Engine::SendZc => ReadPathKind::UringSendZc,
+        }
+    }
 }
 
 /// What a transfer needs of its core while it submits: the SQE backlog, the core's buffers and
@@ -203,6 +213,8 @@ struct Chain {
 
 /// One response being written (see the [module docs](self)).
 pub(crate) struct Transfer {
+    /// The engine it was started with: it keeps it to its end, whatever `read.path` becomes.
+    engine: Engine,
     chunks: VecDeque<Chunk>,
     /// Bytes of the front `File` chunk already read (or spliced into the pipe).
     front_off: u64,
@@ -229,9 +241,10 @@ pub(crate) struct Transfer {
 }
 
 impl Transfer {
-    /// The transfer of `response`; `None` for a response with nothing to write
-    /// ([`Response::None`], [`Response::Close`]).
-    pub(crate) fn new(response: Response) -> Option<Transfer> {
+    /// The transfer of `response` through `engine` (kept to its end: a change of `read.path`
+    /// applies to the transfers started after it); `None` for a response with nothing to
+    /// write ([`Response::None`], [`Response::Close`]).
+    pub(crate) fn new(response: Response, engine: Engine) -> Option<Transfer> {
         let record_sets = match &response {
             Response::Fetch(frame) => {
                 (frame.chunks().iter().filter(|c| matches!(c, Chunk::File(_))).count() as u64, frame.record_bytes())
@@ -244,6 +257,7 @@ impl Transfer {
             Response::Fetch(frame) => (frame.chunks().iter().cloned().collect(), frame.record_bytes() > 0),
         };
         Some(Transfer {
+            engine,
             chunks,
             front_off: 0,
             pieces: VecDeque::new(),
@@ -285,11 +299,17 @@ impl Transfer {
         }
     }
 
-    /// Submits what can be submitted now.
-    pub(crate) fn pump(&mut self, engine: Engine, io: &mut Io<'_>) {
+    /// The engine the transfer runs on.
+    pub(crate) fn engine(&self) -> Engine {
+        self.engine
+    }
+
+    /// Submits what can be submitted now, with the transfer's own engine.
+    pub(crate) fn pump(&mut self, io: &mut Io<'_>) {
         if self.failed.is_some() {
             return;
         }
+        let engine = self.engine;
         match engine {
             Engine::Splice => self.pump_splice(io),
             Engine::ReadSend | Engine::SendZc => self.pump_reads(io),

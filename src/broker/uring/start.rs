@@ -1,11 +1,13 @@
 //! Starting and stopping the cores: [`core_count`] (`server.uring.cores`), [`bind`] (one
-//! listening socket per core, `SO_REUSEPORT`), [`Cores::start`] and [`Cores::stop`].
+//! listening socket per core, `SO_REUSEPORT`), [`Cores::start`] and [`Cores::stop`]; and
+//! [`prepare_cores`], which gets every core ready for a new `read.path` before it is changed.
 
 use std::io;
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use nix::sys::socket::{self, sockopt, AddressFamily, Backlog, SockFlag, SockType};
 
@@ -13,6 +15,11 @@ use super::core::{Core, CoreSetup};
 use super::mailbox::{CoreMailbox, CoreMessage};
 use super::send::Engine;
 use crate::broker::shared::Shared;
+use crate::read_path::ReadPathKind;
+
+/// How long [`prepare_cores`] waits for all the cores' answers (a core answers within one turn
+/// of its loop, at most a tick of 250 ms when idle; this bounds a stuck one).
+const PREPARE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The number of cores to run: `configured`, or with 0 one per CPU in the process's affinity
 /// mask (`sched_getaffinity(2)`; 1 if it cannot be read).
@@ -154,6 +161,11 @@ impl Cores {
         self.join();
     }
 
+    /// Every core's mailbox, in core order (for [`prepare_cores`]).
+    pub(crate) fn mailboxes(&self) -> Vec<Arc<CoreMailbox>> {
+        self.cores.iter().map(|(mailbox, _)| Arc::clone(mailbox)).collect()
+    }
+
     /// Waits for every core thread to end.
     pub(crate) fn join(&mut self) {
         for (_, thread) in &mut self.cores {
@@ -162,4 +174,44 @@ impl Cores {
             }
         }
     }
+}
+
+/// Asks every core (their `mailboxes`) to get ready to run read path `path`
+/// ([`CoreMessage::Prepare`]: its engine's opcodes checked on the core's own ring, registered
+/// buffers registered if the engine needs them) and waits for all of them, at most
+/// [`PREPARE_TIMEOUT`] in all. Called by IncrementalAlterConfigs on an io thread, before
+/// `read.path` changes: a core never blocks, so it answers within a turn of its loop. Never call
+/// it from a core (it would wait for itself). Errors, each a sentence naming the core: its
+/// reason, no answer in time, or the core ended (the broker is stopping).
+pub(crate) fn prepare_cores(mailboxes: &[Arc<CoreMailbox>], path: ReadPathKind) -> Result<(), String> {
+    let (reply, answers) = mpsc::channel();
+    for mailbox in mailboxes {
+        mailbox.post(CoreMessage::Prepare { path, reply: reply.clone() });
+    }
+    drop(reply);
+    let deadline = Instant::now() + PREPARE_TIMEOUT;
+    let mut answered = vec![false; mailboxes.len()];
+    for _ in mailboxes {
+        match answers.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok((core, Ok(()))) => {
+                if let Some(a) = answered.get_mut(core) {
+                    *a = true;
+                }
+            }
+            Ok((core, Err(reason))) => return Err(format!("core {core} cannot run it: {reason}")),
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                let silent: Vec<String> =
+                    answered.iter().enumerate().filter(|(_, a)| !**a).map(|(i, _)| i.to_string()).collect();
+                return Err(format!(
+                    "core(s) {} did not answer within {} s",
+                    silent.join(", "),
+                    PREPARE_TIMEOUT.as_secs()
+                ));
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                return Err("a core has ended (the broker is stopping)".to_string());
+            }
+        }
+    }
+    Ok(())
 }
