@@ -9,7 +9,7 @@ use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::time::Duration;
 
-use fetchbench::broker::{Broker, BrokerConfig, BrokerHandle};
+use fetchbench::broker::{Broker, BrokerConfig, BrokerHandle, ServerModel};
 use fetchbench::client::admin::describe_broker_configs;
 use fetchbench::client::KafkaConnection;
 use fetchbench::machine::Machine;
@@ -20,8 +20,14 @@ use crate::bench_run::{run_ok, write_workload};
 /// A broker serving `sendfile` with `metrics.listen=127.0.0.1:0` (as `serve -X` sets it),
 /// rebalances at once.
 fn start() -> (tempfile::TempDir, BrokerHandle) {
+    start_model(ReadPathKind::Sendfile, ServerModel::Threaded)
+}
+
+/// [`start`] with read path `kind` under `model`.
+fn start_model(kind: ReadPathKind, model: ServerModel) -> (tempfile::TempDir, BrokerHandle) {
     let tmp = tempfile::tempdir().unwrap();
-    let mut config = BrokerConfig::new("127.0.0.1:0".parse().unwrap(), tmp.path().join("logs"), ReadPathKind::Sendfile);
+    let mut config = BrokerConfig::new("127.0.0.1:0".parse().unwrap(), tmp.path().join("logs"), kind);
+    config.server_model = model;
     let props = BTreeMap::from([
         ("metrics.listen".to_string(), "127.0.0.1:0".to_string()),
         ("group.initial.rebalance.delay.ms".to_string(), "0".to_string()),
@@ -164,4 +170,42 @@ fn an_endpoint_answering_garbage_is_said_and_no_broker_figure_is_made_up() {
     assert_eq!(results.broker.as_ref().and_then(|b| b.machine.as_ref()), None);
     assert!(broker.test_support().read_path_transfers(ReadPathKind::Copy).1 >= 2 * 1024 * 1024);
     assert_eq!(read_path_config(&broker).as_deref(), Some("sendfile"));
+}
+
+/// Under `server.model=uring` the run takes the broker's model, and a path the model cannot run
+/// (`copy`, a blocking one) is skipped with the broker's own reason, not swapped.
+#[test]
+fn under_uring_a_path_the_broker_refuses_is_skipped_with_its_reason() {
+    if let Err(e) = ServerModel::Uring.probe() {
+        assert!(!crate::common::in_ci(), "CI must run the server.model=uring tests: {e}");
+        eprintln!("SKIP: server.model=uring: {e}");
+        return;
+    }
+    let (dir, broker) = start_model(ReadPathKind::UringSplice, ServerModel::Uring);
+    let metrics = broker.metrics_addr().expect("metrics.listen set").to_string();
+    let bootstrap = broker.local_addr().to_string();
+    let workload = write_workload(
+        dir.path(),
+        &WORKLOAD
+            .replace("[\"copy\", \"mmap\"]", "[\"copy\", \"uring-read-send\"]")
+            .replace("duration = \"1s\"", "phases = [\"catch_up\"]"),
+    );
+    let results = run_ok(
+        &workload,
+        &dir.path().join("results"),
+        &["--bootstrap", &bootstrap, "--metrics", &metrics],
+        "the run against a uring broker",
+    );
+    let entries: Vec<(Option<&str>, &str, &str)> =
+        results.paths.iter().map(|p| (p.server_model.as_deref(), p.read_path.as_str(), p.phase.as_str())).collect();
+    assert_eq!(entries, [(Some("uring"), "uring-read-send", "catch_up")], "{:#?}", results.notes);
+    let skipped = results
+        .notes
+        .iter()
+        .find(|n| n.starts_with("read path copy: skipped: the broker refused it"))
+        .unwrap_or_else(|| panic!("{:#?}", results.notes));
+    assert!(skipped.contains("Invalid value copy for configuration read.path"), "{skipped}");
+    assert!(results.paths[0].fetch_latency.summary.count > 0 && results.paths[0].broker_rss_bytes > 0);
+    assert!(broker.test_support().read_path_transfers(ReadPathKind::UringReadSend).1 >= 2 * 1024 * 1024);
+    assert_eq!(read_path_config(&broker).as_deref(), Some("uring-splice"), "read.path set back");
 }
