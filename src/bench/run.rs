@@ -296,6 +296,8 @@ pub fn run_one(args: &RunArgs, w: &Workload, command: &[String]) -> anyhow::Resu
         let stamp = unix_secs();
         match remote.filter(|r| r.metrics.is_some()) {
             Some(remote) => {
+                // The results' workload names the model that served (the broker's own).
+                w.server_models = vec![remote_model(&remote)?];
                 let machine = run_on_fetchbench_broker(
                     &w, &remote, &backlog, stamp, &pinning, args, &progress, &mut paths, &mut notes,
                 )?;
@@ -519,6 +521,16 @@ fn describe_remote(
     Ok(Some(remote))
 }
 
+/// The server model of a fetchbench broker: its `server.model` config (`threaded` when it
+/// reports none, the model before the key existed).
+///
+/// Errors: a name this build does not know.
+fn remote_model(remote: &RemoteBroker) -> anyhow::Result<ServerModel> {
+    let name = remote.configs.get("server.model").cloned().flatten();
+    let name = name.unwrap_or_else(|| ServerModel::Threaded.name().to_string());
+    name.parse().map_err(|e| anyhow!("the broker's server.model {name:?}: {e}"))
+}
+
 /// Runs the phases against a `fetchbench serve` with a metrics endpoint (`remote`): every read
 /// path of the workload under the broker's server model (`server.model` of its configs), the
 /// combinations in [`combination_order`], each after IncrementalAlterConfigs set `read.path`
@@ -541,11 +553,8 @@ fn run_on_fetchbench_broker(
     notes: &mut Vec<String>,
 ) -> anyhow::Result<Option<Machine>> {
     let endpoint = remote.metrics.as_ref().ok_or_else(|| anyhow!("internal error: no metrics endpoint"))?;
-    let config = |k: &str| remote.configs.get(k).cloned().flatten();
-    let model_name = config("server.model").unwrap_or_else(|| ServerModel::Threaded.name().to_string());
-    let model: ServerModel =
-        model_name.parse().map_err(|e| anyhow!("the broker's server.model {model_name:?}: {e}"))?;
-    let original = config(super::remote::READ_PATH_KEY);
+    let model = remote_model(remote)?;
+    let original = remote.configs.get(super::remote::READ_PATH_KEY).cloned().flatten();
     let machine = match endpoint.scrape() {
         Ok(s) => Some(s.machine),
         Err(e) => {

@@ -199,6 +199,7 @@ fn under_uring_a_path_the_broker_refuses_is_skipped_with_its_reason() {
     let entries: Vec<(Option<&str>, &str, &str)> =
         results.paths.iter().map(|p| (p.server_model.as_deref(), p.read_path.as_str(), p.phase.as_str())).collect();
     assert_eq!(entries, [(Some("uring"), "uring-read-send", "catch_up")], "{:#?}", results.notes);
+    assert_eq!(results.workload().unwrap().server_models, [ServerModel::Uring], "the model that served");
     let skipped = results
         .notes
         .iter()
