@@ -43,6 +43,7 @@
 //! Exit codes of the command: 0 no regression, 1 a regression, 2 bad input (a file that is
 //! missing, not JSON or not a valid results document, or a bad threshold).
 
+use crate::machine::Machine;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -358,15 +359,12 @@ pub fn compare_gated(base: &Results, new: &Results, threshold: f64, gated: Optio
 /// base "A", new "B"; nproc: base "2", new "8"): absolute figures are not comparable across
 /// them; compare the within-run ratios`. `None` for the same machine.
 pub fn machines_note(base: &Results, new: &Results) -> Option<String> {
-    let differences = base.machine.differences(&new.machine);
-    if differences.is_empty() {
-        return None;
-    }
-    let fields: Vec<String> = differences.iter().map(|(name, b, n)| format!("{name}: base {b:?}, new {n:?}")).collect();
-    Some(format!(
-        "the machines differ ({}): absolute figures are not comparable across them; compare the within-run ratios",
-        fields.join("; ")
-    ))
+    differences_note(
+        "the machines",
+        &base.machine,
+        &new.machine,
+        "absolute figures are not comparable across them; compare the within-run ratios",
+    )
 }
 
 /// The note of [`compare`] when the brokers ran on different machines
@@ -375,15 +373,23 @@ pub fn machines_note(base: &Results, new: &Results) -> Option<String> {
 /// CPU s/GB, faults and fetch latency are not comparable across them`. `None` when they are the
 /// same or either is unknown.
 pub fn broker_machines_note(base: &Results, new: &Results) -> Option<String> {
-    let differences = base.broker_machine()?.differences(new.broker_machine()?);
+    differences_note(
+        "the brokers' machines",
+        base.broker_machine()?,
+        new.broker_machine()?,
+        "broker CPU s/GB, faults and fetch latency are not comparable across them",
+    )
+}
+
+/// `<what> differ (<field>: base "A", new "B"; ...): <consequence>`, or `None` when `base` and
+/// `new` describe the same machine.
+fn differences_note(what: &str, base: &Machine, new: &Machine, consequence: &str) -> Option<String> {
+    let differences = base.differences(new);
     if differences.is_empty() {
         return None;
     }
     let fields: Vec<String> = differences.iter().map(|(name, b, n)| format!("{name}: base {b:?}, new {n:?}")).collect();
-    Some(format!(
-        "the brokers' machines differ ({}): broker CPU s/GB, faults and fetch latency are not comparable across them",
-        fields.join("; ")
-    ))
+    Some(format!("{what} differ ({}): {consequence}", fields.join("; ")))
 }
 
 /// The (server model, read path, phase) keys of `r`, in the order of their first entries.
