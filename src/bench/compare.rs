@@ -43,7 +43,6 @@
 //! Exit codes of the command: 0 no regression, 1 a regression, 2 bad input (a file that is
 //! missing, not JSON or not a valid results document, or a bad threshold).
 
-use crate::machine::Machine;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -54,6 +53,7 @@ use super::results::{
 };
 use super::stats::{estimate, welch, Estimate};
 use super::workload::Workload;
+use crate::machine::Machine;
 
 /// The significance level of the one-sided Welch t-test (a 5% chance of flagging a metric
 /// that did not get worse, per metric and entry).
