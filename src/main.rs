@@ -106,7 +106,8 @@ struct ServeArgs {
     #[arg(long)]
     read_path: Option<ReadPathKind>,
     /// How connections are run: `threaded` (Kafka's network and io threads) or `uring` (one
-    /// io_uring loop per core). Wins over `server.model` in the config.
+    /// io_uring loop per core). Wins over `server.model` in the config (a dynamic broker
+    /// config: IncrementalAlterConfigs moves new connections to another model).
     #[arg(long)]
     server_model: Option<fetchbench::broker::ServerModel>,
     /// A broker config with Kafka's name, `key=value` (repeatable): `num.partitions`,

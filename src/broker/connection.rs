@@ -22,7 +22,7 @@
 //! Every close is logged with the peer address and the reason (a frame over
 //! `socket.request.max.bytes` names that limit, an idle close `connections.max.idle.ms`). A
 //! connection past `max.connections` or `max.connections.per.ip` never gets here: the accept
-//! loop ([`super::server`]) closes it at once, unread, with a warning naming the limit; the
+//! loop ([`super::front_end`]) closes it at once, unread, with a warning naming the limit; the
 //! place this connection holds in those limits is freed when the last holder of its
 //! [`Connection`] drops it (its network thread, and the request in flight if any).
 //!

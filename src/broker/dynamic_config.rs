@@ -1,6 +1,7 @@
 //! Dynamic broker configs (Kafka's KIP-226, `DynamicBrokerConfig`): the broker keys that
-//! DescribeConfigs reports ([`BROKER_KEYS`]), the one key that IncrementalAlterConfigs may change
-//! at runtime ([`READ_PATH`]), and [`DynamicConfig`], the broker's current dynamic values.
+//! DescribeConfigs reports ([`BROKER_KEYS`]), the keys that IncrementalAlterConfigs may change
+//! at runtime ([`DYNAMIC_KEYS`]: [`READ_PATH`], [`SERVER_MODEL`]), and [`DynamicConfig`], the
+//! broker's current dynamic values.
 //!
 //! ## Layers, as in Kafka
 //!
@@ -14,15 +15,26 @@
 //!
 //! ## Dynamic keys
 //!
-//! Only `read.path` (fetchbench's own key; values the [`ReadPathKind`] names) is dynamic; every
-//! other key of [`BROKER_KEYS`] is read-only (`server.model` among them: changing it needs a
-//! restart). A change of `read.path` applies to Fetch responses written after it: under
+//! [`DYNAMIC_KEYS`]: `read.path` and `server.model` (fetchbench's own keys; values the
+//! [`ReadPathKind`] and [`ServerModel`] names); every other key of [`BROKER_KEYS`] is read-only.
+//! The effective pair must be one the model runs ([`ServerModel::supports`]): `server.model=uring`
+//! with a blocking `read.path` is refused, naming the key that changed (both may change in one
+//! request).
+//!
+//! A change of `server.model` applies to connections accepted after the answer; the open ones
+//! stay on the front end that accepted them until they close (as Kafka's connections stay on a
+//! listener removed dynamically). Before the change the new model's front end is made ready
+//! (started if it never ran) through the installed [`FrontEndSwitch`] (`front_end.rs`); after
+//! it, the accepting moves over ([`FrontEndSwitch::accept_on`]). `validate_only` probes the model
+//! ([`ServerModel::probe`]) and starts nothing.
+//!
+//! A change of `read.path` applies to Fetch responses started after it: under
 //! `server.model=threaded` each io thread compares its own read path with
 //! [`DynamicConfig::read_path`] (one atomic load) before each Fetch response and makes a new one
 //! when they differ; no lock is taken on the Fetch path. Under `server.model=uring` the new
-//! value is first prepared on every core (the [preparer](DynamicConfig::set_preparer) the
-//! broker installs: each core checks the opcodes of the path's engine on its own ring and
-//! registers the buffers it needs, `uring/start.rs`), and only then made current; each core
+//! value is first prepared on every core ([`FrontEndSwitch::prepare`]: each core checks the
+//! opcodes of the path's engine on its own ring and registers the buffers it needs,
+//! `uring/start.rs`), and only then made current; each core
 //! looks at [`DynamicConfig::read_path`] before each response it starts, so transfers in flight
 //! finish on the path they started on and give back their buffers and pipes as they end.
 //!
@@ -39,7 +51,8 @@
 //! | an operation other than 0-3 | `INVALID_REQUEST` "Unknown operations type 7" |
 //! | an unknown key | `INVALID_CONFIG` "Unknown config name: x" (Kafka stores unknown broker keys; fetchbench refuses them, never ignoring a key silently) |
 //! | APPEND / SUBTRACT on a key that is not a list | `INVALID_CONFIG` "Config value append is not allowed for config key: x" |
-//! | a read-only key | `INVALID_REQUEST` "Cannot update these configs dynamically: Set(server.model)" |
+//! | a read-only key | `INVALID_REQUEST` "Cannot update these configs dynamically: Set(num.io.threads)" |
+//! | a bad `server.model` value, a model this machine cannot run ([`ServerModel::probe`]), one that cannot run the effective `read.path`, or a front end that could not be made ready | `INVALID_REQUEST` "Invalid value x for configuration server.model: reason" |
 //! | a bad `read.path` value, one this machine or server model cannot run (threaded: the path's probe; uring: [`ServerModel::supports`], then a core's preparation of the effective value) | `INVALID_REQUEST` "Invalid value x for configuration read.path: reason" |
 //!
 //! Read-only keys and bad values get `INVALID_REQUEST` (42), not `INVALID_CONFIG` (40), as in
@@ -58,8 +71,13 @@ use crate::log::LogConfig;
 use crate::read_path::ReadPathKind;
 
 /// `read.path`: fetchbench's own broker key, how Fetch responses move record bytes (a
-/// [`ReadPathKind`] name); the one dynamic broker key.
+/// [`ReadPathKind`] name); dynamic.
 pub(crate) const READ_PATH: &str = "read.path";
+/// `server.model`: fetchbench's own broker key, the front end that accepts new connections (a
+/// [`ServerModel`] name); dynamic.
+pub(crate) const SERVER_MODEL: &str = "server.model";
+/// The dynamic broker keys: the only ones IncrementalAlterConfigs changes.
+pub(crate) const DYNAMIC_KEYS: [&str; 2] = [READ_PATH, SERVER_MODEL];
 
 /// Kafka's `ConfigSource` values that only broker resources report (the topic ones are
 /// [`ConfigSource`]): `DYNAMIC_BROKER_CONFIG` (2).
@@ -107,7 +125,7 @@ pub(crate) struct BrokerKey {
     pub name: &'static str,
     /// Its type.
     pub config_type: ConfigType,
-    /// Whether IncrementalAlterConfigs may change it ([`READ_PATH`] only).
+    /// Whether IncrementalAlterConfigs may change it ([`DYNAMIC_KEYS`] only).
     pub dynamic: bool,
     /// Kafka's default value as a string (`None`: none).
     pub default: Option<&'static str>,
@@ -143,9 +161,15 @@ pub(crate) const BROKER_KEYS: &[BrokerKey] = &[
               uring-read-send, uring-send-zc, msg-zerocopy, direct; server.model=uring runs the uring-* ones); \
               dynamic: new Fetch responses use the new path",
     },
-    key!("server.model", String, Some("threaded"), "fetchbench: threaded or uring (read-only: needs a restart)", |c| {
-        c.server_model.name()
-    }),
+    BrokerKey {
+        name: SERVER_MODEL,
+        config_type: ConfigType::String,
+        dynamic: true,
+        default: Some("threaded"),
+        value: |c| c.server_model.name().to_string(),
+        doc: "fetchbench: the front end of new connections, threaded or uring; dynamic: the open connections stay \
+              on the model that accepted them until they close",
+    },
     key!("server.uring.cores", Int, Some("0"), "fetchbench: cores of server.model=uring (0: one per CPU)", |c| c
         .uring_cores),
     key!("log.dirs", String, None, "The log directory", |c| c.log_dir.display()),
@@ -227,7 +251,7 @@ pub(crate) struct DescribedKey {
 /// value in the topic unit, `STATIC_BROKER_CONFIG` when `server.properties` set a synonym). A
 /// non-log key is reported `STATIC_BROKER_CONFIG` when its value differs from Kafka's default
 /// (the broker does not keep which keys its properties named), `read.path` always (it is given at
-/// start). Dynamic values are not applied here ([`DynamicConfig::describe_read_path`]).
+/// start). Dynamic values are not applied here ([`DynamicConfig::describe_dynamic`]).
 pub(crate) fn broker_keys(config: &BrokerConfig) -> Vec<DescribedKey> {
     let mut out = Vec::new();
     for key in BROKER_KEYS {
@@ -309,57 +333,73 @@ pub(crate) struct AlterOp<'a> {
 /// The dynamic values of one level (per broker or cluster default): key -> value.
 type Layer = BTreeMap<String, String>;
 
-/// What gets the front end ready for a new effective read path before it is made current:
-/// `Ok`, or the reason it cannot run it (see [`DynamicConfig::set_preparer`]).
-pub(crate) type PreparePath = Box<dyn Fn(ReadPathKind) -> Result<(), String> + Send + Sync>;
+/// The broker's front ends as IncrementalAlterConfigs drives them (`front_end.rs` implements
+/// it): getting ready for a new effective (server model, read path) before it is made current,
+/// and moving the accepting of new connections to a model after.
+pub(crate) trait FrontEndSwitch: Send + Sync {
+    /// Gets the front ends ready to serve new connections under `model` with read path `path`
+    /// (under `uring`: the cores started if they are not, every core prepared for `path`; under
+    /// `threaded`: the network threads and the acceptor started if they are not), accepting
+    /// nothing new yet. Errors: why it cannot, as a sentence.
+    fn prepare(&self, model: ServerModel, path: ReadPathKind) -> Result<(), String>;
+    /// New connections go to `model` from now on; the other model's front end stops accepting
+    /// (its connections stay on it until they close).
+    fn accept_on(&self, model: ServerModel);
+}
 
-/// The installed [`PreparePath`] (a newtype for `Debug`).
-struct Preparer(PreparePath);
+/// The installed [`FrontEndSwitch`] (a newtype for `Debug`).
+struct Installed(Box<dyn FrontEndSwitch>);
 
-impl std::fmt::Debug for Preparer {
+impl std::fmt::Debug for Installed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Preparer")
+        f.write_str("FrontEndSwitch")
     }
 }
 
 /// The broker's dynamic config: the per-broker and cluster-default layers of the dynamic keys
-/// and the effective read path (read with one atomic load on the Fetch path). What each read
-/// path moved is counted by the metrics registry (`metrics_registry.rs`).
+/// and the effective read path and server model (each read with one atomic load). What each
+/// read path moved is counted by the metrics registry (`metrics_registry.rs`).
 #[derive(Debug)]
 pub(crate) struct DynamicConfig {
     static_read_path: ReadPathKind,
-    server_model: ServerModel,
+    static_server_model: ServerModel,
     /// Index in [`ReadPathKind::ALL`] of the effective read path.
     read_path: AtomicUsize,
+    /// Index in [`ServerModel::ALL`] of the effective server model (new connections').
+    server_model: AtomicUsize,
     /// (per broker, cluster default); taken only by DescribeConfigs and IncrementalAlterConfigs.
     layers: Mutex<(Layer, Layer)>,
-    /// Under `server.model=uring`: gets every core ready for a new read path.
-    preparer: OnceLock<Preparer>,
+    /// The front ends, once started.
+    front_end: OnceLock<Installed>,
 }
 
 fn kind_index(kind: ReadPathKind) -> usize {
     ReadPathKind::ALL.iter().position(|k| *k == kind).unwrap_or(0)
 }
 
+fn model_index(model: ServerModel) -> usize {
+    ServerModel::ALL.iter().position(|m| *m == model).unwrap_or(0)
+}
+
 impl DynamicConfig {
-    /// No dynamic value yet: the effective read path is `config.read_path`.
+    /// No dynamic value yet: the effective read path and server model are `config`'s.
     pub(crate) fn new(config: &BrokerConfig) -> DynamicConfig {
         DynamicConfig {
             static_read_path: config.read_path,
-            server_model: config.server_model,
+            static_server_model: config.server_model,
             read_path: AtomicUsize::new(kind_index(config.read_path)),
+            server_model: AtomicUsize::new(model_index(config.server_model)),
             layers: Mutex::default(),
-            preparer: OnceLock::new(),
+            front_end: OnceLock::new(),
         }
     }
 
-    /// Installs what gets the front end ready for a new effective read path (under
-    /// `server.model=uring`: every core checks the path's engine and registers its buffers;
-    /// `uring/start.rs`'s `prepare_cores`). [`Self::alter`] calls it, under `uring`, before it
-    /// changes the effective path, and refuses the change with its reason. Set once, when the
-    /// front end has started; a second call is ignored.
-    pub(crate) fn set_preparer(&self, prepare: PreparePath) {
-        let _ = self.preparer.set(Preparer(prepare));
+    /// Installs the broker's front ends ([`FrontEndSwitch`]): [`Self::alter`] asks them to get
+    /// ready before it changes the effective server model, or the read path under `uring`, and
+    /// refuses the change with their reason. Set once, when the front end has started; a second
+    /// call is ignored.
+    pub(crate) fn set_front_end(&self, front_end: Box<dyn FrontEndSwitch>) {
+        let _ = self.front_end.set(Installed(front_end));
     }
 
     /// The effective read path: what new Fetch responses are written with (one atomic load).
@@ -367,28 +407,47 @@ impl DynamicConfig {
         ReadPathKind::ALL[self.read_path.load(Ordering::Acquire)]
     }
 
+    /// The effective server model: the front end that accepts new connections (one atomic
+    /// load). Connections accepted before a change stay on the model that accepted them.
+    pub(crate) fn server_model(&self) -> ServerModel {
+        ServerModel::ALL[self.server_model.load(Ordering::Acquire)]
+    }
+
     fn layers(&self) -> std::sync::MutexGuard<'_, (Layer, Layer)> {
         // A panic while holding it cannot leave the maps half-changed (they are replaced whole).
         self.layers.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// `read.path`'s synonyms in precedence order, `(value, source)`: the per-broker value
-    /// (`DYNAMIC_BROKER_CONFIG`), the cluster default (`DYNAMIC_DEFAULT_BROKER_CONFIG`), the
-    /// static value (`STATIC_BROKER_CONFIG`); for the default resource (`per_broker` false) only
-    /// the cluster default, as Kafka's `ConfigHelper.createBrokerConfigEntry`.
-    pub(crate) fn describe_read_path(&self, per_broker: bool) -> Vec<(String, i8)> {
+    /// Dynamic key `key`'s synonyms in precedence order, `(value, source)`: the per-broker
+    /// value (`DYNAMIC_BROKER_CONFIG`), the cluster default (`DYNAMIC_DEFAULT_BROKER_CONFIG`),
+    /// the static value (`STATIC_BROKER_CONFIG`, `read.path` always, `server.model` when not
+    /// Kafka's default `threaded`), then `DEFAULT_CONFIG` for `server.model`; for the default
+    /// resource (`per_broker` false) only the cluster default, as Kafka's
+    /// `ConfigHelper.createBrokerConfigEntry`. Empty for a key that is not dynamic.
+    pub(crate) fn describe_dynamic(&self, key: &str, per_broker: bool) -> Vec<(String, i8)> {
+        let static_values: Vec<(String, i8)> = match key {
+            READ_PATH => vec![(self.static_read_path.name().to_string(), ConfigSource::StaticBroker as i8)],
+            SERVER_MODEL if self.static_server_model == ServerModel::default() => {
+                vec![(ServerModel::default().name().to_string(), ConfigSource::Default as i8)]
+            }
+            SERVER_MODEL => vec![
+                (self.static_server_model.name().to_string(), ConfigSource::StaticBroker as i8),
+                (ServerModel::default().name().to_string(), ConfigSource::Default as i8),
+            ],
+            _ => return Vec::new(),
+        };
         let layers = self.layers();
         let mut out = Vec::new();
         if per_broker {
-            if let Some(v) = layers.0.get(READ_PATH) {
+            if let Some(v) = layers.0.get(key) {
                 out.push((v.clone(), DYNAMIC_BROKER_CONFIG));
             }
         }
-        if let Some(v) = layers.1.get(READ_PATH) {
+        if let Some(v) = layers.1.get(key) {
             out.push((v.clone(), DYNAMIC_DEFAULT_BROKER_CONFIG));
         }
         if per_broker {
-            out.push((self.static_read_path.name().to_string(), ConfigSource::StaticBroker as i8));
+            out.extend(static_values);
         }
         out
     }
@@ -440,7 +499,7 @@ impl DynamicConfig {
             }
             changed.insert(op.name);
         }
-        let read_only: Vec<&str> = changed.iter().copied().filter(|k| *k != READ_PATH).collect();
+        let read_only: Vec<&str> = changed.iter().copied().filter(|k| !DYNAMIC_KEYS.contains(k)).collect();
         if !read_only.is_empty() {
             return Err(AlterError::new(
                 errors::INVALID_REQUEST,
@@ -448,24 +507,54 @@ impl DynamicConfig {
             ));
         }
         let (broker_layer, default_layer) = if per_broker { (&layer, &layers.1) } else { (&layers.0, &layer) };
-        let mut effective = self.static_read_path;
+        // The effective values, each level's value checked on its own first.
+        let mut model = self.static_server_model;
+        let mut path = self.static_read_path;
         for level in [default_layer, broker_layer] {
+            if let Some(v) = level.get(SERVER_MODEL) {
+                model = check_server_model(v)?;
+            }
             if let Some(v) = level.get(READ_PATH) {
-                effective = self.check_read_path(v)?;
+                path = check_read_path(v)?;
             }
         }
-        let current = self.read_path();
-        if effective != current && self.server_model == ServerModel::Uring {
-            // The cores' own check of the path (their ring's opcodes, the registered buffers),
-            // also for validate_only: it is the probe of the value under uring.
-            let invalid = |reason: String| {
-                AlterError::new(
-                    errors::INVALID_REQUEST,
-                    format!("Invalid value {effective} for configuration {READ_PATH}: {reason}"),
+        let (current_model, current_path) = (self.server_model(), self.read_path());
+        if model != current_model {
+            model.probe().map_err(|e| invalid(SERVER_MODEL, model.name(), e.to_string()))?;
+        }
+        if let Err(e) = model.supports(path) {
+            // Named after the key that changed: a new path the model cannot run, or a new model
+            // that cannot run the path.
+            return Err(if path != current_path || model == current_model {
+                invalid(READ_PATH, path.name(), e.to_string())
+            } else {
+                invalid(
+                    SERVER_MODEL,
+                    model.name(),
+                    format!("{e}; set read.path to one it runs first, or in the same request"),
                 )
-            };
-            let prepare = self.preparer.get().ok_or_else(|| invalid("the uring cores are not running".into()))?;
-            (prepare.0)(effective).map_err(invalid)?;
+            });
+        }
+        if path != current_path && model == ServerModel::Threaded {
+            path.probe().map_err(|e| invalid(READ_PATH, path.name(), e.to_string()))?;
+        }
+        let switch = (model, path) != (current_model, current_path);
+        // The front end's own preparation (under uring the cores' check of the path, their
+        // registered buffers) runs for validate_only too when the model stays: it is the probe of
+        // the value; a model change is only probed (above) under validate_only, nothing started.
+        let prepare = switch && (model == ServerModel::Uring || model != current_model);
+        if prepare && !(validate_only && model != current_model) {
+            let front_end = self
+                .front_end
+                .get()
+                .ok_or_else(|| invalid(READ_PATH, path.name(), "the front end is not running".into()))?;
+            front_end.0.prepare(model, path).map_err(|reason| {
+                if model != current_model {
+                    invalid(SERVER_MODEL, model.name(), reason)
+                } else {
+                    invalid(READ_PATH, path.name(), reason)
+                }
+            })?;
         }
         if validate_only {
             return Ok(());
@@ -475,34 +564,52 @@ impl DynamicConfig {
         } else {
             layers.1 = layer;
         }
-        self.read_path.store(kind_index(effective), Ordering::Release);
-        if effective != current {
-            tracing::info!("read.path changed from {current} to {effective}: new Fetch responses use {effective}");
+        self.read_path.store(kind_index(path), Ordering::Release);
+        self.server_model.store(model_index(model), Ordering::Release);
+        if path != current_path {
+            tracing::info!("read.path changed from {current_path} to {path}: new Fetch responses use {path}");
+        }
+        if model != current_model {
+            if let Some(front_end) = self.front_end.get() {
+                front_end.0.accept_on(model);
+            }
+            tracing::info!(
+                "server.model changed from {current_model} to {model}: new connections go to {model}, the open ones \
+                 stay on {current_model} until they close"
+            );
         }
         Ok(())
     }
+}
 
-    /// Parses a `read.path` value and checks that this broker can run it: a known path, not
-    /// `null` (it sends zeros), one this machine can run ([`ReadPathKind::probe`]) and the server
-    /// model runs ([`ServerModel::supports`]).
-    fn check_read_path(&self, value: &str) -> Result<ReadPathKind, AlterError> {
-        let invalid = |reason: String| {
-            AlterError::new(
-                errors::INVALID_REQUEST,
-                format!("Invalid value {value} for configuration {READ_PATH}: {reason}"),
-            )
-        };
-        let kind: ReadPathKind =
-            value.trim().parse().map_err(|e: crate::read_path::UnknownReadPath| invalid(e.to_string()))?;
-        if kind == ReadPathKind::Null {
-            return Err(invalid("null sends zeros, not records: it is a baseline for `read-paths` only".into()));
-        }
-        self.server_model.supports(kind).map_err(|e| invalid(e.to_string()))?;
-        if self.server_model == ServerModel::Threaded {
-            kind.probe().map_err(|e| invalid(e.to_string()))?;
-        }
-        Ok(kind)
+/// Kafka's refusal of a bad value: `INVALID_REQUEST` "Invalid value v for configuration k: reason".
+fn invalid(key: &str, value: &str, reason: String) -> AlterError {
+    AlterError::new(errors::INVALID_REQUEST, format!("Invalid value {value} for configuration {key}: {reason}"))
+}
+
+/// Parses a `read.path` value: a known path, not `null` (it sends zeros). Whether this machine
+/// and the server model run it is checked on the effective value ([`DynamicConfig::alter`]).
+fn check_read_path(value: &str) -> Result<ReadPathKind, AlterError> {
+    let kind: ReadPathKind = value
+        .trim()
+        .parse()
+        .map_err(|e: crate::read_path::UnknownReadPath| invalid(READ_PATH, value, e.to_string()))?;
+    if kind == ReadPathKind::Null {
+        return Err(invalid(
+            READ_PATH,
+            value,
+            "null sends zeros, not records: it is a baseline for `read-paths` only".into(),
+        ));
     }
+    Ok(kind)
+}
+
+/// Parses a `server.model` value (`threaded`, `uring`).
+fn check_server_model(value: &str) -> Result<ServerModel, AlterError> {
+    value
+        .trim()
+        .parse()
+        .map_err(|e: super::server_model::UnknownServerModel| invalid(SERVER_MODEL, value, e.to_string()))
 }
 
 /// The type of a broker key: one of [`BROKER_KEYS`] or a broker synonym of a topic config;
@@ -535,8 +642,8 @@ mod tests {
         assert_eq!(d.read_path(), ReadPathKind::Mmap);
         d.alter(true, &[set(READ_PATH, "sendfile")], false).unwrap();
         assert_eq!(d.read_path(), ReadPathKind::Sendfile, "per broker wins over the default");
-        assert_eq!(d.describe_read_path(true).iter().map(|s| s.1).collect::<Vec<_>>(), [2, 3, 4]);
-        assert_eq!(d.describe_read_path(false), [("mmap".to_string(), 3)]);
+        assert_eq!(d.describe_dynamic(READ_PATH, true).iter().map(|s| s.1).collect::<Vec<_>>(), [2, 3, 4]);
+        assert_eq!(d.describe_dynamic(READ_PATH, false), [("mmap".to_string(), 3)]);
         let delete = AlterOp { op: 1, name: READ_PATH, value: None };
         d.alter(true, std::slice::from_ref(&delete), false).unwrap();
         assert_eq!(d.read_path(), ReadPathKind::Mmap);
@@ -550,9 +657,9 @@ mod tests {
         let cases: Vec<(Vec<AlterOp<'_>>, i16, &str)> = vec![
             (vec![set("no.such.key", "1")], errors::INVALID_CONFIG, "Unknown config name: no.such.key"),
             (
-                vec![set(READ_PATH, "mmap"), set("server.model", "uring")],
+                vec![set(READ_PATH, "mmap"), set("num.io.threads", "2")],
                 errors::INVALID_REQUEST,
-                "Cannot update these configs dynamically: Set(server.model)",
+                "Cannot update these configs dynamically: Set(num.io.threads)",
             ),
             (vec![set(READ_PATH, "warp")], errors::INVALID_REQUEST, "Invalid value warp for configuration read.path"),
             (vec![set(READ_PATH, "null")], errors::INVALID_REQUEST, "sends zeros"),
@@ -570,7 +677,7 @@ mod tests {
             assert_eq!(e.code, code, "{ops:?}: {e}");
             assert!(e.message.contains(message), "{ops:?}: {e}");
             assert_eq!(d.read_path(), ReadPathKind::Copy);
-            assert_eq!(d.describe_read_path(true).len(), 1, "nothing stored");
+            assert_eq!(d.describe_dynamic(READ_PATH, true).len(), 1, "nothing stored");
         }
         d.alter(true, &[set(READ_PATH, "mmap")], true).unwrap();
         assert_eq!(d.read_path(), ReadPathKind::Copy, "validate_only changes nothing");
@@ -579,38 +686,86 @@ mod tests {
         assert_eq!(e.unwrap_err().code, errors::INVALID_REQUEST);
     }
 
+    /// A front end that records what it is asked and refuses `uring-send-zc`.
+    #[derive(Default)]
+    struct FakeFrontEnd {
+        prepared: Mutex<Vec<(ServerModel, ReadPathKind)>>,
+        accepting: Mutex<Vec<ServerModel>>,
+    }
+
+    impl FrontEndSwitch for std::sync::Arc<FakeFrontEnd> {
+        fn prepare(&self, model: ServerModel, path: ReadPathKind) -> Result<(), String> {
+            self.prepared.lock().unwrap().push((model, path));
+            match path {
+                ReadPathKind::UringSendZc => Err("core 0 cannot run it: no SEND_ZC".into()),
+                _ => Ok(()),
+            }
+        }
+        fn accept_on(&self, model: ServerModel) {
+            self.accepting.lock().unwrap().push(model);
+        }
+    }
+
     #[test]
     fn uring_prepares_the_cores_before_a_read_path_change() {
         let d = DynamicConfig::new(&config(ServerModel::Uring, ReadPathKind::UringSplice));
         let e = d.alter(true, &[set(READ_PATH, "sendfile")], false).unwrap_err();
         assert!(e.message.contains("cannot run read path sendfile"), "{e}");
         let e = d.alter(true, &[set(READ_PATH, "uring-read-send")], false).unwrap_err();
-        assert!(e.message.contains("the uring cores are not running"), "{e}");
-        let asked = std::sync::Arc::new(Mutex::new(Vec::new()));
-        let seen = std::sync::Arc::clone(&asked);
-        d.set_preparer(Box::new(move |kind| {
-            seen.lock().unwrap().push(kind);
-            match kind {
-                ReadPathKind::UringSendZc => Err("core 0 cannot run it: no SEND_ZC".into()),
-                _ => Ok(()),
-            }
-        }));
+        assert!(e.message.contains("the front end is not running"), "{e}");
+        let front = std::sync::Arc::new(FakeFrontEnd::default());
+        d.set_front_end(Box::new(std::sync::Arc::clone(&front)));
         let e = d.alter(true, &[set(READ_PATH, "uring-send-zc")], false).unwrap_err();
         assert_eq!(e.code, errors::INVALID_REQUEST);
         assert!(e.message.contains("Invalid value uring-send-zc for configuration read.path: core 0"), "{e}");
         assert_eq!(d.read_path(), ReadPathKind::UringSplice, "a refused preparation changes nothing");
-        assert_eq!(d.describe_read_path(true).len(), 1, "nothing stored");
+        assert_eq!(d.describe_dynamic(READ_PATH, true).len(), 1, "nothing stored");
         d.alter(true, &[set(READ_PATH, "uring-read-send")], true).unwrap();
         assert_eq!(d.read_path(), ReadPathKind::UringSplice, "validate_only prepares, changes nothing");
         d.alter(true, &[set(READ_PATH, "uring-read-send")], false).unwrap();
         assert_eq!(d.read_path(), ReadPathKind::UringReadSend);
         d.alter(true, &[set(READ_PATH, "uring-read-send")], false).unwrap();
-        let asked = asked.lock().unwrap().clone();
+        let asked: Vec<ReadPathKind> = front.prepared.lock().unwrap().iter().map(|(_, p)| *p).collect();
         assert_eq!(
             asked,
             [ReadPathKind::UringSendZc, ReadPathKind::UringReadSend, ReadPathKind::UringReadSend],
             "the current path is not prepared again"
         );
+        assert!(front.accepting.lock().unwrap().is_empty(), "the model did not change");
+    }
+
+    #[test]
+    fn server_model_switches_after_the_front_end_is_ready_and_only_with_a_path_it_runs() {
+        let d = DynamicConfig::new(&config(ServerModel::Threaded, ReadPathKind::Sendfile));
+        let front = std::sync::Arc::new(FakeFrontEnd::default());
+        d.set_front_end(Box::new(std::sync::Arc::clone(&front)));
+        let e = d.alter(true, &[set(SERVER_MODEL, "uring")], false).unwrap_err();
+        assert_eq!(e.code, errors::INVALID_REQUEST);
+        assert!(e.message.starts_with("Invalid value uring for configuration server.model: "), "{e}");
+        assert!(e.message.contains("cannot run read path sendfile") && e.message.contains("same request"), "{e}");
+        let e = d.alter(true, &[set(SERVER_MODEL, "reactor")], false).unwrap_err();
+        assert!(e.message.contains("unknown server model"), "{e}");
+        assert_eq!((d.server_model(), d.read_path()), (ServerModel::Threaded, ReadPathKind::Sendfile));
+        assert!(front.prepared.lock().unwrap().is_empty(), "nothing prepared for a refused switch");
+        if ServerModel::Uring.probe().is_err() {
+            return; // The switch itself needs io_uring here (probed before the front end is asked).
+        }
+        d.alter(true, &[set(SERVER_MODEL, "uring"), set(READ_PATH, "uring-splice")], true).unwrap();
+        assert_eq!(d.server_model(), ServerModel::Threaded, "validate_only changes nothing");
+        assert!(front.prepared.lock().unwrap().is_empty(), "validate_only starts no front end");
+        d.alter(true, &[set(SERVER_MODEL, "uring"), set(READ_PATH, "uring-splice")], false).unwrap();
+        assert_eq!((d.server_model(), d.read_path()), (ServerModel::Uring, ReadPathKind::UringSplice));
+        assert_eq!(*front.prepared.lock().unwrap(), [(ServerModel::Uring, ReadPathKind::UringSplice)]);
+        assert_eq!(*front.accepting.lock().unwrap(), [ServerModel::Uring]);
+        let described = d.describe_dynamic(SERVER_MODEL, true);
+        assert_eq!(described, [("uring".to_string(), DYNAMIC_BROKER_CONFIG), ("threaded".to_string(), 5)]);
+        // Under uring, a blocking path is refused for read.path; back to threaded, then it runs.
+        let e = d.alter(true, &[set(READ_PATH, "sendfile")], false).unwrap_err();
+        assert!(e.message.starts_with("Invalid value sendfile for configuration read.path"), "{e}");
+        d.alter(true, &[AlterOp { op: 1, name: SERVER_MODEL, value: None }], false).unwrap();
+        assert_eq!(d.server_model(), ServerModel::Threaded);
+        d.alter(true, &[set(READ_PATH, "sendfile")], false).unwrap();
+        assert_eq!(*front.accepting.lock().unwrap(), [ServerModel::Uring, ServerModel::Threaded]);
     }
 
     #[test]
@@ -624,7 +779,7 @@ mod tests {
         assert_eq!(values("num.io.threads"), [("4".into(), 4), ("8".into(), 5)]);
         assert_eq!(values("num.partitions"), [("1".into(), 5)]);
         assert_eq!(values("read.path")[0], ("copy".into(), 4));
-        assert!(find("read.path").dynamic && !find("server.model").dynamic);
+        assert!(find("read.path").dynamic && find("server.model").dynamic && !find("num.io.threads").dynamic);
         assert_eq!(values("log.retention.ms"), [("1000".into(), 4), ("604800000".into(), 5)]);
         assert_eq!(find("log.cleanup.policy").config_type, ConfigType::List);
     }

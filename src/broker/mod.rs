@@ -41,6 +41,12 @@
 //! Fetch, ApiVersions, ListOffsets and Metadata (not creating topics) itself; every other API
 //! runs on the io threads; every response is written by the connection's core, asynchronously.
 //!
+//! `server.model` is a dynamic broker config ([`front_end`]): after a switch new connections go
+//! to the new front end (started then if it never ran) and the open ones stay on the one that
+//! accepted them until they close, so both may run at once. Both accept on the same listening
+//! sockets (one per core, `SO_REUSEPORT`, bound at start under either model), which are never
+//! closed before the broker stops.
+//!
 //! A connection is muted from the moment a whole request is read until its response is written,
 //! so the responses on one connection are in request order (as Kafka's `SocketServer` mutes a
 //! channel). Bad input affects only its own connection (the table in [`connection`]).
@@ -51,16 +57,19 @@
 //! own file, and files import from the defining file, one way (no two files import each other):
 //!
 //! - [`server`]: [`Broker::start`] (open the log directory, bind, start the threads, the log
-//!   scheduler's among them), the accept loop with the connection limits, and the running
-//!   [`BrokerHandle`] (Fetch latency, fetches in flight, shutdown).
+//!   scheduler's among them) and the running [`BrokerHandle`] (Fetch latency, fetches in
+//!   flight, shutdown).
+//! - [`front_end`]: [`FrontEnds`](front_end::FrontEnds), the two front ends on one set of
+//!   listening sockets (one per core, `SO_REUSEPORT`), the threaded acceptor with the connection
+//!   limits, and the switch of `server.model` at runtime (new connections move, open ones stay).
 //! - [`server_model`]: [`ServerModel`] (`server.model`): `threaded` (below) or `uring`, and which
 //!   read paths each runs ([`ServerModel::supports`]).
 //! - [`config`]: [`BrokerConfig`] with Kafka's names, `server.properties` parsing
 //!   ([`BrokerConfig::apply_props`]), [`NOT_APPLICABLE_KEYS`](config::NOT_APPLICABLE_KEYS), [`DEFAULT_LISTEN`], and the
 //!   coordinator's configuration derived from it.
 //! - [`dynamic_config`]: the dynamic broker configs (KIP-226): the broker keys DescribeConfigs
-//!   reports and `read.path`, the one IncrementalAlterConfigs changes at runtime (per broker or
-//!   cluster default; under both server models), with Kafka's checks and error codes.
+//!   reports, and `read.path` and `server.model`, the ones IncrementalAlterConfigs changes at
+//!   runtime (per broker or cluster default), with Kafka's checks and error codes.
 //! - [`error`]: [`BrokerError`], the errors of starting, configuring and stopping the broker.
 //! - [`node`]: [`NODE_ID`](node::NODE_ID), [`CLUSTER_ID`](node::CLUSTER_ID) (leader epoch 0).
 //! - [`shared`]: [`Shared`](shared::Shared), the state every thread and handler gets (the locks
@@ -189,6 +198,7 @@ pub(crate) mod delayed_fetch;
 pub(crate) mod dynamic_config;
 pub(crate) mod error;
 pub mod errors;
+pub(crate) mod front_end;
 pub(crate) mod handler;
 pub(crate) mod io_pool;
 pub(crate) mod metrics_endpoint;

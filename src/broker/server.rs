@@ -4,36 +4,32 @@
 //! ([`BrokerHandle::shutdown`]). Kafka's
 //! `BrokerServer` with its `SocketServer` acceptor.
 //!
-//! Threads, a fixed number whatever the connections (see the [broker docs](super)): the acceptor
-//! (the accept loop below: connection limits, then each connection to a network thread, round
-//! robin), `num.network.threads` network threads ([`network`]), `num.io.threads` io threads
+//! Threads, a fixed number whatever the connections (see the [broker docs](super)): the front
+//! end of `server.model` ([`FrontEnds`]: under `threaded` the acceptor and
+//! `num.network.threads` network threads ([`network`](super::network)) with the write-deadline
+//! watchdog ([`WriteDeadlines`](super::write_deadline::WriteDeadlines)); under `uring` the
+//! cores; both once the model was switched at runtime), `num.io.threads` io threads
 //! ([`IoPool`](super::io_pool::IoPool)), the purgatory's timer
-//! ([`Purgatory`](super::purgatory::Purgatory)), the write-deadline watchdog
-//! ([`WriteDeadlines`](super::write_deadline::WriteDeadlines)), the log scheduler and the group coordinator's thread (replay of
+//! ([`Purgatory`](super::purgatory::Purgatory)), the log scheduler and the group coordinator's thread (replay of
 //! `__consumer_offsets`, then its timers), and with `metrics.listen` the metrics endpoint's
 //! thread ([`MetricsEndpoint`]).
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::Arc;
+use std::net::{SocketAddr, TcpListener};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
-use mio::Token;
-
 use super::config::BrokerConfig;
-use super::connection::{Connection, Inbox, InboxMessage};
 use super::coordinator::delayed_join::PurgatoryWaiters;
 use super::coordinator::runtime::GroupCoordinator;
 use super::coordinator::storage::{self, LogStorage};
 use super::error::BrokerError;
+use super::front_end::{FrontEnds, Switch};
 use super::metrics_endpoint::MetricsEndpoint;
-use super::network::{self, NetworkControl};
 use super::request_metrics::FetchLatencies;
-use super::server_model::{ModelUnsupported, ServerModel};
+use super::server_model::ServerModel;
 use super::shared::Shared;
 use super::test_support::TestSupport;
-use super::uring::send::Engine;
-use super::uring::start::{self as uring_start, Cores};
-use super::write_deadline::SEND_TIMEOUT;
+use super::uring::start as uring_start;
 use crate::log::manager::LogManager;
 use crate::log::scheduler::LogScheduler;
 use crate::metrics::Latency;
@@ -44,9 +40,11 @@ pub struct Broker;
 
 impl Broker {
     /// Opens the log directory (recovering it after an unclean shutdown), checks that the read
-    /// path can run, binds the listen address and starts the broker's threads: the acceptor,
-    /// `num.network.threads` network threads, `num.io.threads` io threads, the purgatory's timer,
-    /// the write-deadline watchdog, the log scheduler and the group coordinator's thread.
+    /// path can run, binds the listen address (one `SO_REUSEPORT` listener per `uring` core,
+    /// under either model) and starts the broker's threads: the front end of `server.model`
+    /// (`threaded`: the acceptor, `num.network.threads` network threads and the write-deadline
+    /// watchdog; `uring`: the cores), `num.io.threads` io threads, the purgatory's timer, the log
+    /// scheduler and the group coordinator's thread.
     ///
     /// Errors: [`BrokerError::ServerModel`] (the model cannot run here, or cannot run the read
     /// path: [`ServerModel::supports`]), [`BrokerError::Log`], [`BrokerError::ReadPath`] (the path's probe failed: never
@@ -60,16 +58,6 @@ impl Broker {
         }
         config.server_model.probe()?;
         config.server_model.supports(config.read_path)?;
-        let engine = match config.server_model {
-            ServerModel::Uring => Some(Engine::for_path(config.read_path).ok_or_else(|| {
-                BrokerError::ServerModel(ModelUnsupported {
-                    model: ServerModel::Uring,
-                    read_path: Some(config.read_path),
-                    reason: "no core engine drives this path".into(),
-                })
-            })?),
-            _ => None,
-        };
         let (logs, report) = LogManager::open(&config.log_dir, config.log_config.clone(), |_| None, false)?;
         tracing::info!(
             partitions = report.partitions.len(),
@@ -79,12 +67,10 @@ impl Broker {
         );
         let logs = Arc::new(logs);
         let bind_error = |source| BrokerError::Bind { addr: config.listen, source };
-        // threaded: one listener for the acceptor; uring: one per core (SO_REUSEPORT).
-        let core_count = if engine.is_some() { uring_start::core_count(config.uring_cores) } else { 0 };
-        let mut listeners = match engine {
-            Some(_) => uring_start::bind(config.listen, core_count).map_err(bind_error)?,
-            None => vec![TcpListener::bind(config.listen).map_err(bind_error)?],
-        };
+        // One listener per core (SO_REUSEPORT) under both models: server.model is dynamic, and
+        // both front ends accept on the same sockets (front_end.rs).
+        let core_count = uring_start::core_count(config.uring_cores);
+        let listeners = uring_start::bind(config.listen, core_count).map_err(bind_error)?;
         let metrics_listener = match config.metrics_listen {
             Some(addr) => Some(TcpListener::bind(addr).map_err(|source| BrokerError::Bind { addr, source })?),
             None => None,
@@ -93,52 +79,22 @@ impl Broker {
         let scheduler = LogScheduler::start(Arc::clone(&logs), config.scheduler_config())?;
         let local_addr = listeners[0].local_addr().map_err(bind_error)?;
         let coordinator = GroupCoordinator::new(config.coordinator_config());
-        let network_threads = if engine.is_some() { 0 } else { config.num_network_threads.max(1) };
         let shared = Arc::new(Shared::new(config, local_addr, logs, coordinator, core_count));
         // Parked JoinGroup / SyncGroup requests wait in the purgatory: a group's change tries them.
         shared.coordinator().set_waiters(Arc::new(PurgatoryWaiters(Arc::clone(shared.purgatory()))));
-        let control = Arc::new(NetworkControl::new(network_threads));
-        let mut inboxes = Vec::new();
-        let mut cores: Option<Cores> = None;
+        let mut front: Option<Arc<Mutex<FrontEnds>>> = None;
         let started = (|| {
             shared.io_pool().start("fetchbench-io").map_err(|source| BrokerError::Thread { what: "io", source })?;
             let timer = shared
                 .purgatory()
                 .start_timer()
                 .map_err(|source| BrokerError::Thread { what: "purgatory timer", source })?;
-            let accept = match engine {
-                Some(engine) => {
-                    let started = Cores::start(&shared, std::mem::take(&mut listeners), engine)
-                        .map_err(|(what, source)| BrokerError::Thread { what, source })?;
-                    // read.path is dynamic: a new value is prepared on every core first.
-                    let mailboxes = started.mailboxes();
-                    shared
-                        .dynamic_config()
-                        .set_preparer(Box::new(move |path| uring_start::prepare_cores(&mailboxes, path)));
-                    cores = Some(started);
-                    None
-                }
-                None => {
-                    shared
-                        .write_deadlines()
-                        .start()
-                        .map_err(|source| BrokerError::Thread { what: "write deadline", source })?;
-                    for index in 0..network_threads {
-                        let (inbox, _thread) = network::start(index, Arc::clone(&shared), Arc::clone(&control))
-                            .map_err(|source| BrokerError::Thread { what: "network", source })?;
-                        inboxes.push(inbox);
-                    }
-                    let accept_shared = Arc::clone(&shared);
-                    let accept_inboxes = inboxes.clone();
-                    let listener = listeners.pop().expect("one listener");
-                    Some(
-                        std::thread::Builder::new()
-                            .name("fetchbench-accept".into())
-                            .spawn(move || accept_loop(listener, accept_shared, accept_inboxes))
-                            .map_err(|source| BrokerError::Thread { what: "acceptor", source })?,
-                    )
-                }
-            };
+            let (model, path) = (shared.config.server_model, shared.config.read_path);
+            let front_ends = Arc::new(Mutex::new(FrontEnds::start(Arc::clone(&shared), listeners, model, path)?));
+            // server.model and read.path are dynamic: IncrementalAlterConfigs switches the front
+            // ends through this (a weak reference: the handle owns them).
+            shared.dynamic_config().set_front_end(Box::new(Switch(Arc::downgrade(&front_ends))));
+            front = Some(front_ends);
             // The coordinator replays __consumer_offsets (COORDINATOR_LOAD_IN_PROGRESS until done),
             // then its timer thread fires session, rebalance and retention deadlines.
             let coordinator_shared = Arc::clone(&shared);
@@ -154,33 +110,29 @@ impl Broker {
                 .map(|listener| MetricsEndpoint::start(listener, Arc::clone(&shared)))
                 .transpose()
                 .map_err(|source| BrokerError::Thread { what: "metrics endpoint", source })?;
-            Ok((timer, accept, metrics))
+            Ok((timer, metrics))
         })();
-        let (timer, accept, metrics) = match started {
+        let (timer, metrics) = match started {
             Ok(threads) => threads,
             Err(e) => {
                 // Whatever started ends: no connection was accepted yet.
                 shared.begin_shutdown();
                 shared.purgatory().shutdown();
                 shared.coordinator().shutdown();
-                control.stop();
-                inboxes.iter().for_each(|inbox| inbox.wake());
-                if let Some(cores) = cores.as_mut() {
-                    cores.stop();
+                if let Some(front) = &front {
+                    lock(front).stop();
                 }
                 shared.io_pool().close();
                 return Err(e);
             }
         };
         tracing::info!("broker listening on {local_addr}");
+        let front = front.expect("set when started");
         Ok(BrokerHandle {
             shared,
-            accept,
-            cores,
+            front,
             scheduler: Some(scheduler),
             timer: Some(timer),
-            control,
-            inboxes,
             had_clean_shutdown: report.had_clean_shutdown,
             partitions_loaded: report.partitions.len(),
             metrics,
@@ -188,51 +140,9 @@ impl Broker {
     }
 }
 
-/// Accepts connections until shutdown: a connection past `max.connections` or
-/// `max.connections.per.ip` is closed at once, unread, with a warning naming the limit; the others
-/// get `TCP_NODELAY` and [`SEND_TIMEOUT`] (the socket stays blocking, for the io threads'
-/// writes) and go to the network threads in turn.
-fn accept_loop(listener: TcpListener, shared: Arc<Shared>, inboxes: Vec<Arc<Inbox>>) {
-    let mut next_token = 0usize;
-    for stream in listener.incoming() {
-        if shared.is_shutting_down() {
-            break;
-        }
-        let stream = match stream {
-            Ok(s) => s,
-            Err(e) => {
-                // EMFILE and friends: back off instead of spinning; running connections go on.
-                tracing::warn!("accept failed: {e}");
-                std::thread::sleep(std::time::Duration::from_millis(10));
-                continue;
-            }
-        };
-        let peer = match stream.peer_addr() {
-            Ok(peer) => peer,
-            Err(e) => {
-                tracing::warn!("accepted a connection without a peer address ({e}); closed");
-                continue;
-            }
-        };
-        // Past a limit the connection is closed at once (dropped unread); others go on.
-        let slot = match Shared::acquire_slot(&shared, peer.ip()) {
-            Ok(slot) => slot,
-            Err(limit) => {
-                tracing::warn!("connection from {peer} closed: {limit}");
-                continue;
-            }
-        };
-        let _ = stream.set_nodelay(true);
-        if let Err(e) = stream.set_write_timeout(Some(SEND_TIMEOUT)) {
-            tracing::warn!("connection from {peer}: setting SO_SNDTIMEO failed ({e}); closed");
-            continue;
-        }
-        let inbox = &inboxes[next_token % inboxes.len()];
-        let token = Token(next_token);
-        next_token = next_token.wrapping_add(1) % (usize::MAX - 1);
-        let conn = Connection::new(stream, peer, token, Arc::clone(inbox), slot);
-        inbox.send(InboxMessage::Accepted(Arc::new(conn)));
-    }
+/// The front ends, locked (a poisoned lock still holds them: every change is one assignment).
+fn lock(front: &Mutex<FrontEnds>) -> MutexGuard<'_, FrontEnds> {
+    front.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// A running broker. Dropping it without [`BrokerHandle::shutdown`] leaves its threads running
@@ -240,13 +150,11 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>, inboxes: Vec<Arc<Inbo
 #[derive(Debug)]
 pub struct BrokerHandle {
     shared: Arc<Shared>,
-    accept: Option<JoinHandle<()>>,
-    /// The cores of `server.model=uring` (`None` under `threaded`).
-    cores: Option<Cores>,
+    /// The front ends (threaded, uring) and the listening sockets; a switch of `server.model`
+    /// reaches them weakly through the dynamic config.
+    front: Arc<Mutex<FrontEnds>>,
     scheduler: Option<LogScheduler>,
     timer: Option<JoinHandle<()>>,
-    control: Arc<NetworkControl>,
-    inboxes: Vec<Arc<Inbox>>,
     had_clean_shutdown: bool,
     partitions_loaded: usize,
     /// The metrics endpoint (`metrics.listen`), when configured.
@@ -336,16 +244,10 @@ impl BrokerHandle {
         self.metrics.as_ref().map(MetricsEndpoint::local_addr)
     }
 
-    /// Blocks until the accept thread ends (it ends only after [`Self::shutdown`] from another
-    /// handle, or when accepting fails for good); under `server.model=uring`, until the cores
-    /// end.
-    pub fn join(mut self) {
-        if let Some(t) = self.accept.take() {
-            let _ = t.join();
-        }
-        if let Some(cores) = self.cores.as_mut() {
-            cores.join();
-        }
+    /// Blocks until the acceptor and the cores end (they end only after [`Self::shutdown`]
+    /// from another handle, or when accepting fails for good).
+    pub fn join(self) {
+        lock(&self.front).join();
     }
 
     /// Stops the metrics endpoint, stops accepting, answers the requests waiting in the purgatory (with what there is), stops
@@ -364,21 +266,13 @@ impl BrokerHandle {
         // Waiting fetches answer now, on the io threads; the timer thread ends.
         self.shared.purgatory().shutdown();
         self.shared.coordinator().shutdown();
-        if let Some(mut cores) = self.cores.take() {
-            // Each core stops accepting, finishes (5 s at most) or closes its connections and
-            // waits for every completion of its ring; then no request comes any more.
-            cores.stop();
+        // Each core stops accepting, finishes (5 s at most) or closes its connections and waits
+        // for every completion of its ring; the acceptor ends; no connection comes any more:
+        // network threads end with their last connection.
+        let threaded_ran = lock(&self.front).stop();
+        if !threaded_ran {
+            // Only cores ran, all stopped: no request comes any more.
             self.shared.io_pool().close();
-        }
-        // Wake the accept thread so it sees the flag.
-        if let Some(t) = self.accept.take() {
-            let _ = TcpStream::connect(self.shared.local_addr);
-            let _ = t.join();
-        }
-        // No connection comes any more: network threads end with their last connection.
-        self.control.stop();
-        for inbox in &self.inboxes {
-            inbox.wake();
         }
         if let Some(t) = self.timer.take() {
             let _ = t.join();

@@ -8,7 +8,9 @@
 //!
 //! Both models share the handlers, the log, the coordinator, the purgatory and the Fetch
 //! response framing: one broker, two front ends. A combination a model cannot run is refused
-//! with the reason ([`ServerModel::supports`]), never swapped for another.
+//! with the reason ([`ServerModel::supports`]), never swapped for another, at start and when
+//! `server.model` or `read.path` is altered at runtime (both are dynamic broker configs: a new
+//! model takes the connections accepted after the change, `front_end.rs`).
 
 use std::fmt;
 use std::str::FromStr;

@@ -259,7 +259,7 @@ impl Shared {
             connections: self.open_connections(),
             fetches_in_flight: self.fetches_in_flight(),
             purgatory_size: self.purgatory.delayed(),
-            server_model: self.config.server_model.to_string(),
+            server_model: self.dynamic_config.server_model().to_string(),
             read_path: self.dynamic_config.read_path().name().to_string(),
         })
     }

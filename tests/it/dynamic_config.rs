@@ -7,7 +7,9 @@
 //! `server.model=uring` the same between the cores' paths (every core switches, a transfer in
 //! flight finishes on its path, a path the model or the cores cannot run is refused). Then
 //! confluent-kafka's AdminClient doing the same from Python (tests/python/confluent_configs.py),
-//! under both models.
+//! under both models. `server.model` switched at runtime: new connections move to the new front
+//! end, open ones (our client's, and confluent-kafka's producer and consumer) stay on theirs
+//! without reconnecting (tests/python/confluent_model_switch.py).
 
 use fetchbench::broker::{BrokerHandle, ServerModel};
 use fetchbench::read_path::ReadPathKind;
@@ -126,7 +128,7 @@ fn describe_configs_reports_broker_and_topic_configs_with_sources_and_synonyms()
         );
         assert_eq!(synonyms(rp), [("copy".to_string(), STATIC_BROKER_CONFIG)]);
         let model = entry(&r, "server.model");
-        assert_eq!((value(model), model.config_source, model.read_only), ("threaded", DEFAULT_CONFIG, true));
+        assert_eq!((value(model), model.config_source, model.read_only), ("threaded", DEFAULT_CONFIG, false));
         let io = entry(&r, "num.io.threads");
         assert_eq!((value(io), io.read_only), ("8", true));
         let segment = entry(&r, "log.segment.bytes");
@@ -212,7 +214,7 @@ fn incremental_alter_configs_refuses_with_kafkas_errors_and_changes_nothing() {
             "0",
             &[(0, "read.path", Some("sendfile")), (0, "server.model", Some("uring"))],
             INVALID_REQUEST,
-            "Cannot update these configs dynamically: Set(server.model)",
+            "Invalid value sendfile for configuration read.path: server.model=uring cannot run read path sendfile",
         ),
         ("0", &[(0, "num.io.threads", Some("2"))], INVALID_REQUEST, "Cannot update these configs dynamically"),
         ("0", &[(0, "read.path", Some("warp"))], INVALID_REQUEST, "Invalid value warp for configuration read.path"),
@@ -509,4 +511,135 @@ fn confluent_admin_client_switches_the_read_path_under_uring() {
         return;
     }
     confluent_admin_client_switch(ServerModel::Uring, ReadPathKind::UringSplice, ReadPathKind::UringReadSend);
+}
+
+/// `fetchbench_read_path_syscalls_total` of `path` in the broker's metrics (0 without a sample):
+/// only the threaded model's io threads count system calls, the cores do not, so it tells
+/// which front end served a Fetch through a `uring-*` path.
+fn syscalls(broker: &BrokerHandle, path: ReadPathKind) -> u64 {
+    let metrics = broker.metrics_text().unwrap();
+    let prefix = format!("fetchbench_read_path_syscalls_total{{read_path=\"{}\"}} ", path.name());
+    metrics.lines().find_map(|l| l.strip_prefix(&prefix)).map_or(0, |v| v.trim().parse::<f64>().unwrap() as u64)
+}
+
+/// The `server_model` label of `broker_info`.
+fn info_server_model(broker: &BrokerHandle) -> String {
+    let metrics = broker.metrics_text().unwrap();
+    let info = metrics.lines().find(|l| l.starts_with("fetchbench_broker_info{")).expect("broker_info");
+    let at = info.find("server_model=\"").expect("server_model label") + "server_model=\"".len();
+    info[at..].split('"').next().unwrap().to_string()
+}
+
+/// server.model altered at runtime: threaded -> uring (with read.path in the same request: copy
+/// is a blocking path, refused alone) -> threaded (DELETE). New connections go to the new front
+/// end (a core's Fetch through uring-splice counts no system calls, an io thread's does); the
+/// connections opened before keep working on the front end that accepted them, across both
+/// switches, without reconnecting; the records read back identical everywhere.
+#[test]
+fn server_model_switches_new_connections_and_keeps_the_open_ones() {
+    if !uring_runs() {
+        return;
+    }
+    let (_tmp, broker) =
+        crate::uring_model::start_model(ReadPathKind::Copy, ServerModel::Threaded, |c| c.uring_cores = 2);
+    broker.test_support().create_topic("models", 1).unwrap();
+    let mut old = Client::connect(broker.local_addr());
+    assert_eq!(produce(&mut old, "models", batch(200), 1), Some((0, 0)));
+    let before = read_all(&mut old, "models");
+    assert_eq!(info_server_model(&broker), "threaded");
+
+    // uring cannot run copy: refused, nothing changed; validate_only of the pair starts nothing.
+    let (code, text) = alter(&mut old, "0", &[(0, "server.model", Some("uring"))], false);
+    assert_eq!(code, INVALID_REQUEST, "{text}");
+    assert!(text.starts_with("Invalid value uring for configuration server.model: "), "{text}");
+    assert!(text.contains("cannot run read path copy"), "{text}");
+    let pair: [Op<'_>; 2] = [(0, "server.model", Some("uring")), (0, "read.path", Some("uring-splice"))];
+    assert_eq!(alter(&mut old, "0", &pair, true), (0, String::new()));
+    assert_eq!(value(entry(&describe(&mut old, BROKER, "0", 4), "server.model")), "threaded");
+    assert_eq!(info_server_model(&broker), "threaded");
+
+    assert_eq!(alter(&mut old, "0", &pair, false), (0, String::new()));
+    let r = describe(&mut old, BROKER, "0", 4);
+    let model = entry(&r, "server.model");
+    assert_eq!((value(model), model.config_source, model.read_only), ("uring", DYNAMIC_BROKER_CONFIG, false));
+    assert_eq!(synonyms(model), [("uring".into(), DYNAMIC_BROKER_CONFIG), ("threaded".into(), DEFAULT_CONFIG)]);
+    assert_eq!((info_server_model(&broker), info_read_path(&broker)), ("uring".into(), "uring-splice".into()));
+
+    // The connection from before the switch: still on its network thread, whose io thread now
+    // writes through uring-splice (system calls counted).
+    let (t0, s0) = (transfers(&broker, ReadPathKind::UringSplice), syscalls(&broker, ReadPathKind::UringSplice));
+    assert_eq!(read_all(&mut old, "models"), before);
+    assert_eq!(transfers_reach(&broker, ReadPathKind::UringSplice, t0 + 1), t0 + 1);
+    let s1 = syscalls(&broker, ReadPathKind::UringSplice);
+    assert!(s1 > s0, "the open connection's Fetch did not go through an io thread ({s0} -> {s1} syscalls)");
+    // New connections: the cores (no system calls counted). Kept open across the switch back.
+    let mut on_cores: Vec<Client> = (0..3).map(|_| Client::connect(broker.local_addr())).collect();
+    for c in &mut on_cores {
+        assert_eq!(read_all(c, "models"), before);
+    }
+    assert_eq!(transfers_reach(&broker, ReadPathKind::UringSplice, t0 + 4), t0 + 4);
+    assert_eq!(syscalls(&broker, ReadPathKind::UringSplice), s1, "a new connection went to the threaded front end");
+
+    // Back to threaded (DELETE: the static value); read.path stays uring-splice (threaded runs
+    // every path).
+    assert_eq!(alter(&mut on_cores[0], "0", &[(1, "server.model", None)], false), (0, String::new()));
+    assert_eq!(info_server_model(&broker), "threaded");
+    let mut new = Client::connect(broker.local_addr());
+    assert_eq!(read_all(&mut new, "models"), before);
+    assert_eq!(transfers_reach(&broker, ReadPathKind::UringSplice, t0 + 5), t0 + 5);
+    let s2 = syscalls(&broker, ReadPathKind::UringSplice);
+    assert!(s2 > s1, "a new connection did not go to the threaded front end ({s1} -> {s2} syscalls)");
+    // The cores still serve the connections they accepted, and the first connection goes on.
+    for c in &mut on_cores {
+        assert_eq!(read_all(c, "models"), before);
+    }
+    assert_eq!(transfers_reach(&broker, ReadPathKind::UringSplice, t0 + 8), t0 + 8);
+    assert_eq!(syscalls(&broker, ReadPathKind::UringSplice), s2, "a core's connection moved to an io thread");
+    // A blocking path now: threaded runs it; the cores keep uring-splice for their connections.
+    assert_eq!(alter(&mut old, "0", &[(0, "read.path", Some("sendfile"))], false), (0, String::new()));
+    assert_eq!(read_all(&mut old, "models"), before);
+    assert_eq!(transfers_reach(&broker, ReadPathKind::Sendfile, 1), 1);
+    assert_eq!(read_all(&mut on_cores[1], "models"), before);
+    assert_eq!(transfers_reach(&broker, ReadPathKind::UringSplice, t0 + 9), t0 + 9);
+    assert_eq!(broker.test_support().connection_panics(), 0);
+    drop((old, new, on_cores));
+    broker.shutdown().unwrap();
+}
+
+/// confluent-kafka's producer and consumers across two switches of server.model
+/// (tests/python/confluent_model_switch.py): threaded -> uring (with read.path=uring-splice in
+/// the same request) -> threaded (both values deleted). The producer and the first consumer
+/// stay connected throughout and never reconnect; consumers that connect after each switch
+/// read the same records; the broker moved records through uring-splice (the open connection's
+/// io thread, system calls counted, and the new one's core) and through copy.
+#[test]
+fn confluent_clients_across_server_model_switches() {
+    if !uring_runs() {
+        return;
+    }
+    let Some(python) = crate::python_clients::python_with("confluent_kafka") else { return };
+    let (_tmp, broker) =
+        crate::uring_model::start_model(ReadPathKind::Copy, ServerModel::Threaded, |c| c.uring_cores = 2);
+    let bootstrap = broker.local_addr().to_string();
+    let what = "confluent-kafka across server.model threaded -> uring -> threaded";
+    let summary = crate::python_clients::run_script_args(&python, "confluent_model_switch.py", &[&bootstrap], what);
+    eprintln!("{what}: {summary}");
+    assert_eq!(summary["consumed"], 90, "{summary}");
+    assert_eq!(summary["refused_alone"]["code"], i64::from(INVALID_REQUEST), "{summary}");
+    assert_eq!(summary["after_switch"]["server.model"], serde_json::json!(["uring", DYNAMIC_BROKER_CONFIG]));
+    assert_eq!(summary["after_switch"]["read.path"], serde_json::json!(["uring-splice", DYNAMIC_BROKER_CONFIG]));
+    assert_eq!(summary["after_delete"]["server.model"], serde_json::json!(["threaded", DEFAULT_CONFIG]));
+    assert_eq!(summary["after_delete"]["read.path"], serde_json::json!(["copy", STATIC_BROKER_CONFIG]));
+    for client in ["producer", "a"] {
+        let counts = &summary[format!("{client}_connects_disconnects")];
+        assert_eq!(counts[1], 0, "{client} lost a connection across the switches: {summary}");
+    }
+    assert!(transfers_reach(&broker, ReadPathKind::UringSplice, 2) >= 2, "no Fetch went through uring-splice");
+    assert!(
+        syscalls(&broker, ReadPathKind::UringSplice) > 0,
+        "the open connection's io thread did not run uring-splice"
+    );
+    assert!(transfers_reach(&broker, ReadPathKind::Copy, 1) > 0);
+    assert_eq!(broker.test_support().connection_panics(), 0);
+    broker.shutdown().unwrap();
 }

@@ -5,7 +5,7 @@ Usage: confluent_configs.py BOOTSTRAP FROM_PATH TO_PATH [MODEL]
 
 The broker starts with read.path=FROM_PATH under server.model=MODEL (default threaded). Produce RECORDS records to the topic `dc`; consume
 them; describe the broker resource "0" (read.path: FROM_PATH, STATIC_BROKER_CONFIG, not read-only;
-server.model=MODEL, read-only) and the topic; refuse a read-only key (server.model) and an unknown key
+server.model=MODEL, dynamic too) and the topic; refuse a read-only key (num.io.threads) and an unknown key
 and check nothing changed; validate_only to TO_PATH changes nothing; then SET read.path=TO_PATH,
 describe again (DYNAMIC_BROKER_CONFIG, the static value as a synonym) and consume again: the
 records must come back identical. Prints one JSON line, which the Rust side checks against the
@@ -90,7 +90,7 @@ def main():
     rp = configs["read.path"]
     if (rp.value, src(rp.source), rp.is_read_only) != (from_path, ConfigSource.STATIC_BROKER_CONFIG.value, False):
         fail(f"read.path before: {rp.value} source {rp.source} read-only {rp.is_read_only}")
-    if not configs["server.model"].is_read_only or configs["server.model"].value != model:
+    if configs["server.model"].is_read_only or configs["server.model"].value != model:
         fail(f"server.model: {configs['server.model']}")
     topic_res = ConfigResource(ResourceType.TOPIC, TOPIC)
     topic_configs = admin.describe_configs([topic_res], request_timeout=TIMEOUT)[topic_res].result(timeout=TIMEOUT)
@@ -99,7 +99,7 @@ def main():
 
     refused = {}
     for name, entries in [
-        ("read_only", [set_op("read.path", to_path), set_op("server.model", "uring")]),
+        ("read_only", [set_op("read.path", to_path), set_op("num.io.threads", "2")]),
         ("unknown", [set_op("no.such.config", "1")]),
         ("bad_value", [set_op("read.path", "warp-drive")]),
     ]:

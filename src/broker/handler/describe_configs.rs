@@ -5,7 +5,7 @@
 //!
 //! | resource | answer |
 //! |---|---|
-//! | broker (type 4), name `"0"` (this node) | every broker key ([`broker_keys`]): `read.path` with its dynamic levels, the others read-only |
+//! | broker (type 4), name `"0"` (this node) | every broker key ([`broker_keys`]): `read.path` and `server.model` with their dynamic levels, the others read-only |
 //! | broker, empty name (the cluster default) | only the keys with a cluster-default dynamic value, source `DYNAMIC_DEFAULT_BROKER_CONFIG` (3) |
 //! | broker, another id | `INVALID_REQUEST` "Unexpected broker id, expected 0 or empty string, but received 7" |
 //! | broker, a name that is not an integer | `INVALID_REQUEST` "Broker id must be an integer, but it is: x" |
@@ -36,7 +36,7 @@ use kafka_protocol::messages::describe_configs_response::{
 use kafka_protocol::messages::{DescribeConfigsRequest, DescribeConfigsResponse};
 use kafka_protocol::protocol::StrBytes;
 
-use crate::broker::dynamic_config::{broker_keys, topic_config_type, ConfigType, DescribedKey, READ_PATH};
+use crate::broker::dynamic_config::{broker_keys, topic_config_type, ConfigType, DescribedKey, DYNAMIC_KEYS};
 use crate::broker::errors;
 use crate::broker::node::NODE_ID;
 use crate::broker::shared::Shared;
@@ -104,16 +104,16 @@ fn describe(
     let keys: Vec<DescribedKey> = match resource.resource_type {
         RESOURCE_BROKER => {
             let per_broker = check_broker_name(name, false)?;
-            let dynamic = shared.dynamic_config().describe_read_path(per_broker);
             let mut keys = broker_keys(&shared.config);
             for key in &mut keys {
-                if key.name == READ_PATH {
-                    // The dynamic levels, then the static one.
-                    key.synonyms = dynamic.iter().map(|(v, s)| (READ_PATH.to_string(), v.clone(), *s)).collect();
+                if DYNAMIC_KEYS.contains(&key.name.as_str()) {
+                    // The dynamic levels, then the static one and the default.
+                    let dynamic = shared.dynamic_config().describe_dynamic(&key.name, per_broker);
+                    key.synonyms = dynamic.into_iter().map(|(v, s)| (key.name.clone(), v, s)).collect();
                 }
             }
             if !per_broker {
-                keys.retain(|k| k.name == READ_PATH && !k.synonyms.is_empty());
+                keys.retain(|k| DYNAMIC_KEYS.contains(&k.name.as_str()) && !k.synonyms.is_empty());
             }
             keys
         }

@@ -14,9 +14,10 @@
 //! | any other type | `INVALID_REQUEST` "Unknown resource type 8" |
 //!
 //! A refused resource changes nothing; `validate_only` runs every check and changes nothing.
-//! The only dynamic key is `read.path` ([`crate::broker::dynamic_config`]), under both server
-//! models; a new value applies to Fetch responses started after the answer (one being written
-//! finishes on its path). Nothing is persisted: a restart starts from the
+//! The dynamic keys are `read.path` and `server.model` ([`crate::broker::dynamic_config`]): a
+//! new `read.path` applies to Fetch responses started after the answer (one being written
+//! finishes on its path), a new `server.model` to connections accepted after it (the open ones
+//! stay on their front end until they close). Nothing is persisted: a restart starts from the
 //! static configs.
 //!
 //! Versions v0-v1 (the codec's; v1 is the flexible encoding); confluent-kafka 2.16's AdminClient
@@ -89,7 +90,7 @@ fn alter(shared: &Shared, resource: &AlterConfigsResource, validate_only: bool) 
             errors::INVALID_REQUEST,
             format!(
                 "Topic configs cannot be altered on this broker (topic '{name}'): they are set when the topic \
-                 is created (CreateTopics); only the broker's read.path is dynamic"
+                 is created (CreateTopics); only the broker's read.path and server.model are dynamic"
             ),
         )),
         other => Err((errors::INVALID_REQUEST, format!("Unknown resource type {other}"))),

@@ -14,7 +14,7 @@ use std::collections::VecDeque;
 use std::io;
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, FromRawFd};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use io_uring::types::{CancelBuilder, SubmitArgs, Timespec};
@@ -71,6 +71,8 @@ pub(crate) struct CoreSetup {
     pub(crate) listener: std::net::TcpListener,
     /// How it moves record bytes at start (then `read.path`'s current value: dynamic).
     pub(crate) engine: Engine,
+    /// Whether it accepts new connections at start (`server.model` is `uring`).
+    pub(crate) accepting: bool,
 }
 
 /// One core's state (see the [module docs](self)). The ring is declared first: it is dropped
@@ -93,7 +95,15 @@ pub(crate) struct Core {
     free_slots: Vec<u32>,
     /// The core's own operations in flight (accept, wake poll, cancels).
     own_inflight: u32,
+    /// Whether new connections are accepted (`server.model` is `uring`): the multishot ACCEPT
+    /// is armed only then.
+    accepting: bool,
     accept_armed: bool,
+    /// Who waits for the ACCEPT to end ([`Self::set_accepting`] to false).
+    accept_stopped: Vec<mpsc::Sender<usize>>,
+    /// The `read.path` this core does not run that it last logged keeping its own path for
+    /// (the model is `threaded` and the core serves what is left of a `uring` period).
+    kept_for: Option<ReadPathKind>,
     wake_armed: bool,
     wake_cancelled: bool,
     /// Set at the stop: the time after which every connection is closed.
@@ -174,7 +184,10 @@ impl Core {
             generations: Vec::new(),
             free_slots: Vec::new(),
             own_inflight: 0,
+            accepting: setup.accepting,
             accept_armed: false,
+            accept_stopped: Vec::new(),
+            kept_for: None,
             wake_armed: false,
             wake_cancelled: false,
             stop_deadline: None,
@@ -265,6 +278,9 @@ impl Core {
     }
 
     fn arm_accept(&mut self) {
+        if !self.accepting || self.accept_armed || self.stop_deadline.is_some() {
+            return;
+        }
         let Some(listener) = &self.listener else { return };
         let entry = opcode::AcceptMulti::new(types::Fd(listener.as_raw_fd())).flags(libc::SOCK_CLOEXEC).build();
         self.io.sqes.push(entry.user_data(tag(OP_ACCEPT, None, 0)));
@@ -329,9 +345,32 @@ impl Core {
                         // The asker may have given up waiting: nothing to do then.
                         let _ = reply.send((self.index, answer));
                     }
+                    CoreMessage::Accept { accepting, done } => self.set_accepting(accepting, done),
                     CoreMessage::Stop => self.on_stop(),
                 }
             }
+        }
+    }
+
+    /// Starts or stops accepting ([`CoreMessage::Accept`]): arms the multishot ACCEPT, or
+    /// cancels it (connections it completes before the cancel are served as usual); says so on
+    /// `done` at once, or, when stopping, once the ACCEPT's last completion came.
+    fn set_accepting(&mut self, accepting: bool, done: mpsc::Sender<usize>) {
+        if self.accepting != accepting {
+            self.accepting = accepting;
+            let what = if accepting { "accepting" } else { "no longer accepting" };
+            tracing::info!("core {}: {what} new connections", self.index);
+            if accepting {
+                self.arm_accept();
+            } else if self.accept_armed {
+                self.cancel(tag(OP_ACCEPT, None, 0));
+            }
+        }
+        if !accepting && self.accept_armed {
+            self.accept_stopped.push(done);
+        } else {
+            // The asker may have given up waiting: nothing to do then.
+            let _ = done.send(self.index);
         }
     }
 
@@ -375,7 +414,20 @@ impl Core {
         if path == self.engine.path() {
             return Ok(self.engine);
         }
-        let engine = Engine::for_path(path).ok_or_else(|| format!("read.path {path} has no core engine (a bug)"))?;
+        let Some(engine) = Engine::for_path(path) else {
+            // server.model is threaded now (a uring model accepts no other path): the
+            // connections this core still serves stay on its path.
+            if self.kept_for != Some(path) {
+                self.kept_for = Some(path);
+                tracing::info!(
+                    "core {}: read.path {path} is not a core's path (server.model is threaded now); the connections \
+                     this core still serves stay on {}",
+                    self.index,
+                    self.engine.path()
+                );
+            }
+            return Ok(self.engine);
+        };
         if engine.uses_fixed_buffers() && self.io.fixed.is_none() {
             return Err(format!("read.path {path} needs registered buffers this core has not got (a bug)"));
         }
@@ -553,6 +605,10 @@ impl Core {
                 if !cqueue::more(flags) {
                     self.accept_armed = false;
                     self.own_inflight -= 1;
+                    // Whoever waited for the ACCEPT to end: it has (a re-arm below is another).
+                    for done in self.accept_stopped.drain(..) {
+                        let _ = done.send(self.index);
+                    }
                 }
                 if result >= 0 {
                     self.on_accept(result);
@@ -671,6 +727,8 @@ impl Core {
             }
         };
         let _ = stream.set_nodelay(true);
+        // An accepted socket inherits the listener's SO_RCVTIMEO (the threaded acceptor's).
+        let _ = stream.set_read_timeout(None);
         // O_NONBLOCK: what makes a pipe -> socket `SPLICE` non-blocking (the kernel's
         // `splice_to_socket` reads the socket's file flags; `SPLICE_F_NONBLOCK` only concerns
         // the pipe). io_uring's own SEND/RECV ignore it (they poll a full socket either way).

@@ -75,6 +75,16 @@ pub(crate) enum CoreMessage {
         /// Where the core answers.
         reply: mpsc::Sender<(usize, Result<(), String>)>,
     },
+    /// Accept new connections or stop accepting them (the multishot `ACCEPT` cancelled, the
+    /// connections open go on): `server.model` changed. The core sends its index on `done`
+    /// once armed (accepting) or once its `ACCEPT` has ended (not accepting: from then on it
+    /// takes no new connection).
+    Accept {
+        /// Whether to accept.
+        accepting: bool,
+        /// Where the core says it is done.
+        done: mpsc::Sender<usize>,
+    },
     /// The broker is shutting down: stop accepting, finish or close every connection, end.
     Stop,
 }

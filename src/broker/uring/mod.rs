@@ -21,7 +21,8 @@
 //! queue would hide its CPU time and take a core), plus the threads both models share: the
 //! `num.io.threads` io threads, the purgatory's timer, the log scheduler and the group
 //! coordinator's. No acceptor, no network threads, no write-deadline watchdog (a core bounds
-//! its own writes). The kernel's `iou-wrk` threads run the splices (io_uring always punts
+//! its own writes), unless the broker ran `server.model=threaded` before a switch to `uring`
+//! (then they serve the connections they accepted: `front_end.rs`). The kernel's `iou-wrk` threads run the splices (io_uring always punts
 //! `SPLICE` to them) and the reads that miss the page cache, at most
 //! [`IOWQ_MAX_WORKERS`](self::core::IOWQ_MAX_WORKERS) of each kind per core (none waits for a peer:
 //! the sockets are `O_NONBLOCK`, see `send.rs`), and are counted in the process's CPU time.
@@ -29,7 +30,8 @@
 //! ## A core
 //!
 //! ```text
-//! listening socket (SO_REUSEPORT, one per core, same address) --multishot ACCEPT-->
+//! listening socket (SO_REUSEPORT, one per core, same address; bound at start under either
+//!   model; armed only while server.model is uring) --multishot ACCEPT-->
 //!   max.connections / max.connections.per.ip (Shared::acquire_slot) --> Conn
 //! Conn --multishot RECV (provided buffer ring; ENOBUFS: re-armed after the buffers return)-->
 //!   FrameReceive (size checked against socket.request.max.bytes first) --> whole frame: MUTE

@@ -84,11 +84,14 @@ fn bind_fd(fd: &OwnedFd, addr: SocketAddr) -> io::Result<()> {
     Ok(())
 }
 
-/// `count` listening sockets on `addr`: the first binds it (a port 0 is resolved there), the
-/// others the resolved address. Errors: `socket`, `setsockopt`, `bind`, `listen`.
+/// `count` listening sockets on `addr`: the first binds it, the others the resolved address.
+/// The address is first bound once without `SO_REUSEPORT` (and at once released): that fails
+/// with `EADDRINUSE` when another socket holds it (another broker's listeners, which a
+/// `SO_REUSEPORT` group of the same user would silently join and share connections with), and
+/// resolves a port 0. Errors: `socket`, `setsockopt`, `bind` (`EADDRINUSE`), `listen`.
 pub(crate) fn bind(addr: SocketAddr, count: usize) -> io::Result<Vec<TcpListener>> {
-    let first = listener(addr)?;
-    let resolved = first.local_addr()?;
+    let resolved = TcpListener::bind(addr)?.local_addr()?;
+    let first = listener(resolved)?;
     let mut all = vec![first];
     for _ in 1..count {
         all.push(listener(resolved)?);
@@ -104,12 +107,14 @@ pub(crate) struct Cores {
 
 impl Cores {
     /// Starts one core per listener, threads `fetchbench-core-N`, each setting up its own ring
-    /// and buffers; returns once every core is ready. Errors: the first core that could not be
+    /// and buffers, accepting new connections when `accepting`; returns once every core is
+    /// ready. Errors: the first core that could not be
     /// set up (the cores already started are stopped), with what failed.
     pub(crate) fn start(
         shared: &Arc<Shared>,
         listeners: Vec<TcpListener>,
         engine: Engine,
+        accepting: bool,
     ) -> Result<Cores, (&'static str, io::Error)> {
         let mut cores = Cores { cores: Vec::new() };
         for (index, listener) in listeners.into_iter().enumerate() {
@@ -121,8 +126,14 @@ impl Cores {
                 }
             };
             let (ready_tx, ready_rx) = mpsc::channel();
-            let setup =
-                CoreSetup { index, shared: Arc::clone(shared), mailbox: Arc::clone(&mailbox), listener, engine };
+            let setup = CoreSetup {
+                index,
+                shared: Arc::clone(shared),
+                mailbox: Arc::clone(&mailbox),
+                listener,
+                engine,
+                accepting,
+            };
             let spawned = std::thread::Builder::new().name(format!("fetchbench-core-{index}")).spawn(move || {
                 match Core::new(setup) {
                     Ok(core) => {
@@ -159,6 +170,34 @@ impl Cores {
             mailbox.post(CoreMessage::Stop);
         }
         self.join();
+    }
+
+    /// Tells every core to accept new connections or to stop accepting them
+    /// ([`CoreMessage::Accept`]; `server.model` changed) and waits until each did (stopped: its
+    /// multishot `ACCEPT` has ended, so it takes no new connection), at most
+    /// [`PREPARE_TIMEOUT`]. Errors: the cores that did not answer in time (or ended).
+    pub(crate) fn set_accepting(&self, accepting: bool) -> Result<(), String> {
+        let (done, answers) = mpsc::channel();
+        for (mailbox, _) in &self.cores {
+            mailbox.post(CoreMessage::Accept { accepting, done: done.clone() });
+        }
+        drop(done);
+        let deadline = Instant::now() + PREPARE_TIMEOUT;
+        let mut answered = 0;
+        while answered < self.cores.len() {
+            match answers.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok(_) => answered += 1,
+                Err(e) => {
+                    return Err(format!(
+                        "{} of {} cores did not confirm they {} accepting ({e})",
+                        self.cores.len() - answered,
+                        self.cores.len(),
+                        if accepting { "started" } else { "stopped" }
+                    ))
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Every core's mailbox, in core order (for [`prepare_cores`]).
@@ -214,4 +253,18 @@ pub(crate) fn prepare_cores(mailboxes: &[Arc<CoreMailbox>], path: ReadPathKind) 
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bound_address_is_refused_not_joined() {
+        let first = bind("127.0.0.1:0".parse().unwrap(), 2).unwrap();
+        let addr = first[0].local_addr().unwrap();
+        assert!(first.iter().all(|l| l.local_addr().unwrap() == addr));
+        let e = bind(addr, 2).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AddrInUse, "{e}");
+    }
 }
