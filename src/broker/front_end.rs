@@ -30,13 +30,14 @@
 //!    has ended), then the new one starts. Meanwhile connections wait in the listeners' queues
 //!    (backlog 1024), never dropped; every connection made after the answer is accepted by the
 //!    new front end. Should an `accept(2)` of the acceptor ever find a queue another front end
-//!    emptied after its `poll`, `SO_RCVTIMEO` (200 ms) on the listeners bounds that wait.
+//!    emptied after its `poll`, `SO_RCVTIMEO` (200 ms) on the listeners bounds that wait (an
+//!    accepted socket inherits it: both front ends clear it on theirs).
 //!
 //! Connections stay on the front end that accepted them until they close, as Kafka's
 //! connections stay on a listener removed dynamically until they close: a network thread or a
-//! core keeps serving its own. Under `uring`'s cores serving connections while the model is
-//! `threaded`, a `read.path` no core runs (`sendfile`, ...) leaves each core on its last `uring-*`
-//! path for them (logged; the per-path counters name what ran).
+//! core keeps serving its own. While the model is `threaded` and cores still serve connections
+//! of a `uring` period, a `read.path` no core runs (`sendfile`, ...) leaves each core on its last
+//! `uring-*` path for them (logged; the per-path counters name what ran).
 //!
 //! Threads, in the end: those of every model that ever ran; a front end is never stopped before
 //! the broker stops.

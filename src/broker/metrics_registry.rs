@@ -32,7 +32,7 @@
 //! | `fetch_requests_in_flight` | gauge | requests | | Fetch requests decoded and not yet answered (parked ones included) |
 //! | `purgatory_size` | gauge | requests | | requests waiting in the purgatory now (Kafka's `DelayedOperationPurgatory` `PurgatorySize`): parked Fetch, JoinGroup, SyncGroup |
 //! | `connections` | gauge | connections | | client connections open now (Kafka's `connection-count`) |
-//! | `broker_info` | info | | `server_model`, `read_path`, `version` | how the broker serves (`read_path`: the current one, `read.path` is dynamic) |
+//! | `broker_info` | info | | `server_model`, `read_path`, `version` | how the broker serves (both current: `server.model` and `read.path` are dynamic; `server_model` is the front end of new connections) |
 //! | `machine_info` | info | | `nproc`, `kernel`, `arch`, `cpu_model`, `memory_bytes`, `io_uring` | [`Machine`], as a results file records it |
 //!
 //! `api` is Kafka's request name: the API key's name (`Produce`, `Metadata`, `ListOffsets`,
@@ -164,7 +164,7 @@ pub(crate) struct LiveValues {
     pub fetches_in_flight: u64,
     /// Requests waiting in the purgatory.
     pub purgatory_size: usize,
-    /// `server.model` (its name).
+    /// `server.model` now (its name; dynamic: the front end of new connections).
     pub server_model: String,
     /// The read path's name.
     pub read_path: String,
