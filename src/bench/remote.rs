@@ -1,6 +1,7 @@
 //! The broker of `fetchbench run --bootstrap HOST:PORT`, seen from the run: what DescribeConfigs
 //! says of it ([`RemoteBroker::describe`]), its read path switched per combination through
-//! IncrementalAlterConfigs ([`RemoteBroker::set_read_path`]) and, with `--metrics HOST:PORT`,
+//! IncrementalAlterConfigs ([`RemoteBroker::set_serving`], with its server model when the run
+//! compares models) and, with `--metrics HOST:PORT`,
 //! its resource use read from a `fetchbench serve` metrics endpoint ([`MetricsEndpoint`]).
 //!
 //! ## Broker figures from the endpoint
@@ -53,7 +54,7 @@ use prometheus_parse::{HistogramCount, Sample, Value};
 
 use super::usage::Usage;
 use crate::broker::FetchLatencies;
-use crate::client::admin::{alter_broker_config, connected_broker_id, describe_broker_configs};
+use crate::client::admin::{alter_broker_configs, connected_broker_id, describe_broker_configs};
 use crate::client::{ClientError, KafkaConnection};
 use crate::machine::Machine;
 use crate::metrics::Latency;
@@ -66,6 +67,9 @@ const SCRAPE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// `read.path`, fetchbench's dynamic broker key.
 pub(crate) const READ_PATH_KEY: &str = "read.path";
+
+/// `server.model`, fetchbench's dynamic broker key of the front end.
+pub(crate) const SERVER_MODEL_KEY: &str = "server.model";
 
 /// Why a scrape gave no figures.
 #[derive(Debug, thiserror::Error)]
@@ -380,14 +384,40 @@ impl RemoteBroker {
         self.configs.contains_key(READ_PATH_KEY)
     }
 
-    /// Sets the broker's `read.path` (its per-broker dynamic value) to `path`; `None` deletes
-    /// that value (the static one shows through again).
+    /// Sets the broker's `server.model` (when `model` is given) and `read.path` (their
+    /// per-broker dynamic values) in one IncrementalAlterConfigs request, which the broker
+    /// applies whole or not at all.
     ///
     /// Errors: connecting; the broker's refusal (INVALID_REQUEST with its reason, e.g. a path
     /// its server model cannot run).
-    pub(crate) fn set_read_path(&self, path: Option<&str>) -> Result<(), ClientError> {
+    pub(crate) fn set_serving(&self, model: Option<&str>, path: &str) -> Result<(), ClientError> {
+        let mut changes = Vec::new();
+        if let Some(m) = model {
+            changes.push((SERVER_MODEL_KEY, Some(m)));
+        }
+        changes.push((READ_PATH_KEY, Some(path)));
+        self.alter(&changes)
+    }
+
+    /// Sets `server.model` and `read.path` back to the values of [`Self::configs`] (what
+    /// DescribeConfigs reported when the run started); `server.model` only when
+    /// `model_changed`.
+    ///
+    /// Errors: as [`Self::set_serving`].
+    pub(crate) fn restore(&self, model_changed: bool) -> Result<(), ClientError> {
+        let original = |k: &str| self.configs.get(k).cloned().flatten();
+        let (model, path) = (original(SERVER_MODEL_KEY), original(READ_PATH_KEY));
+        let mut changes = Vec::new();
+        if model_changed {
+            changes.push((SERVER_MODEL_KEY, model.as_deref()));
+        }
+        changes.push((READ_PATH_KEY, path.as_deref()));
+        self.alter(&changes)
+    }
+
+    fn alter(&self, changes: &[(&str, Option<&str>)]) -> Result<(), ClientError> {
         let mut conn = KafkaConnection::connect(&self.bootstrap, "fetchbench-run-admin", Duration::from_secs(10))?;
-        alter_broker_config(&mut conn, self.broker_id, READ_PATH_KEY, path)
+        alter_broker_configs(&mut conn, self.broker_id, changes)
     }
 }
 

@@ -27,11 +27,13 @@
 //!    recorded (DescribeConfigs, the results' `broker`); without `--metrics` the phases run
 //!    once, read path `external`, server model `null`, broker figures 0. With `--metrics
 //!    HOST:PORT` (a `fetchbench serve` with `metrics.listen`; a broker without `read.path` is
-//!    refused): every read path of `read_paths` under the broker's `server.model`, in
-//!    [`combination_order`], each after IncrementalAlterConfigs set the broker's `read.path`
-//!    to it (a path the broker refuses, e.g. one its model cannot run, is skipped with the
+//!    refused): every read path of `read_paths` under the broker's `server.model` (or, when the
+//!    workload's `server_models` / `--server-model` name others than the default, under each
+//!    of those), in [`combination_order`], each after one IncrementalAlterConfigs request set
+//!    the broker's `read.path` (and `server.model` when models are compared) to it (a
+//!    combination the broker refuses, e.g. a path its model cannot run, is skipped with the
 //!    broker's reason); the broker's figures come from its endpoint ([`super::remote`]); after
-//!    the last combination (or a failure) `read.path` is set back to what DescribeConfigs
+//!    the last combination (or a failure) both keys are set back to what DescribeConfigs
 //!    reported at the start.
 //!
 //!    Entries, notes, progress lines and error contexts name the combination: the entry's
@@ -124,7 +126,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub repeat: Option<u32>,
     /// Server models to compare, repeatable or comma-separated (`threaded`, `uring`); overrides
-    /// the workload's `server_models`.
+    /// the workload's `server_models`. With `--bootstrap`, only with `--metrics` (the remote
+    /// fetchbench serve's `server.model` is switched per combination).
     #[arg(long = "server-model", value_name = "MODEL", value_delimiter = ',')]
     pub server_models: Vec<String>,
     /// Tests only: every producer of the tail phase stalls `AT_MS:LENGTH_MS` once.
@@ -296,8 +299,13 @@ pub fn run_one(args: &RunArgs, w: &Workload, command: &[String]) -> anyhow::Resu
         let stamp = unix_secs();
         match remote.filter(|r| r.metrics.is_some()) {
             Some(remote) => {
-                // The results' workload names the model that served (the broker's own).
-                w.server_models = vec![remote_model(&remote)?];
+                // The models compared: the workload's when it names others than the default
+                // (`server_models`, `--server-model`; the broker's `server.model` is switched
+                // per combination), else the broker's own; the results' workload names them.
+                let compare_models = w.server_models != [ServerModel::Threaded];
+                if !compare_models {
+                    w.server_models = vec![remote_model(&remote)?];
+                }
                 let machine = run_on_fetchbench_broker(
                     &w, &remote, &backlog, stamp, &pinning, args, &progress, &mut paths, &mut notes,
                 )?;
@@ -532,10 +540,11 @@ fn remote_model(remote: &RemoteBroker) -> anyhow::Result<ServerModel> {
 }
 
 /// Runs the phases against a `fetchbench serve` with a metrics endpoint (`remote`): every read
-/// path of the workload under the broker's server model (`server.model` of its configs), the
-/// combinations in [`combination_order`], each after IncrementalAlterConfigs set `read.path`
-/// to it (a path the broker refuses is skipped with its reason, once); then `read.path` is set
-/// back to what the broker had. Returns the broker's machine from its endpoint (`None`, with a
+/// path of the workload under every model of `w.server_models` (the broker's own model alone
+/// unless the run compares models), the combinations in [`combination_order`], each after one
+/// IncrementalAlterConfigs request set `read.path` (and, when the run compares models,
+/// `server.model`) to it (a combination the broker refuses is skipped with its reason, once);
+/// then both are set back to what the broker had. Returns the broker's machine from its endpoint (`None`, with a
 /// note, when the endpoint cannot be read).
 ///
 /// Errors: an unknown server model in the configs, an alter that fails for another reason
@@ -553,8 +562,8 @@ fn run_on_fetchbench_broker(
     notes: &mut Vec<String>,
 ) -> anyhow::Result<Option<Machine>> {
     let endpoint = remote.metrics.as_ref().ok_or_else(|| anyhow!("internal error: no metrics endpoint"))?;
-    let model = remote_model(remote)?;
-    let original = remote.configs.get(super::remote::READ_PATH_KEY).cloned().flatten();
+    let own = remote_model(remote)?;
+    let switch_models = w.server_models != [own];
     let machine = match endpoint.scrape() {
         Ok(s) => Some(s.machine),
         Err(e) => {
@@ -569,33 +578,37 @@ fn run_on_fetchbench_broker(
          this process (all clients); the topics created stay on the broker",
         endpoint.addr
     ));
-    let mut skipped: Vec<ReadPathKind> = Vec::new();
+    // Notes name the combination as an embedded run's do: `model/path` when models are compared.
+    let label = |model: ServerModel, kind: ReadPathKind| match switch_models {
+        true => format!("{model}/{}", kind.name()),
+        false => format!("read path {}", kind.name()),
+    };
+    let mut skipped: Vec<(ServerModel, ReadPathKind)> = Vec::new();
     let mut outcome = Ok(());
-    for (r, model, kind) in combination_order(&[model], &w.read_paths, w.repeat) {
+    for (r, model, kind) in combination_order(&w.server_models, &w.read_paths, w.repeat) {
         if INTERRUPTED.load(Ordering::SeqCst) {
             break;
         }
-        if skipped.contains(&kind) {
+        if skipped.contains(&(model, kind)) {
             continue;
         }
         if kind == ReadPathKind::Null {
-            notes.push("read path null: skipped: it sends zeros, which consumers cannot decode".into());
-            skipped.push(kind);
+            notes.push(format!("{}: skipped: it sends zeros, which consumers cannot decode", label(model, kind)));
+            skipped.push((model, kind));
             continue;
         }
         if w.repeat > 1 {
             progress.step(format!("repetition {}/{}: {model}/{}", r + 1, w.repeat, kind.name()));
         }
-        match remote.set_read_path(Some(kind.name())) {
+        match remote.set_serving(switch_models.then(|| model.name()), kind.name()) {
             Ok(()) => {}
             Err(e @ crate::client::ClientError::Kafka { .. }) => {
-                notes.push(format!("read path {}: skipped: the broker refused it: {e}", kind.name()));
-                skipped.push(kind);
+                notes.push(format!("{}: skipped: the broker refused it: {e}", label(model, kind)));
+                skipped.push((model, kind));
                 continue;
             }
             Err(e) => {
-                outcome =
-                    Err(anyhow::Error::from(e).context(format!("setting the broker's read.path to {}", kind.name())));
+                outcome = Err(anyhow::Error::from(e).context(format!("setting the broker to {model}/{}", kind.name())));
                 break;
             }
         }
@@ -608,7 +621,7 @@ fn run_on_fetchbench_broker(
             broker: None,
             metrics: Some(endpoint),
             interrupted: &INTERRUPTED,
-            group_prefix: repetition_prefix(format!("fetchbench-run-{stamp}-{}", kind.name()), r),
+            group_prefix: repetition_prefix(format!("fetchbench-run-{stamp}-{model}-{}", kind.name()), r),
             pin_clients: pinning.as_ref().map(|(_, c)| c.clone()),
         };
         let (p0, n0) = (paths.len(), notes.len());
@@ -620,8 +633,8 @@ fn run_on_fetchbench_broker(
         }
     }
     // The broker as it was, also after a failure.
-    if let Err(e) = remote.set_read_path(original.as_deref()) {
-        notes.push(format!("the broker's read.path could not be set back to {original:?}: {e}"));
+    if let Err(e) = remote.restore(switch_models) {
+        notes.push(format!("the broker's read.path / server.model could not be set back: {e}"));
     }
     outcome.map(|()| machine)
 }
@@ -806,10 +819,10 @@ fn check_supported(w: &Workload, args: &RunArgs) -> anyhow::Result<()> {
     if args.bootstrap.is_some() && w.log_dir.is_some() {
         bail!("log_dir: cannot be served by an external cluster (--bootstrap); drop one of them");
     }
-    if args.bootstrap.is_some() && w.server_models != [ServerModel::Threaded] {
+    if args.bootstrap.is_some() && args.metrics.is_none() && w.server_models != [ServerModel::Threaded] {
         bail!(
-            "server_models: an external cluster (--bootstrap) runs its own server, not fetchbench's models; \
-             drop server_models / --server-model or --bootstrap"
+            "server_models: an external cluster (--bootstrap) runs its own server, not fetchbench's models \
+             (a fetchbench serve's are switched with --metrics); drop server_models / --server-model or --bootstrap"
         );
     }
     for phase in [Phase::CatchUp, Phase::Mixed] {

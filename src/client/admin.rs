@@ -9,7 +9,7 @@
 //! `partitionFor` needs (`offsets.topic.num.partitions`, a broker setting) comes from a Metadata
 //! request for `__consumer_offsets`, which does not create the topic.
 //!
-//! Broker configs: [`describe_broker_configs`] (DescribeConfigs) and [`alter_broker_config`]
+//! Broker configs: [`describe_broker_configs`] (DescribeConfigs) and [`alter_broker_configs`]
 //! (IncrementalAlterConfigs) of the broker found by [`connected_broker_id`], as
 //! `kafka-configs.sh --entity-type brokers --entity-name ID` reads and changes them.
 
@@ -200,29 +200,34 @@ pub fn describe_broker_configs(
     Ok(result.configs.into_iter().map(|c| (c.name.to_string(), c.value.map(|v| v.to_string()))).collect())
 }
 
-/// IncrementalAlterConfigs of broker `broker_id`'s resource, one key: SET `value`, or DELETE
-/// the broker's dynamic value when `value` is `None` (the next level shows through, as
-/// `kafka-configs.sh --alter --delete-config` does).
+/// IncrementalAlterConfigs of broker `broker_id`'s resource, all `changes` in one request
+/// (the broker applies all of them or none): per key SET the value, or DELETE the broker's
+/// dynamic value when it is `None` (the next level shows through, as `kafka-configs.sh --alter
+/// --delete-config` does).
 ///
 /// Errors: [`ClientError`]; the resource's error code (INVALID_CONFIG, INVALID_REQUEST, ...)
 /// as [`ClientError::Kafka`] with the broker's message in its context.
-pub fn alter_broker_config(
+pub fn alter_broker_configs(
     conn: &mut KafkaConnection,
     broker_id: i32,
-    key: &str,
-    value: Option<&str>,
+    changes: &[(&str, Option<&str>)],
 ) -> Result<(), ClientError> {
     use kafka_protocol::messages::incremental_alter_configs_request::{AlterConfigsResource, AlterableConfig};
     use kafka_protocol::messages::IncrementalAlterConfigsRequest;
     let version = conn.version(ApiKey::IncrementalAlterConfigs, (0, 1))?;
-    let op = AlterableConfig::default()
-        .with_name(s(key))
-        .with_config_operation(if value.is_some() { 0 } else { 1 }) // SET, DELETE
-        .with_value(value.map(s));
+    let ops = changes
+        .iter()
+        .map(|(key, value)| {
+            AlterableConfig::default()
+                .with_name(s(key))
+                .with_config_operation(if value.is_some() { 0 } else { 1 }) // SET, DELETE
+                .with_value(value.map(s))
+        })
+        .collect();
     let request = IncrementalAlterConfigsRequest::default().with_resources(vec![AlterConfigsResource::default()
         .with_resource_type(RESOURCE_BROKER)
         .with_resource_name(s(&broker_id.to_string()))
-        .with_configs(vec![op])]);
+        .with_configs(ops)]);
     let ResponseKind::IncrementalAlterConfigs(r) =
         conn.call(ApiKey::IncrementalAlterConfigs, version, RequestKind::IncrementalAlterConfigs(request))?
     else {
@@ -232,12 +237,15 @@ pub fn alter_broker_config(
         context: format!("IncrementalAlterConfigs broker {broker_id}: no result"),
         code: -1,
     })?;
-    let what = match value {
-        Some(v) => format!("{key}={v}"),
-        None => format!("delete {key}"),
-    };
+    let what: Vec<String> = changes
+        .iter()
+        .map(|(key, value)| match value {
+            Some(v) => format!("{key}={v}"),
+            None => format!("delete {key}"),
+        })
+        .collect();
     let message = result.error_message.as_ref().map_or(String::new(), |m| format!(": {}", m.as_str()));
-    kafka(format!("IncrementalAlterConfigs broker {broker_id} {what}{message}"), result.error_code)
+    kafka(format!("IncrementalAlterConfigs broker {broker_id} {}{message}", what.join(", ")), result.error_code)
 }
 
 /// ListGroups: every group the broker coordinates.

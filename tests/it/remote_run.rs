@@ -49,8 +49,13 @@ read_paths = ["copy", "mmap"]
 
 /// The broker's `read.path` as DescribeConfigs reports it.
 fn read_path_config(broker: &BrokerHandle) -> Option<String> {
+    config(broker, "read.path")
+}
+
+/// The broker's config `key` as DescribeConfigs reports it.
+fn config(broker: &BrokerHandle, key: &str) -> Option<String> {
     let mut conn = KafkaConnection::connect(broker.local_addr(), "test", Duration::from_secs(10)).unwrap();
-    describe_broker_configs(&mut conn, 0).unwrap().get("read.path").cloned().flatten()
+    describe_broker_configs(&mut conn, 0).unwrap().get(key).cloned().flatten()
 }
 
 #[test]
@@ -209,4 +214,51 @@ fn under_uring_a_path_the_broker_refuses_is_skipped_with_its_reason() {
     assert!(results.paths[0].fetch_latency.summary.count > 0 && results.paths[0].broker_rss_bytes > 0);
     assert!(broker.test_support().read_path_transfers(ReadPathKind::UringReadSend).1 >= 2 * 1024 * 1024);
     assert_eq!(read_path_config(&broker).as_deref(), Some("uring-splice"), "read.path set back");
+}
+
+/// `--server-model threaded,uring` with `--metrics` compares the models on the remote broker:
+/// `server.model` and `read.path` are switched together per combination, a combination the
+/// broker refuses (`uring/sendfile`) is skipped with its reason, and both keys are set back.
+#[test]
+fn server_models_are_switched_on_the_remote_broker() {
+    if let Err(e) = ServerModel::Uring.probe() {
+        assert!(!crate::common::in_ci(), "CI must run the server.model=uring tests: {e}");
+        eprintln!("SKIP: server.model=uring: {e}");
+        return;
+    }
+    let (dir, broker) = start();
+    let metrics = broker.metrics_addr().expect("metrics.listen set").to_string();
+    let bootstrap = broker.local_addr().to_string();
+    let workload = write_workload(
+        dir.path(),
+        &WORKLOAD
+            .replace("[\"copy\", \"mmap\"]", "[\"sendfile\", \"uring-splice\"]")
+            .replace("duration = \"1s\"", "phases = [\"catch_up\"]"),
+    );
+    let results = run_ok(
+        &workload,
+        &dir.path().join("results"),
+        &["--bootstrap", &bootstrap, "--metrics", &metrics, "--server-model", "threaded,uring"],
+        "the run comparing models remotely",
+    );
+    let entries: Vec<(Option<&str>, &str)> =
+        results.paths.iter().map(|p| (p.server_model.as_deref(), p.read_path.as_str())).collect();
+    assert_eq!(
+        entries,
+        [(Some("threaded"), "sendfile"), (Some("threaded"), "uring-splice"), (Some("uring"), "uring-splice")],
+        "{:#?}",
+        results.notes
+    );
+    assert!(
+        results.notes.iter().any(|n| n.starts_with("uring/sendfile: skipped: the broker refused it")),
+        "{:#?}",
+        results.notes
+    );
+    for p in &results.paths {
+        assert_eq!(p.records, 2048, "{:?}", p.server_model);
+        assert!(p.fetch_latency.summary.count > 0, "{:?} {}", p.server_model, p.read_path);
+    }
+    assert_eq!(results.workload().unwrap().server_models, [ServerModel::Threaded, ServerModel::Uring]);
+    assert_eq!(config(&broker, "server.model").as_deref(), Some("threaded"), "server.model set back");
+    assert_eq!(read_path_config(&broker).as_deref(), Some("sendfile"), "read.path set back");
 }
