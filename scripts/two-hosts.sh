@@ -51,7 +51,7 @@ while [ $# -gt 0 ]; do
         --no-metrics) metrics=0; shift ;;
         --serve-arg) serve_args+=("$2"); shift 2 ;;
         --) shift; break ;;
-        -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
         *) echo "two-hosts: unknown option $1 (see --help)" >&2; exit 1 ;;
     esac
 done
