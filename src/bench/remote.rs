@@ -31,30 +31,39 @@
 //!
 //! ## Bad endpoints
 //!
-//! An endpoint that cannot be reached, answers other than `200`, or answers text without the
-//! families above ([`ScrapeError`]) gives no broker figure: the phase keeps its broker figures
-//! at 0 (as for any external cluster) and says why in a note; what the run measured itself
-//! (throughput, client CPU, client latencies) stands.
+//! An endpoint that cannot be reached, answers other than `200`, does not answer whole within
+//! 10 s, or answers text without the families above ([`ScrapeError`]) gives no broker figure:
+//! the phase keeps its broker figures at 0 (as for any external cluster) and says why in a note;
+//! what the run measured itself (throughput, client CPU, client latencies) stands. So does an
+//! interval over which the broker restarted (`fetchbench_broker_start_time_seconds` changed:
+//! its counters started again). An endpoint that is not the `--bootstrap` broker's is found
+//! when it does not show the read path the run just set there
+//! ([`RemoteBroker::check_endpoint`]): the run stops with that error.
 //!
 //! ## The HTTP exchange
 //!
 //! One `GET /metrics HTTP/1.1` with `Connection: close` per scrape, over `std::net::TcpStream`,
-//! the body read to the end of the stream (or its `Content-Length`), at most
-//! [`MAX_SCRAPE_BYTES`]; chunked bodies are refused (the endpoint never sends one). Hand-written:
-//! one request against fetchbench's own endpoint does not justify an HTTP client crate and its
-//! dependency tree. The text is parsed by the `prometheus-parse` crate; it splits label sets
-//! at commas, so a label value holding a comma (a CPU model could) is cut there.
+//! the body read to its `Content-Length` (or the end of the stream), at most
+//! [`MAX_SCRAPE_BYTES`], the whole exchange within [`SCRAPE_TIMEOUT`] (an endpoint that trickles
+//! bytes cannot hold a run longer); chunked bodies are refused (the endpoint never sends one).
+//! Hand-written: one request against fetchbench's own endpoint does not justify an HTTP client
+//! crate and its dependency tree. The samples are parsed by the `prometheus-parse` crate; the
+//! labels of the two info metrics are read here ([`info_labels`]), since that crate splits a
+//! label set at every comma, also one inside a quoted value (a CPU model can hold one).
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
-use prometheus_parse::{HistogramCount, Sample, Value};
+use prometheus_parse::{HistogramCount, Value};
 
 use super::usage::Usage;
 use crate::broker::FetchLatencies;
-use crate::client::admin::{alter_broker_configs, connected_broker_id, describe_broker_configs};
+use crate::client::admin::{
+    alter_broker_configs, connected_broker_id, describe_broker_configs, describe_broker_dynamic_configs,
+};
 use crate::client::{ClientError, KafkaConnection};
 use crate::machine::Machine;
 use crate::metrics::Latency;
@@ -62,8 +71,8 @@ use crate::metrics::Latency;
 /// Largest scrape body read, bytes (fetchbench's is ~15 KB).
 pub(crate) const MAX_SCRAPE_BYTES: usize = 16 << 20;
 
-/// How long a scrape may take to connect, and to read or write each part.
-const SCRAPE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a whole scrape may take: connecting, the request, the whole answer.
+pub(crate) const SCRAPE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// `read.path`, fetchbench's dynamic broker key.
 pub(crate) const READ_PATH_KEY: &str = "read.path";
@@ -98,16 +107,41 @@ pub(crate) enum ScrapeError {
         /// The first family missing or malformed.
         problem: String,
     },
+    /// The broker restarted between two scrapes: its counters started again.
+    #[error(
+        "metrics endpoint {addr}: the broker restarted during the interval (its start time went from \
+         {from:.3} to {to:.3}, Unix seconds)"
+    )]
+    Restarted {
+        /// The endpoint.
+        addr: String,
+        /// `fetchbench_broker_start_time_seconds` at the first scrape.
+        from: f64,
+        /// At the second.
+        to: f64,
+    },
 }
 
 /// A `fetchbench serve` metrics endpoint (`metrics.listen`), `host:port`.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub(crate) struct MetricsEndpoint {
     /// `host:port`.
     pub addr: String,
+    /// Intervals whose broker figures came from it ([`RemoteWindow::close`]).
+    measured: AtomicU64,
 }
 
 impl MetricsEndpoint {
+    /// The endpoint at `addr` (`host:port`), not contacted yet.
+    pub(crate) fn new(addr: impl Into<String>) -> MetricsEndpoint {
+        MetricsEndpoint { addr: addr.into(), measured: AtomicU64::new(0) }
+    }
+
+    /// How many measured intervals took their broker figures from the endpoint so far.
+    pub(crate) fn intervals_measured(&self) -> u64 {
+        self.measured.load(Ordering::Relaxed)
+    }
+
     /// Scrapes the endpoint now.
     ///
     /// Errors: [`ScrapeError`].
@@ -123,14 +157,36 @@ impl MetricsEndpoint {
             self.addr.to_socket_addrs().map_err(io)?.next().ok_or_else(|| {
                 io(std::io::Error::new(std::io::ErrorKind::NotFound, "the name resolves to no address"))
             })?;
+        let deadline = Instant::now() + SCRAPE_TIMEOUT;
+        let left = || deadline.checked_duration_since(Instant::now()).filter(|d| !d.is_zero());
+        let late = |read: usize| http(format!("no whole answer within {SCRAPE_TIMEOUT:?} ({read} bytes read)"));
         let mut s = TcpStream::connect_timeout(&sock, SCRAPE_TIMEOUT).map_err(io)?;
-        s.set_read_timeout(Some(SCRAPE_TIMEOUT)).map_err(io)?;
-        s.set_write_timeout(Some(SCRAPE_TIMEOUT)).map_err(io)?;
+        s.set_write_timeout(Some(left().ok_or_else(|| late(0))?)).map_err(io)?;
         write!(s, "GET /metrics HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n", self.addr).map_err(io)?;
         let mut raw = Vec::new();
-        (&mut s).take(MAX_SCRAPE_BYTES as u64 + 1).read_to_end(&mut raw).map_err(io)?;
-        if raw.len() > MAX_SCRAPE_BYTES {
-            return Err(http(format!("the answer is longer than {MAX_SCRAPE_BYTES} bytes")));
+        let mut buf = vec![0u8; 64 << 10];
+        // The answer's whole length once its head is read: head + Content-Length.
+        let mut whole: Option<usize> = None;
+        loop {
+            let wait = left().ok_or_else(|| late(raw.len()))?;
+            s.set_read_timeout(Some(wait)).map_err(io)?;
+            match s.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => raw.extend_from_slice(&buf[..n]),
+                Err(e) if matches!(e.kind(), ErrorKind::Interrupted | ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    continue
+                }
+                Err(e) => return Err(io(e)),
+            }
+            if raw.len() > MAX_SCRAPE_BYTES {
+                return Err(http(format!("the answer is longer than {MAX_SCRAPE_BYTES} bytes")));
+            }
+            if whole.is_none() {
+                whole = answer_length(&raw);
+            }
+            if whole.is_some_and(|w| raw.len() >= w) {
+                break;
+            }
         }
         let Some(head_end) = raw.windows(4).position(|w| w == b"\r\n\r\n") else {
             return Err(http(format!("not an HTTP response (no header end in {} bytes)", raw.len())));
@@ -169,6 +225,64 @@ fn truncate(s: &str) -> String {
     s.chars().take(80).collect()
 }
 
+/// The whole length of the HTTP answer that starts `raw`, once its head is complete and says
+/// its `Content-Length` (`None` before, or without one: then the answer ends with the stream).
+fn answer_length(raw: &[u8]) -> Option<usize> {
+    let head_end = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = std::str::from_utf8(&raw[..head_end]).ok()?;
+    let len = head.lines().skip(1).find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.trim().eq_ignore_ascii_case("content-length").then(|| v.trim().parse::<usize>().ok())?
+    })?;
+    Some(head_end + 4 + len)
+}
+
+/// The labels of info metric `sample` (e.g. `fetchbench_machine_info`): its first sample line
+/// `NAME{k="v",...} 1` read with the text format's escapes (`\\`, `\"`, `\n`), so that a value
+/// may hold a comma, a brace or a quote.
+///
+/// Errors: no such line, or a label set that does not parse (which, named).
+pub(crate) fn info_labels(text: &str, sample: &str) -> Result<BTreeMap<String, String>, String> {
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix(sample).and_then(|rest| rest.strip_prefix('{')))
+        .ok_or_else(|| format!("no {sample}"))?;
+    let bad = |why: &str| format!("{sample}: {why}");
+    let mut labels = BTreeMap::new();
+    let mut chars = line.chars().peekable();
+    loop {
+        match chars.peek() {
+            Some('}') => return Ok(labels),
+            None => return Err(bad("the label set does not end")),
+            _ => {}
+        }
+        let name: String = chars.by_ref().take_while(|c| *c != '=').collect();
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(bad(&format!("label name {name:?}")));
+        }
+        if chars.next() != Some('"') {
+            return Err(bad(&format!("{name}: the value is not quoted")));
+        }
+        let mut value = String::new();
+        loop {
+            match chars.next() {
+                Some('"') => break,
+                Some('\\') => match chars.next() {
+                    Some('n') => value.push('\n'),
+                    Some(c @ ('\\' | '"')) => value.push(c),
+                    other => return Err(bad(&format!("{name}: escape {other:?}"))),
+                },
+                Some(c) => value.push(c),
+                None => return Err(bad(&format!("{name}: the value does not end"))),
+            }
+        }
+        labels.insert(name, value);
+        if chars.peek() == Some(&',') {
+            chars.next();
+        }
+    }
+}
+
 /// One scrape of a fetchbench broker's endpoint: the figures a run takes differences of.
 #[derive(Clone, Debug)]
 pub(crate) struct Scrape {
@@ -184,6 +298,10 @@ pub(crate) struct Scrape {
     pub fetch_without_records: Vec<(f64, f64)>,
     /// `broker_info`'s `read_path`: the path serving now.
     pub read_path: String,
+    /// `broker_info`'s `server_model`: the front end of new connections now.
+    pub server_model: String,
+    /// `fetchbench_broker_start_time_seconds` (Unix seconds; `None` from a broker without it).
+    pub started: Option<f64>,
     /// `machine_info`, as the broker's machine describes itself.
     pub machine: Machine,
 }
@@ -218,13 +336,13 @@ impl Scrape {
                 None => Err(format!("no {name}")),
             }
         };
-        let info = |name: &str| -> Result<&Sample, String> { find(name).ok_or_else(|| format!("no {name}")) };
-        let label =
-            |s: &Sample, k: &str| s.labels.get(k).map(str::to_string).ok_or_else(|| format!("{}: no {k}", s.metric));
-        let broker = info("fetchbench_broker_info")?;
-        let machine = info("fetchbench_machine_info")?;
-        let uint = |s: &Sample, k: &str| -> Result<u64, String> {
-            label(s, k)?.parse().map_err(|_| format!("{}: {k} is not a number", s.metric))
+        let broker = ("fetchbench_broker_info", info_labels(text, "fetchbench_broker_info")?);
+        let machine = ("fetchbench_machine_info", info_labels(text, "fetchbench_machine_info")?);
+        let label = |(metric, labels): &(&str, BTreeMap<String, String>), k: &str| {
+            labels.get(k).cloned().ok_or_else(|| format!("{metric}: no {k}"))
+        };
+        let uint = |info: &(&str, BTreeMap<String, String>), k: &str| -> Result<u64, String> {
+            label(info, k)?.parse().map_err(|_| format!("{}: {k} is not a number", info.0))
         };
         let buckets = |records: &str| -> Vec<(f64, f64)> {
             samples
@@ -249,14 +367,16 @@ impl Scrape {
             fetches_in_flight: number("fetchbench_fetch_requests_in_flight")? as u64,
             fetch_with_records: buckets("yes"),
             fetch_without_records: buckets("no"),
-            read_path: label(broker, "read_path")?,
+            read_path: label(&broker, "read_path")?,
+            server_model: label(&broker, "server_model")?,
+            started: number("fetchbench_broker_start_time_seconds").ok(),
             machine: Machine {
-                nproc: uint(machine, "nproc")?,
-                kernel: label(machine, "kernel")?,
-                arch: label(machine, "arch")?,
-                cpu_model: label(machine, "cpu_model")?,
-                memory_bytes: uint(machine, "memory_bytes")?,
-                io_uring: label(machine, "io_uring")? == "true",
+                nproc: uint(&machine, "nproc")?,
+                kernel: label(&machine, "kernel")?,
+                arch: label(&machine, "arch")?,
+                cpu_model: label(&machine, "cpu_model")?,
+                memory_bytes: uint(&machine, "memory_bytes")?,
+                io_uring: label(&machine, "io_uring")? == "true",
             },
         })
     }
@@ -290,9 +410,10 @@ impl RemoteWindow {
     }
 
     /// Scrapes `endpoint` again and returns the interval's broker figures; `None` without an
-    /// endpoint, or with a note in `notes` when either scrape failed (the broker figures are
-    /// then not measured: 0, never made up). A note also says so when the broker's read path
-    /// at either end was not `read_path` (someone else altered `read.path` meanwhile).
+    /// endpoint, or with a note in `notes` when either scrape failed or the broker restarted in
+    /// between (the broker figures are then not measured: 0, never made up). A note also says
+    /// so when the broker's read path at either end was not `read_path` (someone else altered
+    /// `read.path` meanwhile).
     pub(crate) fn close(
         self,
         endpoint: Option<&MetricsEndpoint>,
@@ -302,6 +423,11 @@ impl RemoteWindow {
         let (Some(endpoint), Some(start)) = (endpoint, self.start) else { return None };
         let figures = start.and_then(|start| {
             let end = endpoint.scrape()?;
+            if let (Some(from), Some(to)) = (start.started, end.started) {
+                if from != to {
+                    return Err(ScrapeError::Restarted { addr: endpoint.addr.clone(), from, to });
+                }
+            }
             for (at, s) in [("start", &start), ("end", &end)] {
                 if s.read_path != read_path {
                     notes.push(format!(
@@ -314,7 +440,10 @@ impl RemoteWindow {
             Ok(end.since(&start))
         });
         match figures {
-            Ok(f) => Some(f),
+            Ok(f) => {
+                endpoint.measured.fetch_add(1, Ordering::Relaxed);
+                Some(f)
+            }
             Err(e) => {
                 notes.push(format!(
                     "broker figures not measured (CPU, faults, RSS, fetch latency reported as 0 / empty): {e}"
@@ -331,10 +460,11 @@ fn sorted(h: &[HistogramCount]) -> Vec<(f64, f64)> {
     v
 }
 
-/// A histogram of the Fetches counted in the cumulative buckets `end` and not in `start`: each
-/// bucket's new count at its upper bound (ms -> ns; `+Inf` at the 60 s clamp).
+/// A histogram of the Fetches counted in the cumulative buckets `end` and not in `start` (both
+/// sorted by bound): each bucket's new count at its upper bound (ms -> ns; `+Inf` at the 60 s
+/// clamp).
 fn latency_between(start: &[(f64, f64)], end: &[(f64, f64)]) -> Latency {
-    let before = |le: f64| start.iter().find(|(l, _)| *l == le).map_or(0.0, |(_, c)| *c);
+    let before = |le: f64| start.binary_search_by(|(l, _)| l.total_cmp(&le)).map_or(0.0, |i| start[i].1);
     let mut latency = Latency::new();
     let mut below = 0.0; // cumulative new count of the buckets below
     for &(le, cumulative) in end {
@@ -359,6 +489,9 @@ pub(crate) struct RemoteBroker {
     pub broker_id: i32,
     /// Its configs (DescribeConfigs, every key; `None` for a sensitive or unset value).
     pub configs: BTreeMap<String, Option<String>>,
+    /// Its per-broker dynamic values when the run started (`DYNAMIC_BROKER_CONFIG`): what
+    /// [`Self::restore`] sets back, every other changed key's dynamic value being deleted.
+    pub dynamic: BTreeMap<String, String>,
     /// The metrics endpoint, with `--metrics`.
     pub metrics: Option<MetricsEndpoint>,
 }
@@ -371,11 +504,13 @@ impl RemoteBroker {
         let mut conn = KafkaConnection::connect(bootstrap, "fetchbench-run-admin", Duration::from_secs(10))?;
         let broker_id = connected_broker_id(&mut conn)?;
         let configs = describe_broker_configs(&mut conn, broker_id)?;
+        let dynamic = describe_broker_dynamic_configs(&mut conn, broker_id)?;
         Ok(RemoteBroker {
             bootstrap: bootstrap.to_string(),
             broker_id,
             configs,
-            metrics: metrics.map(|m| MetricsEndpoint { addr: m.to_string() }),
+            dynamic,
+            metrics: metrics.map(MetricsEndpoint::new),
         })
     }
 
@@ -399,20 +534,40 @@ impl RemoteBroker {
         self.alter(&changes)
     }
 
-    /// Sets `server.model` and `read.path` back to the values of [`Self::configs`] (what
-    /// DescribeConfigs reported when the run started); `server.model` only when
+    /// Sets `server.model` and `read.path` back as they were when the run started, at the
+    /// level they were set: the per-broker dynamic value of [`Self::dynamic`] again, or, when
+    /// the broker had none, that value deleted, so the static or default one serves again (as
+    /// `kafka-configs.sh --alter --delete-config` leaves it); `server.model` only when
     /// `model_changed`.
     ///
     /// Errors: as [`Self::set_serving`].
     pub(crate) fn restore(&self, model_changed: bool) -> Result<(), ClientError> {
-        let original = |k: &str| self.configs.get(k).cloned().flatten();
-        let (model, path) = (original(SERVER_MODEL_KEY), original(READ_PATH_KEY));
         let mut changes = Vec::new();
         if model_changed {
-            changes.push((SERVER_MODEL_KEY, model.as_deref()));
+            changes.push((SERVER_MODEL_KEY, self.dynamic.get(SERVER_MODEL_KEY).map(String::as_str)));
         }
-        changes.push((READ_PATH_KEY, path.as_deref()));
+        changes.push((READ_PATH_KEY, self.dynamic.get(READ_PATH_KEY).map(String::as_str)));
         self.alter(&changes)
+    }
+
+    /// Checks that the metrics endpoint is this broker's: right after [`Self::set_serving`] set
+    /// `model` / `path` here, the endpoint must show them in `fetchbench_broker_info` (another
+    /// broker's endpoint would show its own). A scrape that fails is not a mismatch (each
+    /// interval then says so in its note).
+    ///
+    /// Errors: the endpoint shows another model or path, both named.
+    pub(crate) fn check_endpoint(&self, model: &str, path: &str) -> Result<(), String> {
+        let Some(endpoint) = &self.metrics else { return Ok(()) };
+        let Ok(scrape) = endpoint.scrape() else { return Ok(()) };
+        if scrape.read_path != path || scrape.server_model != model {
+            return Err(format!(
+                "the metrics endpoint {} shows server.model {} and read.path {} right after the broker at {} \
+                 was set to {model} and {path}: it is not that broker's endpoint (or another client alters \
+                 the broker's configs meanwhile)",
+                endpoint.addr, scrape.server_model, scrape.read_path, self.bootstrap
+            ));
+        }
+        Ok(())
     }
 
     fn alter(&self, changes: &[(&str, Option<&str>)]) -> Result<(), ClientError> {
@@ -424,7 +579,7 @@ impl RemoteBroker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::broker::metrics_registry::{BrokerMetrics, LiveValues};
+    use crate::broker::metrics_registry::{escape_label_value, BrokerMetrics, LiveValues};
 
     fn live(read_path: &str) -> LiveValues {
         LiveValues {
@@ -485,7 +640,7 @@ mod tests {
     fn a_down_endpoint_and_a_non_http_answer_are_errors() {
         // A port nothing listens on: bind, note the port, close.
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let down = MetricsEndpoint { addr: format!("127.0.0.1:{port}") }.scrape().unwrap_err();
+        let down = MetricsEndpoint::new(format!("127.0.0.1:{port}")).scrape().unwrap_err();
         assert!(matches!(down, ScrapeError::Io { .. }), "{down}");
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap().to_string();
@@ -503,11 +658,107 @@ mod tests {
                 s.write_all(answer).unwrap();
             }
         });
-        let endpoint = MetricsEndpoint { addr };
+        let endpoint = MetricsEndpoint::new(addr);
         let garbage = endpoint.scrape().unwrap_err().to_string();
         assert!(garbage.contains("not an HTTP response"), "{garbage}");
         let not_found = endpoint.scrape().unwrap_err().to_string();
         assert!(not_found.contains("404"), "{not_found}");
         server.join().unwrap();
+    }
+    /// Serves each of `answers` to one connection, after reading its request.
+    fn serve(answers: Vec<Vec<u8>>) -> String {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        std::thread::spawn(move || {
+            for answer in answers {
+                let (mut s, _) = listener.accept().unwrap();
+                let mut request = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !request.ends_with(b"\r\n\r\n") {
+                    match s.read(&mut buf) {
+                        Ok(n) if n > 0 => request.extend_from_slice(&buf[..n]),
+                        _ => break,
+                    }
+                }
+                let _ = s.write_all(&answer);
+            }
+        });
+        addr
+    }
+
+    fn ok(body: &str) -> Vec<u8> {
+        format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len()).into_bytes()
+    }
+
+    #[test]
+    fn info_labels_keep_commas_braces_and_escapes_in_values() {
+        let text = "# TYPE x info\nx_info{cpu_model=\"AMD, Inc. {7} \\\"Zen\\\" a\\\\b\\nc\",nproc=\"2\"} 1\n";
+        let labels = info_labels(text, "x_info").unwrap();
+        assert_eq!(labels["cpu_model"], "AMD, Inc. {7} \"Zen\" a\\b\nc");
+        assert_eq!(labels["nproc"], "2");
+        assert_eq!(info_labels(text, "y_info").unwrap_err(), "no y_info");
+        assert!(info_labels("x_info{a=b} 1", "x_info").unwrap_err().contains("not quoted"));
+        assert!(info_labels("x_info{a=\"b", "x_info").unwrap_err().contains("does not end"));
+        // A CPU model with a comma comes through a scrape whole (prometheus-parse would cut it).
+        let text = BrokerMetrics::new().encode(&live("copy")).unwrap();
+        let cpu = format!("cpu_model=\"{}\"", escape_label_value(&Machine::current().cpu_model));
+        assert!(text.contains(&cpu), "{text}");
+        let comma = text.replace(&cpu, "cpu_model=\"Vendor, Model 9\"");
+        assert_eq!(Scrape::parse(&comma).unwrap().machine.cpu_model, "Vendor, Model 9");
+    }
+
+    #[test]
+    fn the_answer_ends_at_its_content_length() {
+        assert_eq!(answer_length(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nab"), Some(43));
+        assert_eq!(answer_length(b"HTTP/1.1 200 OK\r\nContent-Le"), None);
+        assert_eq!(answer_length(b"HTTP/1.1 200 OK\r\n\r\nab"), None, "without one: the end of the stream");
+        // An endpoint that answers whole and keeps the connection open is read without waiting.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let text = BrokerMetrics::new().encode(&live("copy")).unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            s.write_all(&ok(&text)).unwrap();
+            std::thread::sleep(Duration::from_secs(30)); // open, silent
+        });
+        let t = Instant::now();
+        MetricsEndpoint::new(addr).scrape().unwrap();
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+        drop(server);
+    }
+
+    #[test]
+    fn an_endpoint_that_trickles_is_cut_at_the_deadline() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n");
+            // One byte every 100 ms: each read returns before a per-read timeout would fire.
+            while s.write_all(b"#").is_ok() {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        let t = Instant::now();
+        let e = MetricsEndpoint::new(addr).scrape().unwrap_err().to_string();
+        assert!(e.contains("no whole answer within"), "{e}");
+        assert!(t.elapsed() >= SCRAPE_TIMEOUT && t.elapsed() < SCRAPE_TIMEOUT * 3, "{:?}", t.elapsed());
+    }
+
+    #[test]
+    fn an_interval_over_a_restart_has_no_figures() {
+        let before = BrokerMetrics::new().encode(&live("copy")).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        let after = BrokerMetrics::new().encode(&live("copy")).unwrap();
+        let endpoint = MetricsEndpoint::new(serve(vec![ok(&before), ok(&after), ok(&after), ok(&after)]));
+        let mut notes = Vec::new();
+        let window = RemoteWindow::open(Some(&endpoint));
+        assert!(window.close(Some(&endpoint), "copy", &mut notes).is_none());
+        assert!(notes.len() == 1 && notes[0].contains("the broker restarted during the interval"), "{notes:?}");
+        assert_eq!(endpoint.intervals_measured(), 0);
+        // The same broker at both ends: figures, counted.
+        let window = RemoteWindow::open(Some(&endpoint));
+        assert!(window.close(Some(&endpoint), "copy", &mut notes).is_some(), "{notes:?}");
+        assert_eq!(endpoint.intervals_measured(), 1);
     }
 }

@@ -866,8 +866,8 @@ fn walk(shape: &Value, v: &Value, at: &str, problems: &mut Vec<String>) {
                 if v.is_null() => {}
             "broker|null" => walk(&broker_shape(), v, at, problems),
             "machine|null" => walk(&machine_shape(), v, at, problems),
-            "int" if v.is_i64() => {}
-            "int" => bad("an integer"),
+            "int" if v.as_i64().is_some_and(|n| i32::try_from(n).is_ok()) => {}
+            "int" => bad("an integer of 32 bits (-2147483648 to 2147483647)"),
             "string_map" => match v.as_object() {
                 Some(map) => {
                     for (k, x) in map.iter().filter(|(_, x)| !x.is_string() && !x.is_null()) {
@@ -1040,13 +1040,14 @@ impl Results {
     /// Parses and validates a results document. Errors: not JSON (with line and column),
     /// or every problem [`validate`] finds.
     ///
-    /// Version 2, 3 and 4 documents ([`READABLE_OLD_VERSIONS`]) are read too, converted: a
+    /// Version 2, 3, 4 and 5 documents ([`READABLE_OLD_VERSIONS`]) are read too, converted: a
     /// version 2 document to version 3 (every entry gets `repetition` 0, an empty
     /// `fetch_long_poll_latency`, `null` `produced_mb_per_sec` and `fetches_in_flight_at_start`;
     /// `summary` is empty), a version 3 one to version 4 (`loopback` `null`, at the top and in
     /// every entry: every version 3 document is a `fetchbench run`'s), a version 4 one to
     /// version 5 (`server_model` in every entry and summary: `threaded` in an embedded run,
-    /// the only model before version 5, else `null`); then validated.
+    /// the only model before version 5, else `null`), a version 5 one to version 6 (`broker`
+    /// `null`: version 5 recorded no broker); then validated.
     pub fn from_json(text: &str) -> Result<Results, ValidationError> {
         let mut doc: Value =
             serde_json::from_str(text).map_err(|e| ValidationError { problems: vec![format!("not JSON: {e}")] })?;
@@ -1548,6 +1549,9 @@ pub(crate) mod tests {
         let e = validate(&bad_broker).unwrap_err().to_string();
         assert!(e.contains("/broker/configs/read.path: expected a string or null, found 3"), "{e}");
         assert!(e.contains("/broker/broker_id: expected an integer"), "{e}");
+        bad_broker["broker"]["broker_id"] = json!(1u64 << 31);
+        let e = validate(&bad_broker).unwrap_err().to_string();
+        assert!(e.contains("/broker/broker_id: expected an integer of 32 bits"), "{e}");
         // The same read path and phase under another model is another entry.
         let mut other_model = good.clone();
         let mut uring = other_model["paths"][0].clone();

@@ -571,13 +571,6 @@ fn run_on_fetchbench_broker(
             None
         }
     };
-    notes.push(format!(
-        "broker figures from the metrics endpoint {}: the fetchbench serve process's CPU, faults, context \
-         switches and RSS; broker-side fetch latency percentiles are histogram bucket upper bounds (at most \
-         19% above the true value); page-cache residency is not measured (reported as 1); consumer_cpu is \
-         this process (all clients); the topics created stay on the broker",
-        endpoint.addr
-    ));
     // Notes name the combination as an embedded run's do: `model/path` when models are compared.
     let label = |model: ServerModel, kind: ReadPathKind| match switch_models {
         true => format!("{model}/{}", kind.name()),
@@ -612,6 +605,10 @@ fn run_on_fetchbench_broker(
                 break;
             }
         }
+        if let Err(e) = remote.check_endpoint(model.name(), kind.name()) {
+            outcome = Err(anyhow!("--metrics: {e}"));
+            break;
+        }
         let t = Target {
             w,
             backlog,
@@ -635,6 +632,22 @@ fn run_on_fetchbench_broker(
     // The broker as it was, also after a failure.
     if let Err(e) = remote.restore(switch_models) {
         notes.push(format!("the broker's read.path / server.model could not be set back: {e}"));
+    }
+    if endpoint.intervals_measured() > 0 {
+        notes.push(format!(
+            "broker figures from the metrics endpoint {} ({} measured intervals; one whose note says its \
+             broker figures were not measured has them at 0): the fetchbench serve process's CPU, faults, \
+             context switches and RSS; broker-side fetch latency percentiles are histogram bucket upper \
+             bounds (at most 19% above the true value); page-cache residency is not measured (reported as \
+             1); consumer_cpu is this process (all clients); the topics created stay on the broker",
+            endpoint.addr,
+            endpoint.intervals_measured()
+        ));
+    } else {
+        notes.push(format!(
+            "no broker figures: no measured interval could read the metrics endpoint {} (the notes say why)",
+            endpoint.addr
+        ));
     }
     outcome.map(|()| machine)
 }

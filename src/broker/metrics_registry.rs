@@ -32,6 +32,7 @@
 //! | `fetch_requests_in_flight` | gauge | requests | | Fetch requests decoded and not yet answered (parked ones included) |
 //! | `purgatory_size` | gauge | requests | | requests waiting in the purgatory now (Kafka's `DelayedOperationPurgatory` `PurgatorySize`): parked Fetch, JoinGroup, SyncGroup |
 //! | `connections` | gauge | connections | | client connections open now (Kafka's `connection-count`) |
+//! | `broker_start_time_seconds` | gauge | seconds | | Unix time the broker started (its registry was made; as Prometheus' `process_start_time_seconds`): a scraper that sees it change knows the counters started again |
 //! | `broker_info` | info | | `server_model`, `read_path`, `version` | how the broker serves (both current: `server.model` and `read.path` are dynamic; `server_model` is the front end of new connections) |
 //! | `machine_info` | info | | `nproc`, `kernel`, `arch`, `cpu_model`, `memory_bytes`, `io_uring` | [`Machine`], as a results file records it |
 //!
@@ -183,6 +184,8 @@ pub(crate) struct BrokerMetrics {
     fetch_time: Family<RecordsLabel, Histogram, fn() -> Histogram>,
     /// [`Machine::current`], read at the first encode (it probes io_uring).
     machine: OnceLock<Machine>,
+    /// When the registry was made (the broker's start), seconds since the Unix epoch.
+    started_unix_s: f64,
 }
 
 impl fmt::Debug for BrokerMetrics {
@@ -245,6 +248,9 @@ impl BrokerMetrics {
             path_syscalls,
             fetch_time,
             machine: OnceLock::new(),
+            started_unix_s: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| (d.as_millis() as f64) / 1000.0),
         }
     }
 
@@ -313,6 +319,14 @@ impl BrokerMetrics {
             gauge(int(live.purgatory_size as u64)),
         );
         now.register("fetchbench_connections", "Client connections open now", gauge(int(live.connections as u64)));
+        let started: Gauge<f64, std::sync::atomic::AtomicU64> = Gauge::default();
+        started.set(self.started_unix_s);
+        now.register_with_unit(
+            "fetchbench_broker_start_time",
+            "Unix time the broker started (a change means its counters started again)",
+            Unit::Seconds,
+            started,
+        );
         now.register(
             "fetchbench_broker",
             "How the broker serves: server model, read path, fetchbench version",
@@ -453,6 +467,9 @@ mod tests {
         assert_eq!(sample(&text, "fetchbench_fetch_consumer_time_ms_bucket{le=\"0.32\",records=\"yes\"}"), Some(1.0));
         assert_eq!(sample(&text, "fetchbench_connections"), Some(2.0));
         assert_eq!(sample(&text, "fetchbench_purgatory_size"), Some(1.0));
+        let started = sample(&text, "fetchbench_broker_start_time_seconds").unwrap();
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+        assert!(started > now - 600.0 && started <= now + 1.0, "start {started}, now {now}");
         assert!(sample(&text, "fetchbench_process_cpu_user_seconds_total").is_some(), "{text}");
         assert!(sample(&text, "fetchbench_process_resident_memory_bytes").unwrap() > 0.0, "{text}");
         assert!(text.contains("fetchbench_broker_info{server_model=\"threaded\",read_path=\"sendfile\""), "{text}");

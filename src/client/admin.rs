@@ -178,6 +178,35 @@ pub fn describe_broker_configs(
     conn: &mut KafkaConnection,
     broker_id: i32,
 ) -> Result<std::collections::BTreeMap<String, Option<String>>, ClientError> {
+    Ok(broker_config_entries(conn, broker_id)?.into_iter().map(|(name, value, _)| (name, value)).collect())
+}
+
+/// Kafka's `ConfigSource.DYNAMIC_BROKER_CONFIG` (DescribeConfigs v1+ `config_source`): a value
+/// set for this broker through the admin API.
+const DYNAMIC_BROKER_CONFIG: i8 = 2;
+
+/// The per-broker dynamic values of broker `broker_id` (DescribeConfigs, the configs whose
+/// `config_source` is `DYNAMIC_BROKER_CONFIG`): what `kafka-configs.sh --describe
+/// --entity-type brokers --entity-name ID` lists without `--all`, and what
+/// [`alter_broker_configs`] with `None` (DELETE) removes. A sensitive value is left out.
+///
+/// Errors: as [`describe_broker_configs`].
+pub fn describe_broker_dynamic_configs(
+    conn: &mut KafkaConnection,
+    broker_id: i32,
+) -> Result<std::collections::BTreeMap<String, String>, ClientError> {
+    Ok(broker_config_entries(conn, broker_id)?
+        .into_iter()
+        .filter(|(_, _, source)| *source == DYNAMIC_BROKER_CONFIG)
+        .filter_map(|(name, value, _)| Some((name, value?)))
+        .collect())
+}
+
+/// `(name, value, config_source)` of every config DescribeConfigs reports for broker `broker_id`.
+fn broker_config_entries(
+    conn: &mut KafkaConnection,
+    broker_id: i32,
+) -> Result<Vec<(String, Option<String>, i8)>, ClientError> {
     use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
     use kafka_protocol::messages::DescribeConfigsRequest;
     let version = conn.version(ApiKey::DescribeConfigs, (1, 4))?;
@@ -197,7 +226,11 @@ pub fn describe_broker_configs(
         .ok_or(ClientError::Kafka { context: format!("DescribeConfigs broker {broker_id}: no result"), code: -1 })?;
     let message = result.error_message.as_ref().map_or(String::new(), |m| format!(": {}", m.as_str()));
     kafka(format!("DescribeConfigs broker {broker_id}{message}"), result.error_code)?;
-    Ok(result.configs.into_iter().map(|c| (c.name.to_string(), c.value.map(|v| v.to_string()))).collect())
+    Ok(result
+        .configs
+        .into_iter()
+        .map(|c| (c.name.to_string(), c.value.map(|v| v.to_string()), c.config_source))
+        .collect())
 }
 
 /// IncrementalAlterConfigs of broker `broker_id`'s resource, all `changes` in one request

@@ -10,7 +10,7 @@ use std::net::TcpListener;
 use std::time::Duration;
 
 use fetchbench::broker::{Broker, BrokerConfig, BrokerHandle, ServerModel};
-use fetchbench::client::admin::describe_broker_configs;
+use fetchbench::client::admin::{alter_broker_configs, describe_broker_configs, describe_broker_dynamic_configs};
 use fetchbench::client::KafkaConnection;
 use fetchbench::machine::Machine;
 use fetchbench::read_path::ReadPathKind;
@@ -56,6 +56,12 @@ fn read_path_config(broker: &BrokerHandle) -> Option<String> {
 fn config(broker: &BrokerHandle, key: &str) -> Option<String> {
     let mut conn = KafkaConnection::connect(broker.local_addr(), "test", Duration::from_secs(10)).unwrap();
     describe_broker_configs(&mut conn, 0).unwrap().get(key).cloned().flatten()
+}
+
+/// The broker's per-broker dynamic values (DescribeConfigs' `DYNAMIC_BROKER_CONFIG` entries).
+fn dynamic(broker: &BrokerHandle) -> BTreeMap<String, String> {
+    let mut conn = KafkaConnection::connect(broker.local_addr(), "test", Duration::from_secs(10)).unwrap();
+    describe_broker_dynamic_configs(&mut conn, 0).unwrap()
 }
 
 #[test]
@@ -121,6 +127,31 @@ fn a_run_with_metrics_switches_the_read_path_and_reports_the_brokers_figures() {
         results.notes
     );
     assert_eq!(read_path_config(&broker).as_deref(), Some("sendfile"), "read.path set back after the run");
+    assert_eq!(dynamic(&broker), BTreeMap::new(), "at its level: the run's dynamic value deleted, none left");
+}
+
+/// `--metrics` naming another broker's endpoint: right after the first switch the endpoint does
+/// not show the path just set, so the run stops with that error (never figures of the wrong
+/// process), and the `--bootstrap` broker's read path is set back.
+#[test]
+fn an_endpoint_of_another_broker_is_found_and_the_run_stops() {
+    let (dir, broker) = start();
+    let (_other_dir, other) = start_model(ReadPathKind::Splice, ServerModel::Threaded);
+    let wrong = other.metrics_addr().expect("metrics.listen set").to_string();
+    let workload = write_workload(dir.path(), WORKLOAD);
+    let out = crate::bench_run::fetchbench()
+        .args(["run", "--no-limits", "--bootstrap", &broker.local_addr().to_string(), "--metrics", &wrong])
+        .arg("--results-dir")
+        .arg(dir.path().join("results"))
+        .arg(&workload)
+        .output()
+        .unwrap();
+    let text = crate::bench_run::text(&out);
+    assert!(!out.status.success(), "{text}");
+    assert!(text.contains("it is not that broker's endpoint") && text.contains("read.path splice"), "{text}");
+    assert_eq!(read_path_config(&broker).as_deref(), Some("sendfile"), "set back");
+    assert_eq!(dynamic(&broker), BTreeMap::new());
+    assert_eq!(config(&other, "read.path").as_deref(), Some("splice"), "the other broker untouched");
 }
 
 /// Answers every connection with `answer` until the test ends.
@@ -229,6 +260,10 @@ fn server_models_are_switched_on_the_remote_broker() {
     let (dir, broker) = start();
     let metrics = broker.metrics_addr().expect("metrics.listen set").to_string();
     let bootstrap = broker.local_addr().to_string();
+    // A per-broker dynamic read.path before the run (the static one is sendfile too): set back
+    // as a dynamic value, while server.model, static before, has its dynamic value deleted.
+    let mut conn = KafkaConnection::connect(broker.local_addr(), "test", Duration::from_secs(10)).unwrap();
+    alter_broker_configs(&mut conn, 0, &[("read.path", Some("sendfile"))]).unwrap();
     let workload = write_workload(
         dir.path(),
         &WORKLOAD
@@ -261,4 +296,9 @@ fn server_models_are_switched_on_the_remote_broker() {
     assert_eq!(results.workload().unwrap().server_models, [ServerModel::Threaded, ServerModel::Uring]);
     assert_eq!(config(&broker, "server.model").as_deref(), Some("threaded"), "server.model set back");
     assert_eq!(read_path_config(&broker).as_deref(), Some("sendfile"), "read.path set back");
+    assert_eq!(
+        dynamic(&broker),
+        BTreeMap::from([("read.path".to_string(), "sendfile".to_string())]),
+        "each key at its level"
+    );
 }
