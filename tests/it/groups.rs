@@ -213,7 +213,22 @@ fn find_coordinator_answers_this_node_for_groups_only() {
     let ResponseKind::FindCoordinator(r) = c.call(ApiKey::FindCoordinator, 4, RequestKind::FindCoordinator(req)) else {
         panic!()
     };
-    assert_eq!(r.coordinators[0].error_code, COORDINATOR_NOT_AVAILABLE, "no transaction coordinator");
+    assert_eq!(r.coordinators[0].error_code, 53, "TRANSACTIONAL_ID_AUTHORIZATION_FAILED: no transaction coordinator");
+    assert_eq!((r.coordinators[0].node_id.0, r.coordinators[0].port), (-1, -1));
+    for version in [1i16, 3] {
+        let req = FindCoordinatorRequest::default().with_key_type(1).with_key(s("txn"));
+        let ResponseKind::FindCoordinator(r) =
+            c.call(ApiKey::FindCoordinator, version, RequestKind::FindCoordinator(req))
+        else {
+            panic!()
+        };
+        assert_eq!(r.error_code, 53, "v{version}");
+    }
+    let req = FindCoordinatorRequest::default().with_key_type(2).with_coordinator_keys(vec![s("share")]);
+    let ResponseKind::FindCoordinator(r) = c.call(ApiKey::FindCoordinator, 4, RequestKind::FindCoordinator(req)) else {
+        panic!()
+    };
+    assert_eq!(r.coordinators[0].error_code, COORDINATOR_NOT_AVAILABLE, "no share group coordinator");
     broker.shutdown().unwrap();
 }
 
