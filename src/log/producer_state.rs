@@ -42,13 +42,22 @@
 //! sequence and last offset delta), so a compacted log still gives every producer its last
 //! sequence and epoch, with fewer than 5 batches retained.
 //!
+//! **Transactions** (KIP-98; Kafka's `ProducerStateManager.ongoingTxns` and
+//! `ProducerAppendInfo.appendEndTxnMarker`): a producer's transactional batch opens a
+//! transaction in the partition at its base offset unless one is open
+//! ([`ProducerStateManager::begin_txn`]); its COMMIT or ABORT marker (a control batch) ends it
+//! ([`ProducerStateManager::end_txn`], a [`CompletedTxn`]; a marker with none open completes an
+//! empty one at the marker's offset, as Kafka does). The earliest open transaction's first
+//! offset is the partition's first unstable offset ([`ProducerStateManager::first_unstable_offset`]),
+//! which bounds the last stable offset. A producer with an open transaction never expires.
+//!
 //! **Expiry** (`producer.id.expiration.ms`, Kafka default 24 h, [`DEFAULT_PRODUCER_ID_EXPIRATION_MS`]):
 //! a producer whose last batch max timestamp is older than that is forgotten by
 //! [`ProducerStateManager::remove_expired`] (Kafka's `removeExpiredProducers`, which the log runs
 //! every `producer.id.expiration.check.interval.ms`, 10 min). Like Kafka, the timestamp is the
 //! producer's own (batch max timestamp), not the append time.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use super::batch::{BatchHeader, NO_PRODUCER_EPOCH};
 use super::error::LogError;
@@ -266,12 +275,77 @@ impl ProducerUpdate {
 pub struct ProducerStateManager {
     partition: String,
     producers: HashMap<i64, ProducerStateEntry>,
+    /// Open transactions: first offset -> producer id (Kafka's `ongoingTxns`).
+    ongoing: BTreeMap<i64, i64>,
+    /// Open transactions: producer id -> first offset (Kafka's `currentTxnFirstOffset`).
+    open_by_producer: HashMap<i64, i64>,
+}
+
+/// A transaction its marker ended (Kafka's `CompletedTxn`), offsets absolute.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CompletedTxn {
+    /// The producer id.
+    pub producer_id: i64,
+    /// The transaction's first offset in the partition (the marker's own offset for an empty one).
+    pub first_offset: i64,
+    /// The marker's offset.
+    pub last_offset: i64,
+    /// Whether the marker was ABORT.
+    pub is_aborted: bool,
+    /// The partition's last stable offset once the marker is written (Kafka's
+    /// `ProducerStateManager.lastStableOffset(completedTxn)`): the first offset of the earliest
+    /// transaction still open, or the marker's offset + 1.
+    pub last_stable_offset: i64,
 }
 
 impl ProducerStateManager {
     /// An empty state for `partition` (`topic-partition`, used in error messages).
     pub fn new(partition: impl Into<String>) -> Self {
-        ProducerStateManager { partition: partition.into(), producers: HashMap::new() }
+        ProducerStateManager {
+            partition: partition.into(),
+            producers: HashMap::new(),
+            ongoing: BTreeMap::new(),
+            open_by_producer: HashMap::new(),
+        }
+    }
+
+    /// Opens a transaction of `producer_id` at `offset` (the base offset of one of its
+    /// transactional data batches) unless one is open already.
+    pub fn begin_txn(&mut self, producer_id: i64, offset: i64) {
+        if let std::collections::hash_map::Entry::Vacant(v) = self.open_by_producer.entry(producer_id) {
+            v.insert(offset);
+            self.ongoing.insert(offset, producer_id);
+        }
+    }
+
+    /// Ends `producer_id`'s transaction with its marker at `marker_offset` (`aborted`: ABORT,
+    /// else COMMIT).
+    pub fn end_txn(&mut self, producer_id: i64, marker_offset: i64, aborted: bool) -> CompletedTxn {
+        let first_offset = match self.open_by_producer.remove(&producer_id) {
+            Some(first) => {
+                self.ongoing.remove(&first);
+                first
+            }
+            None => marker_offset,
+        };
+        CompletedTxn {
+            producer_id,
+            first_offset,
+            last_offset: marker_offset,
+            is_aborted: aborted,
+            last_stable_offset: self.first_unstable_offset().unwrap_or(marker_offset + 1),
+        }
+    }
+
+    /// The first offset of the earliest open transaction (Kafka's `firstUnstableOffset`);
+    /// `None` when none is open.
+    pub fn first_unstable_offset(&self) -> Option<i64> {
+        self.ongoing.keys().next().copied()
+    }
+
+    /// The open transactions, `(first offset, producer id)` by first offset.
+    pub fn open_txns(&self) -> impl Iterator<Item = (i64, i64)> + '_ {
+        self.ongoing.iter().map(|(o, p)| (*o, *p))
     }
 
     /// The state of `producer_id`, if the partition has any.
@@ -458,7 +532,8 @@ impl ProducerStateManager {
     /// many were removed.
     pub fn remove_expired(&mut self, now_ms: i64, expiration_ms: i64) -> usize {
         let before = self.producers.len();
-        self.producers.retain(|_, e| now_ms.saturating_sub(e.last_timestamp) < expiration_ms);
+        let open = &self.open_by_producer;
+        self.producers.retain(|id, e| open.contains_key(id) || now_ms.saturating_sub(e.last_timestamp) < expiration_ms);
         before - self.producers.len()
     }
 }
@@ -632,5 +707,43 @@ mod tests {
         m.append(T, Some(&[0, 0, 0, 1]), Some(&[0, 0, 0, 0, 0, 0]), &[]);
         s.replay(&BatchHeader::parse(&m.build().unwrap()).unwrap());
         assert_eq!((s.entry(6).unwrap().last_seq(), s.entry(6).unwrap().batches().len()), (100, 1));
+    }
+    #[test]
+    fn transactions_open_at_their_first_batch_and_end_at_their_marker() {
+        let mut m = ProducerStateManager::new("t-0");
+        assert_eq!(m.first_unstable_offset(), None);
+        m.begin_txn(1, 0);
+        m.begin_txn(1, 2); // the same transaction's second batch
+        m.begin_txn(2, 5);
+        assert_eq!(m.first_unstable_offset(), Some(0));
+        assert_eq!(m.open_txns().collect::<Vec<_>>(), [(0, 1), (5, 2)]);
+        // Producer 1 aborts at 7: producer 2's open transaction bounds the LSO.
+        let done = m.end_txn(1, 7, true);
+        assert_eq!(
+            done,
+            CompletedTxn { producer_id: 1, first_offset: 0, last_offset: 7, is_aborted: true, last_stable_offset: 5 }
+        );
+        assert_eq!(m.first_unstable_offset(), Some(5));
+        let done = m.end_txn(2, 8, false);
+        assert_eq!((done.first_offset, done.is_aborted, done.last_stable_offset), (5, false, 9));
+        assert_eq!(m.first_unstable_offset(), None);
+        // A marker with nothing open: an empty transaction at the marker (Kafka's appendEndTxnMarker).
+        assert_eq!(m.end_txn(3, 9, true).first_offset, 9);
+    }
+
+    #[test]
+    fn a_producer_with_an_open_transaction_never_expires() {
+        let mut m = ProducerStateManager::new("t-0");
+        let mut old = BatchBuilder::new(0, Compression::None).producer(1, 0, 0);
+        old.append(1_000, None, Some(b"v"), &[]);
+        let bytes = old.build().unwrap();
+        let h = *crate::log::batch::RecordBatch::parse(&bytes).unwrap().header();
+        m.replay(&h);
+        let mut other = h;
+        other.producer_id = 2;
+        m.replay(&other);
+        m.begin_txn(1, 0);
+        assert_eq!(m.remove_expired(i64::MAX / 2, 1000), 1, "producer 2 expires");
+        assert!(m.entry(1).is_some(), "producer 1's transaction is open");
     }
 }

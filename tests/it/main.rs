@@ -42,5 +42,6 @@ mod remote_run;
 mod report;
 mod serve_corpus;
 mod serve_process;
+mod transactions;
 mod two_hosts;
 mod uring_model;

@@ -36,11 +36,14 @@
 //! `NOT_LEADER_OR_FOLLOWER` / `FENCED_LEADER_EPOCH`, never by this leader, so their tagged
 //! fields stay empty.
 //!
-//! `isolation_level` (KIP-98): `read_committed` (1) is answered with the last stable offset =
-//! high watermark (no transactions are ever open here) and an empty `aborted_transactions`
-//! array; `read_uncommitted` (0) with a null array, as Kafka's `UnifiedLog.read` leaves
-//! `abortedTransactions` empty (`Optional.empty`, written as null) unless the isolation is
-//! `TXN_COMMITTED`.
+//! `isolation_level` (KIP-98): a `read_committed` (1) fetch reads up to the partition's last
+//! stable offset (the first offset of its earliest open transaction, else the high watermark)
+//! and gets the aborted transactions of its slice in `aborted_transactions`
+//! ([`Partition::read_committed`](crate::log::Partition::read_committed), from the markers and
+//! `.txnindex` files of the log), from which the consumer drops the aborted records;
+//! `read_uncommitted` (0) reads up to the high watermark with a null array, as Kafka's
+//! `UnifiedLog.read` leaves `abortedTransactions` empty (`Optional.empty`, written as null)
+//! unless the isolation is `TXN_COMMITTED`. Every response carries the last stable offset.
 //!
 //! Not yet (issue 4): fetch sessions (KIP-227: `session_id` is always 0, so clients send full
 //! fetches; a full fetch (session epoch 0 or -1) is answered whatever session it names, as Kafka
@@ -58,7 +61,9 @@ use crate::broker::response;
 use crate::broker::shared::Shared;
 use crate::broker::{errors, topics};
 use crate::log::Partition;
-use crate::protocol::fetch_response::{FetchResponse, FetchableTopic, PartitionData, FIRST_TOPIC_ID_VERSION};
+use crate::protocol::fetch_response::{
+    AbortedTransaction, FetchResponse, FetchableTopic, PartitionData, FIRST_TOPIC_ID_VERSION,
+};
 
 /// Kafka's broker `fetch.max.bytes` default (57671680 = 55 MiB): the most record bytes one Fetch
 /// response carries whatever the request's `max_bytes` (`KafkaApis.handleFetchRequest` takes
@@ -145,7 +150,23 @@ pub(crate) fn build(shared: &Shared, request: &FetchRequest, version: i16) -> Fe
                     let limit = i64::from(p.partition_max_bytes.max(0)).min(bytes_left);
                     if limit > 0 || !got_data {
                         let max_bytes = u32::try_from(limit.max(0)).unwrap_or(u32::MAX);
-                        match partition.read(p.fetch_offset, max_bytes, !got_data) {
+                        let read = if read_committed {
+                            partition.read_committed(p.fetch_offset, max_bytes, !got_data).map(|(slice, aborted)| {
+                                data.aborted_transactions = Some(
+                                    aborted
+                                        .iter()
+                                        .map(|t| AbortedTransaction {
+                                            producer_id: t.producer_id,
+                                            first_offset: t.first_offset,
+                                        })
+                                        .collect(),
+                                );
+                                slice
+                            })
+                        } else {
+                            partition.read(p.fetch_offset, max_bytes, !got_data)
+                        };
+                        match read {
                             Ok(slice) => {
                                 if slice.len > 0 {
                                     got_data = true;
@@ -171,11 +192,9 @@ pub(crate) fn build(shared: &Shared, request: &FetchRequest, version: i16) -> Fe
     response
 }
 
-/// High watermark, last stable offset (= high watermark, no transactions) and log start offset,
-/// read without the partition's lock.
+/// High watermark, last stable offset and log start offset, read without the partition's lock.
 fn fill(data: &mut PartitionData, partition: &Partition) {
-    let high_watermark = partition.high_watermark();
-    data.high_watermark = high_watermark;
-    data.last_stable_offset = high_watermark;
+    data.high_watermark = partition.high_watermark();
+    data.last_stable_offset = partition.last_stable_offset();
     data.log_start_offset = partition.log_start_offset();
 }

@@ -1,9 +1,11 @@
 //! ListOffsets (API key 2): offsets by timestamp (KIP-79).
 //!
 //! Per partition: timestamp -2 ([`EARLIEST_TIMESTAMP`]) gives the log start offset, -1
-//! ([`LATEST_TIMESTAMP`]) the high watermark (Kafka's answer for `read_uncommitted`; on one node
-//! it equals the log end offset, and without transactions it is also the last stable offset),
-//! both with timestamp -1; -4 (earliest local, KIP-405) is the log start offset here (no tiered
+//! ([`LATEST_TIMESTAMP`]) the high watermark for `read_uncommitted` (on one node it equals the
+//! log end offset) and the last stable offset for `read_committed` (v2+ `isolation_level` 1:
+//! below the first open transaction), both with timestamp -1; a timestamp lookup finds only
+//! offsets below that bound (Kafka's `Partition.fetchOffsetForTimestamp` and its
+//! `lastFetchableOffset`); -4 (earliest local, KIP-405) is the log start offset here (no tiered
 //! storage). A timestamp >= 0 gives the earliest offset whose record timestamp is >= it, looking
 //! inside batches ([`PartitionLog::fetch_offset_by_timestamp`]), or offset -1 and timestamp -1
 //! when there is none. -3 ([`MAX_TIMESTAMP`], KIP-734) gives the first record carrying the largest
@@ -42,6 +44,8 @@ pub(crate) const LATEST_TIERED_TIMESTAMP: i64 = -5;
 pub(crate) fn handle(shared: &Shared, request: &ListOffsetsRequest, version: i16) -> ListOffsetsResponse {
     // The leader epoch field exists from v4 on; setting it at v1-v3 fails the encoding.
     let with_epoch = version >= 4;
+    // isolation_level exists from v2 on (KIP-98).
+    let read_committed = version >= 2 && request.isolation_level == 1;
     let logs = shared.logs();
     let mut seen = std::collections::HashSet::new();
     let duplicates: std::collections::HashSet<(&str, i32)> = request
@@ -74,7 +78,7 @@ pub(crate) fn handle(shared: &Shared, request: &ListOffsetsRequest, version: i16
                                 &partition,
                                 p.current_leader_epoch,
                             )
-                            .and_then(|()| lookup(&partition, p.timestamp))
+                            .and_then(|()| lookup(&partition, p.timestamp, read_committed))
                             {
                                 Ok((timestamp, offset)) => {
                                     let epoch = match p.timestamp {
@@ -98,15 +102,17 @@ pub(crate) fn handle(shared: &Shared, request: &ListOffsetsRequest, version: i16
 
 /// `(timestamp, offset)` for a target timestamp, or a Kafka error code. Latest and earliest are
 /// read without the partition's lock; a timestamp lookup takes it for reading.
-fn lookup(partition: &Partition, target: i64) -> Result<(i64, i64), i16> {
+fn lookup(partition: &Partition, target: i64, read_committed: bool) -> Result<(i64, i64), i16> {
+    let last_fetchable = if read_committed { partition.last_stable_offset() } else { partition.high_watermark() };
     match target {
-        LATEST_TIMESTAMP => Ok((-1, partition.high_watermark())),
+        LATEST_TIMESTAMP => Ok((-1, last_fetchable)),
         EARLIEST_TIMESTAMP | EARLIEST_LOCAL_TIMESTAMP => Ok((-1, partition.log_start_offset())),
         LATEST_TIERED_TIMESTAMP => Ok((-1, -1)),
         MAX_TIMESTAMP => max_timestamp(&partition.log()).map_err(|e| errors::log_error_code(&e)),
         t if t < 0 => Err(errors::INVALID_REQUEST),
         t => match partition.log().fetch_offset_by_timestamp(t) {
-            Ok(Some(found)) => Ok((found.timestamp, found.offset)),
+            Ok(Some(found)) if found.offset < last_fetchable => Ok((found.timestamp, found.offset)),
+            Ok(Some(_)) => Ok((-1, -1)),
             Ok(None) => Ok((-1, -1)),
             Err(e) => Err(errors::log_error_code(&e)),
         },

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use crate::log::batch::BatchHeader;
 use crate::log::checkpoint::{
     read_leader_epoch_checkpoint, read_partition_metadata, write_leader_epoch_checkpoint, LEADER_EPOCH_CHECKPOINT,
     PARTITION_METADATA,
@@ -15,7 +16,8 @@ use crate::log::checkpoint::{
 use crate::log::config::LogConfig;
 use crate::log::error::LogError;
 use crate::log::producer_state::ProducerStateManager;
-use crate::log::segment::{self, Segment, SegmentConfig};
+use crate::log::segment::{self, BatchInfo, Segment, SegmentConfig};
+use crate::log::txn_index::{self, end_marker, AbortedTxn};
 
 use super::epoch_cache::{assign_epoch, truncate_epochs};
 use super::partition_log::{now_ms, rename_suffix, segment_config, LogOffsetMetadata, PartitionLog, StorageWarnings};
@@ -373,6 +375,10 @@ impl PartitionLog {
                 );
             }
         }
+        if !opts.read_only {
+            reconcile_txn_indexes(&segments, &scan.aborted, &mut report)?;
+        }
+        let aborted_txns: Vec<AbortedTxn> = scan.aborted.into_values().flatten().collect();
         let producer_state = scan.producer_state;
         let log = PartitionLog {
             dir: dir.to_path_buf(),
@@ -391,6 +397,7 @@ impl PartitionLog {
             leader_epoch: leader_epochs.last().map_or(0, |e| e.epoch),
             leader_epochs,
             producer_state,
+            aborted_txns,
             last_producer_expiry_check_ms: now_ms,
             storage_warnings: StorageWarnings::default(),
             max_producer_id: scan.max_producer_id,
@@ -422,6 +429,83 @@ struct HeaderScan {
     /// or holds fewer records than its offset span: the log has been compacted (whatever its config says now:
     /// per-topic configs are not kept across restarts).
     compaction_seen: bool,
+    /// The aborted transactions by the segment (base offset) holding their ABORT marker, in
+    /// marker order (with `producers`).
+    aborted: BTreeMap<i64, Vec<AbortedTxn>>,
+}
+
+/// Makes every segment's `.txnindex` say what its ABORT markers say (`aborted`, by segment base
+/// offset): a missing file with entries is written (a log dir copied without them, or written
+/// before the markers' segment was recovered), a file that disagrees with the markers or does
+/// not parse is rewritten and reported as damaged, an index with no entry is no file. The log is
+/// the truth: Kafka rebuilds the index from the markers too when it recovers a segment.
+///
+/// Errors: writing or removing an index file.
+fn reconcile_txn_indexes(
+    segments: &BTreeMap<i64, Segment>,
+    aborted: &BTreeMap<i64, Vec<AbortedTxn>>,
+    report: &mut LoadReport,
+) -> Result<(), LogError> {
+    for (base, seg) in segments {
+        let path = txn_index::path_for(seg.log_path());
+        let expected = aborted.get(base).map_or(&[][..], Vec::as_slice);
+        let problem = match txn_index::read(&path) {
+            Ok(Some(found)) if found == expected => continue,
+            Ok(None) if expected.is_empty() => continue,
+            Ok(None) => None,
+            Ok(Some(found)) => Some(format!(
+                "{} entries that disagree with the {} ABORT marker(s) of the segment",
+                found.len(),
+                expected.len()
+            )),
+            Err(e) => Some(e.to_string()),
+        };
+        txn_index::write(&path, expected)?;
+        match problem {
+            None => tracing::info!("{}: rebuilt from the markers ({} aborted)", path.display(), expected.len()),
+            Some(error) => {
+                let action = format!("rebuilt from the segment's markers: {} aborted transaction(s)", expected.len());
+                tracing::warn!("{}: {error}: {action}", path.display());
+                report.damaged.push(DamagedFile { path, error, action });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The transaction side of replaying one batch with a producer id: a transactional data batch
+/// opens its producer's transaction, a COMMIT / ABORT marker ends it (its key read from the
+/// segment: a control batch is one small record), an aborted one recorded under `seg`. A marker
+/// that cannot be read is skipped with a warning (the segment was recovered, so it is not
+/// expected).
+fn replay_txn(scan: &mut HeaderScan, seg: &Segment, info: &BatchInfo, h: &BatchHeader) {
+    if !h.attributes.is_transactional() {
+        return;
+    }
+    if !h.attributes.is_control() {
+        scan.producer_state.begin_txn(h.producer_id, h.base_offset);
+        return;
+    }
+    let marker = seg.read_bytes(info.position, info.size).map_err(|e| e.to_string()).and_then(|b| end_marker(&b));
+    match marker {
+        Ok(Some(aborted)) => {
+            let done = scan.producer_state.end_txn(h.producer_id, h.base_offset, aborted);
+            if done.is_aborted {
+                scan.aborted.entry(seg.base_offset()).or_default().push(AbortedTxn {
+                    producer_id: done.producer_id,
+                    first_offset: done.first_offset,
+                    last_offset: done.last_offset,
+                    last_stable_offset: done.last_stable_offset,
+                });
+            }
+        }
+        Ok(None) => {}
+        Err(e) => tracing::warn!(
+            "{}: the control batch at offset {} is not read as a transaction marker: {e}",
+            seg.log_path().display(),
+            h.base_offset
+        ),
+    }
 }
 
 /// Reads the batch headers of every segment once (a header-only scan, 61 bytes read per batch, no
@@ -442,6 +526,7 @@ fn scan_headers(
         max_producer_id: None,
         epochs: Vec::new(),
         compaction_seen: false,
+        aborted: BTreeMap::new(),
     };
     if !what.producers && !what.epochs && !what.compaction {
         return scan;
@@ -466,6 +551,7 @@ fn scan_headers(
                         scan.max_producer_id = scan.max_producer_id.max(Some(h.producer_id));
                         if what.producers && info.last_offset >= log_start_offset {
                             scan.producer_state.replay(&h);
+                            replay_txn(&mut scan, seg, &info, &h);
                         }
                     }
                 }
@@ -637,5 +723,53 @@ mod tests {
         assert_eq!(log.producer_state().entry(1).unwrap().last_seq(), 5);
         let again = log.append(&batch(1, 0, 6, 2, "k"), T).unwrap();
         assert_eq!((again.first_offset, again.duplicate), (6, false), "the lost batch is written again");
+    }
+    /// Transactions replayed at open: the ABORT marker's transaction in the `.txnindex` (a
+    /// wrong file rewritten and reported), the open one bounding the last stable offset, and a
+    /// read_committed read stopping there with the aborted transaction in its answer.
+    #[test]
+    fn transactions_are_replayed_the_index_rebuilt_and_read_committed_stops_at_the_lso() {
+        use crate::log::txn_index::{self, marker_batch, AbortedTxn};
+        let txn = |base: i64, pid: i64, n: usize| {
+            let mut b = BatchBuilder::new(base, Compression::None).producer(pid, 0, 0).transactional(true);
+            for i in 0..n {
+                b.append(T + i as i64, None, Some(b"v"), &[]);
+            }
+            b.build().unwrap()
+        };
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("tx-0");
+        fs::create_dir_all(&dir).unwrap();
+        let segment = [
+            txn(0, 1, 3),
+            marker_batch(3, 1, 0, true, 0, T),
+            txn(4, 2, 2),
+            marker_batch(6, 2, 0, false, 0, T),
+            txn(7, 3, 2),
+        ]
+        .concat();
+        fs::write(dir.join("00000000000000000000.log"), &segment).unwrap();
+        let index = dir.join("00000000000000000000.txnindex");
+        let wrong = AbortedTxn { producer_id: 9, first_offset: 0, last_offset: 1, last_stable_offset: 2 };
+        txn_index::write(&index, &[wrong]).unwrap();
+        let (log, report) = PartitionLog::open(&dir, LogConfig::default(), OpenOptions::default()).unwrap();
+        let expected = AbortedTxn { producer_id: 1, first_offset: 0, last_offset: 3, last_stable_offset: 4 };
+        assert_eq!(txn_index::read(&index).unwrap(), Some(vec![expected]));
+        assert_eq!(log.aborted_txns(), [expected]);
+        assert!(report.damaged.iter().any(|d| d.path == index && d.error.contains("disagree")), "{report:?}");
+        assert_eq!((log.high_watermark(), log.last_stable_offset()), (9, 7));
+        let (slice, aborted) = log.read_committed(0, 1 << 20, true).unwrap();
+        let end_of_commit = segment.len() - txn(7, 3, 2).len();
+        assert_eq!((slice.position, slice.len as usize), (0, end_of_commit), "up to the open transaction");
+        assert_eq!(aborted, [expected]);
+        let (_, aborted) = log.read_committed(4, 1 << 20, true).unwrap();
+        assert_eq!(aborted, [], "the aborted transaction ended before offset 4");
+        let (slice, aborted) = log.read_committed(7, 1 << 20, true).unwrap();
+        assert_eq!((slice.len, aborted.len()), (0, 0), "at the last stable offset");
+        assert_eq!(log.read(0, 1 << 20, true).unwrap().len as usize, segment.len(), "read_uncommitted: all");
+        // An index with no entry is no file; reopening writes nothing new.
+        drop(log);
+        let (_, report) = PartitionLog::open(&dir, LogConfig::default(), OpenOptions::default()).unwrap();
+        assert!(report.damaged.is_empty(), "{report:?}");
     }
 }

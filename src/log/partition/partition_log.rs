@@ -107,6 +107,8 @@ pub struct PartitionLog {
     pub(super) leader_epochs: Vec<EpochEntry>,
     pub(super) leader_epoch: i32,
     pub(super) producer_state: ProducerStateManager,
+    /// The aborted transactions of the log, in marker order (what its `.txnindex` files hold).
+    pub(super) aborted_txns: Vec<crate::log::txn_index::AbortedTxn>,
     pub(super) last_producer_expiry_check_ms: i64,
     pub(super) storage_warnings: StorageWarnings,
     /// Largest producer id in any batch header read at load or appended since (expired producers
@@ -247,6 +249,20 @@ impl PartitionLog {
     /// Offset up to which consumers may read (= LEO on this single-replica broker).
     pub fn high_watermark(&self) -> i64 {
         self.high_watermark.offset
+    }
+
+    /// The last stable offset (KIP-98, Kafka's `UnifiedLog.lastStableOffset`): the first offset
+    /// of the earliest open transaction when one is open below the high watermark, else the
+    /// high watermark. A `read_committed` fetch reads up to it.
+    pub fn last_stable_offset(&self) -> i64 {
+        self.producer_state
+            .first_unstable_offset()
+            .map_or(self.high_watermark.offset, |o| o.min(self.high_watermark.offset))
+    }
+
+    /// The aborted transactions of the log, in marker order.
+    pub fn aborted_txns(&self) -> &[crate::log::txn_index::AbortedTxn] {
+        &self.aborted_txns
     }
 
     /// Offset up to which the log has been fsynced.

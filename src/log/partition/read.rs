@@ -5,6 +5,7 @@
 use crate::log::error::LogError;
 use crate::log::segment::FileSlice;
 use crate::log::time_index::TimestampOffset;
+use crate::log::txn_index::AbortedTxn;
 
 use super::partition_log::{LogOffsetMetadata, PartitionLog};
 
@@ -45,6 +46,45 @@ impl PartitionLog {
     /// Errors: [`LogError::OffsetOutOfRange`] when `fetch_offset` is below the log start offset or
     /// above the log end offset; [`LogError::Io`] / [`LogError::Batch`] when a header cannot be read.
     pub fn read(&self, fetch_offset: i64, max_bytes: u32, min_one_batch: bool) -> Result<FileSlice, LogError> {
+        self.read_below(fetch_offset, max_bytes, min_one_batch, self.high_watermark)
+    }
+
+    /// A `read_committed` fetch (KIP-98, Kafka's `LocalLog.read` with `FetchIsolation.TXN_COMMITTED`):
+    /// [`Self::read`] up to the [last stable offset](Self::last_stable_offset) instead of the high
+    /// watermark, with the aborted transactions a consumer needs to drop the aborted records of
+    /// the slice: those whose ABORT marker is at or after `fetch_offset` and whose first offset
+    /// is below the last stable offset (Kafka's `collectAbortedTransactions(startOffset,
+    /// upperBoundOffset)` with the bound it takes when its offset index has no entry past the
+    /// slice; a consumer applies an entry only when it reaches a batch at or after its first
+    /// offset, so one past the slice changes nothing). None with an empty slice.
+    ///
+    /// Errors: as [`Self::read`].
+    pub fn read_committed(
+        &self,
+        fetch_offset: i64,
+        max_bytes: u32,
+        min_one_batch: bool,
+    ) -> Result<(FileSlice, Vec<AbortedTxn>), LogError> {
+        let lso = self.last_stable_offset();
+        let bound = if lso == self.high_watermark.offset { self.high_watermark } else { self.offset_metadata(lso)? };
+        let slice = self.read_below(fetch_offset, max_bytes, min_one_batch, bound)?;
+        let mut aborted = Vec::new();
+        if slice.len > 0 {
+            aborted.extend(
+                self.aborted_txns.iter().filter(|t| t.last_offset >= fetch_offset && t.first_offset < lso).copied(),
+            );
+        }
+        Ok((slice, aborted))
+    }
+
+    /// [`Self::read`] never past `bound` (the high watermark or the last stable offset).
+    fn read_below(
+        &self,
+        fetch_offset: i64,
+        max_bytes: u32,
+        min_one_batch: bool,
+        bound: LogOffsetMetadata,
+    ) -> Result<FileSlice, LogError> {
         if fetch_offset < self.log_start_offset || fetch_offset > self.log_end_offset.offset {
             return Err(LogError::OffsetOutOfRange {
                 partition: format!("{}-{}", self.topic, self.partition),
@@ -53,7 +93,7 @@ impl PartitionLog {
                 log_end_offset: self.log_end_offset.offset,
             });
         }
-        let hw = self.high_watermark;
+        let hw = bound;
         let empty = || {
             let seg = self.segments.get(&hw.segment_base_offset).unwrap_or_else(|| self.active_segment());
             FileSlice { segment: seg.file().clone(), position: hw.position.min(seg.size()) as u64, len: 0 }

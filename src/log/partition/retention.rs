@@ -45,6 +45,8 @@ impl PartitionLog {
         if let Some(&first) = self.segments.keys().next() {
             if first > self.log_start_offset {
                 self.log_start_offset = first;
+                // The aborted transactions whose markers went with the deleted segments.
+                self.aborted_txns.retain(|t| t.last_offset >= first);
                 // Kafka's `truncateFromStart(log start offset)` on the leader epoch cache.
                 let before = self.leader_epochs.clone();
                 truncate_epochs(&mut self.leader_epochs, self.log_start_offset, self.log_end_offset.offset);

@@ -87,6 +87,7 @@ pub struct Partition {
     log: RwLock<PartitionLog>,
     log_end_offset: AtomicI64,
     high_watermark: AtomicI64,
+    last_stable_offset: AtomicI64,
     log_start_offset: AtomicI64,
     recovery_point: AtomicI64,
     leader_epoch: AtomicI32,
@@ -145,6 +146,7 @@ impl Partition {
             dir: log.dir().to_path_buf(),
             log_end_offset: AtomicI64::new(log.log_end_offset()),
             high_watermark: AtomicI64::new(log.high_watermark()),
+            last_stable_offset: AtomicI64::new(log.last_stable_offset()),
             log_start_offset: AtomicI64::new(log.log_start_offset()),
             recovery_point: AtomicI64::new(log.recovery_point()),
             leader_epoch: AtomicI32::new(log.leader_epoch()),
@@ -180,6 +182,11 @@ impl Partition {
     /// The high watermark (= log end offset on this single-replica broker), without the lock.
     pub fn high_watermark(&self) -> i64 {
         self.high_watermark.load(Ordering::Acquire)
+    }
+
+    /// The last stable offset ([`PartitionLog::last_stable_offset`]), without the lock.
+    pub fn last_stable_offset(&self) -> i64 {
+        self.last_stable_offset.load(Ordering::Acquire)
     }
 
     /// The log start offset (first readable offset), without the lock.
@@ -229,6 +236,18 @@ impl Partition {
     /// Errors: those of [`PartitionLog::read`].
     pub fn read(&self, fetch_offset: i64, max_bytes: u32, min_one_batch: bool) -> Result<FileSlice, LogError> {
         self.log().read(fetch_offset, max_bytes, min_one_batch)
+    }
+
+    /// [`PartitionLog::read_committed`] under the read lock, as [`Self::read`].
+    ///
+    /// Errors: those of [`PartitionLog::read`].
+    pub fn read_committed(
+        &self,
+        fetch_offset: i64,
+        max_bytes: u32,
+        min_one_batch: bool,
+    ) -> Result<(FileSlice, Vec<crate::log::txn_index::AbortedTxn>), LogError> {
+        self.log().read_committed(fetch_offset, max_bytes, min_one_batch)
     }
 
     /// Validates a client's record set with no lock held ([`validate_client_records`] with the
@@ -309,6 +328,7 @@ impl Partition {
     fn publish(&self, log: &PartitionLog) -> bool {
         self.log_end_offset.store(log.log_end_offset(), Ordering::Release);
         self.high_watermark.store(log.high_watermark(), Ordering::Release);
+        self.last_stable_offset.store(log.last_stable_offset(), Ordering::Release);
         self.log_start_offset.store(log.log_start_offset(), Ordering::Release);
         self.recovery_point.store(log.recovery_point(), Ordering::Release);
         self.leader_epoch.store(log.leader_epoch(), Ordering::Release);

@@ -1,0 +1,134 @@
+//! Transactions in a log the broker serves (issue 18, the log side): a partition directory
+//! written as Kafka writes one (transactional batches, COMMIT / ABORT control batches, no
+//! `.txnindex`, as in a copy whose index files were left behind) holds an aborted transaction
+//! (offsets 0-2, its ABORT marker at 3), a committed one (4-5, COMMIT at 6) and one still open
+//! at the log end (7-8). A `read_committed` consumer must get 4 and 5 only (Kafka's answer:
+//! aborted records dropped through the Fetch's `aborted_transactions`, nothing at or past the
+//! last stable offset 7); `read_uncommitted` gets every data record. The `.txnindex` is rebuilt
+//! from the markers in Kafka's layout. Real clients: confluent-kafka (read_committed is
+//! librdkafka's default) and kcat, on several read paths.
+
+use std::path::Path;
+
+use fetchbench::broker::ServerModel;
+use fetchbench::log::batch::{BatchBuilder, Compression};
+use fetchbench::log::txn_index::{self, marker_batch, AbortedTxn};
+use fetchbench::read_path::ReadPathKind;
+
+use crate::common;
+use crate::python_clients::{python_with, run_script_args};
+
+const TOPIC: &str = "tx";
+
+/// A transactional data batch of `producer_id` at `base` with `values`.
+fn txn_batch(base: i64, producer_id: i64, values: &[&str]) -> Vec<u8> {
+    let mut b = BatchBuilder::new(base, Compression::None).producer(producer_id, 0, 0).transactional(true);
+    for v in values {
+        b.append(1_700_000_000_000, None, Some(v.as_bytes()), &[]);
+    }
+    b.build().unwrap()
+}
+
+/// Writes `tx-0` into `log_dir` (see the module docs) and returns its directory.
+pub(crate) fn write_txn_partition(log_dir: &Path) -> std::path::PathBuf {
+    let dir = log_dir.join(format!("{TOPIC}-0"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let segment = [
+        txn_batch(0, 1, &["aborted-0", "aborted-1", "aborted-2"]),
+        marker_batch(3, 1, 0, true, 0, 1_700_000_000_001),
+        txn_batch(4, 2, &["committed-4", "committed-5"]),
+        marker_batch(6, 2, 0, false, 0, 1_700_000_000_002),
+        txn_batch(7, 3, &["open-7", "open-8"]),
+    ]
+    .concat();
+    std::fs::write(dir.join("00000000000000000000.log"), segment).unwrap();
+    dir
+}
+
+/// kcat's offsets and values of partition 0 with `isolation`.
+fn kcat_read(bootstrap: &str, isolation: &str) -> Vec<String> {
+    let args = [
+        "-b",
+        bootstrap,
+        "-X",
+        &format!("isolation.level={isolation}"),
+        "-t",
+        TOPIC,
+        "-p",
+        "0",
+        "-C",
+        "-o",
+        "beginning",
+        "-e",
+        "-q",
+        "-f",
+        "%o:%s\n",
+    ];
+    let out = common::kcat(&args, "", std::time::Duration::from_secs(60));
+    assert!(out.status.is_some_and(|s| s.success()), "kcat {args:?}: {}\n{}", out.stderr, out.stdout_text());
+    out.stdout_text().lines().map(str::to_string).collect()
+}
+
+fn serves_read_committed_on(kind: ReadPathKind, model: ServerModel) {
+    let mut partition_dir = None;
+    let (_tmp, broker) = crate::uring_model::start_model(kind, model, |config| {
+        partition_dir = Some(write_txn_partition(&config.log_dir));
+    });
+    let partition_dir = partition_dir.unwrap();
+    let bootstrap = broker.local_addr().to_string();
+    let what = format!("server model {model}, read path {kind}");
+    // The index Kafka would have written at the ABORT marker: producer 1, offsets 0..=3, the
+    // LSO then 4 (producer 2's transaction was open).
+    let index = txn_index::read(&partition_dir.join("00000000000000000000.txnindex")).unwrap();
+    assert_eq!(
+        index,
+        Some(vec![AbortedTxn { producer_id: 1, first_offset: 0, last_offset: 3, last_stable_offset: 4 }]),
+        "{what}"
+    );
+    if common::kcat_available() {
+        assert_eq!(kcat_read(&bootstrap, "read_committed"), ["4:committed-4", "5:committed-5"], "{what}");
+        assert_eq!(
+            kcat_read(&bootstrap, "read_uncommitted"),
+            ["0:aborted-0", "1:aborted-1", "2:aborted-2", "4:committed-4", "5:committed-5", "7:open-7", "8:open-8"],
+            "{what}"
+        );
+    }
+    if let Some(python) = python_with("confluent_kafka") {
+        let summary = run_script_args(&python, "txn_read_committed.py", &[&bootstrap, TOPIC], &what);
+        assert_eq!(summary["read_committed"]["offsets"], serde_json::json!([4, 5]), "{what}: {summary}");
+        assert_eq!(summary["read_committed"]["high"], 7, "{what}: the last stable offset: {summary}");
+        assert_eq!(
+            summary["read_uncommitted"]["offsets"],
+            serde_json::json!([0, 1, 2, 4, 5, 7, 8]),
+            "{what}: {summary}"
+        );
+        assert_eq!(summary["read_uncommitted"]["high"], 9, "{what}: {summary}");
+    }
+    assert_eq!(broker.test_support().connection_panics(), 0);
+    broker.shutdown().unwrap();
+}
+
+#[test]
+fn read_committed_on_copy() {
+    serves_read_committed_on(ReadPathKind::Copy, ServerModel::Threaded);
+}
+
+#[test]
+fn read_committed_on_sendfile() {
+    serves_read_committed_on(ReadPathKind::Sendfile, ServerModel::Threaded);
+}
+
+#[test]
+fn read_committed_on_mmap() {
+    serves_read_committed_on(ReadPathKind::Mmap, ServerModel::Threaded);
+}
+
+#[test]
+fn read_committed_under_uring() {
+    if let Err(e) = ServerModel::Uring.probe() {
+        assert!(!common::in_ci(), "CI must run the server.model=uring tests: {e}");
+        eprintln!("SKIP: server.model=uring: {e}");
+        return;
+    }
+    serves_read_committed_on(ReadPathKind::UringSplice, ServerModel::Uring);
+}
