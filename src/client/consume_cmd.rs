@@ -49,7 +49,8 @@ pub struct ConsumeArgs {
     /// Start at the beginning (`--offset beginning`; in a group, `auto.offset.reset=earliest`).
     #[arg(long)]
     pub from_beginning: bool,
-    /// Exit once every assigned partition reached its high watermark (kcat `-e`).
+    /// Exit once every assigned partition reached its end (kcat `-e`): the high watermark, the
+    /// last stable offset under `isolation.level=read_committed`.
     #[arg(long)]
     pub exit_at_end: bool,
     /// Print no records, only the count and throughput (records/s, MB/s of keys and values).
@@ -243,15 +244,16 @@ fn rewind(consumer: &mut Consumer, undelivered: &[ConsumerRecord]) -> Result<(),
     Ok(())
 }
 
-/// Whether every assigned partition's position reached its last known high watermark.
+/// Whether every assigned partition's position reached its last known end
+/// ([`Consumer::end_offset`]: the high watermark, the last stable offset under read_committed).
 fn at_end(consumer: &mut Consumer) -> Result<bool, ConsumerError> {
     let assignment = consumer.assignment();
     if assignment.is_empty() {
         return Ok(false);
     }
     for tp in &assignment {
-        let Some(hw) = consumer.high_watermark(tp) else { return Ok(false) };
-        if consumer.position(tp)? < hw {
+        let Some(end) = consumer.end_offset(tp) else { return Ok(false) };
+        if consumer.position(tp)? < end {
             return Ok(false);
         }
     }

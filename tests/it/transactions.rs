@@ -104,8 +104,29 @@ fn serves_read_committed_on(kind: ReadPathKind, model: ServerModel) {
         );
         assert_eq!(summary["read_uncommitted"]["high"], 9, "{what}: {summary}");
     }
+    for (isolation, want) in [
+        ("read_committed", &["4:committed-4", "5:committed-5"][..]),
+        (
+            "read_uncommitted",
+            &["0:aborted-0", "1:aborted-1", "2:aborted-2", "4:committed-4", "5:committed-5", "7:open-7", "8:open-8"][..],
+        ),
+    ] {
+        assert_eq!(fetchbench_consume(&bootstrap, isolation), want, "{what}: fetchbench consume, {isolation}");
+    }
     assert_eq!(broker.test_support().connection_panics(), 0);
     broker.shutdown().unwrap();
+}
+
+/// `fetchbench consume` of partition 0 from the beginning with `isolation`, until its end
+/// (`--exit-at-end`: the last stable offset under read_committed, which it must not wait past).
+fn fetchbench_consume(bootstrap: &str, isolation: &str) -> Vec<String> {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_fetchbench"));
+    cmd.args(["consume", "--bootstrap", bootstrap, "--topic", TOPIC, "--partition", "0", "--offset", "beginning"])
+        .args(["--exit-at-end", "--format", "%o:%s\\n", "-X", &format!("isolation.level={isolation}")])
+        .args(["-X", "fetch.max.wait.ms=100"]);
+    let out = common::run_with_timeout(&mut cmd, None, std::time::Duration::from_secs(60));
+    let stdout = out.expect_success(&format!("fetchbench consume -X isolation.level={isolation}"));
+    stdout.lines().map(str::to_string).collect()
 }
 
 #[test]

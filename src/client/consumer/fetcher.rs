@@ -148,6 +148,9 @@ pub(crate) struct PartitionState {
     pub paused: bool,
     /// The high watermark of the last Fetch response.
     pub high_watermark: Option<i64>,
+    /// The last stable offset of the last Fetch response (`None` before one, or when the
+    /// broker sent -1, as Fetch v0-v3 brokers do).
+    pub last_stable_offset: Option<i64>,
     /// The position must be reset by `auto.offset.reset` (no committed offset, or out of range).
     pub needs_reset: bool,
     /// Changed (from the fetcher's counter) by every seek, pause and (re)assignment: a Fetch
@@ -164,6 +167,7 @@ impl PartitionState {
             fetch_position: None,
             paused: false,
             high_watermark: None,
+            last_stable_offset: None,
             needs_reset: false,
             epoch: 0,
         }
@@ -489,6 +493,7 @@ impl Fetcher {
                     }
                 }
                 state.high_watermark = Some(p.high_watermark);
+                state.last_stable_offset = (p.last_stable_offset >= 0).then_some(p.last_stable_offset);
                 let bytes = p.records.unwrap_or_default();
                 let aborted = if self.settings.read_committed { p.aborted_transactions.as_deref() } else { None };
                 let parsed = parse_records(&state.topic, tp.1, sent_offset, bytes, self.settings.check_crcs, aborted)?;

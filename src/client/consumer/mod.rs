@@ -1092,6 +1092,18 @@ impl Consumer {
         self.fetcher.partitions.get(tp).and_then(|s| s.high_watermark)
     }
 
+    /// Where `tp` ends for this consumer, from the last Fetch response (`None` before one):
+    /// under `isolation.level=read_committed` the last stable offset (a read_committed consumer
+    /// never gets past it: records of a transaction still open are not yet readable), else the
+    /// high watermark. Kafka's `SubscriptionState.partitionEndOffset(tp, isolationLevel)`.
+    pub fn end_offset(&self, tp: &TopicPartition) -> Option<i64> {
+        let state = self.fetcher.partitions.get(tp)?;
+        match self.config.read_committed {
+            true => state.last_stable_offset.or(state.high_watermark),
+            false => state.high_watermark,
+        }
+    }
+
     /// Stops fetching `partitions` (poll returns none of their records) until resumed.
     ///
     /// Errors: as [`Self::seek`].
