@@ -147,6 +147,22 @@ impl OffsetIndex {
         }
     }
 
+    /// The first entry whose position is `>= position`, `None` when every entry is below it
+    /// (Kafka's `OffsetIndex.fetchUpperBoundOffset`, `smallestUpperBoundSlotFor` by value): an
+    /// offset at or past the end of a fetch of `position - start` bytes. O(log entries).
+    pub fn upper_bound_by_position(&self, position: u32) -> Option<IndexEntry> {
+        let (mut lo, mut hi) = (0, self.entries());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.entry(mid).position < position {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        (lo < self.entries()).then(|| self.entry(lo))
+    }
+
     /// The `n`th entry (0-based), absolute offset.
     ///
     /// # Panics

@@ -772,4 +772,37 @@ mod tests {
         let (_, report) = PartitionLog::open(&dir, LogConfig::default(), OpenOptions::default()).unwrap();
         assert!(report.damaged.is_empty(), "{report:?}");
     }
+    /// A read_committed slice gets only the aborted transactions up to its upper bound (the
+    /// offset index entry at its end, Kafka's `fetchUpperBoundOffset`), not every later one.
+    #[test]
+    fn read_committed_lists_only_the_aborted_transactions_up_to_the_slices_end() {
+        use crate::log::txn_index::{marker_batch, AbortedTxn};
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("many-0");
+        fs::create_dir_all(&dir).unwrap();
+        let mut batches = Vec::new();
+        for i in 0..20i64 {
+            let mut b = BatchBuilder::new(2 * i, Compression::None).producer(i, 0, 0).transactional(true);
+            b.append(T, None, Some(b"v"), &[]);
+            batches.push(b.build().unwrap());
+            batches.push(marker_batch(2 * i + 1, i, 0, true, 0, T));
+        }
+        fs::write(dir.join("00000000000000000000.log"), batches.concat()).unwrap();
+        let mut config = LogConfig::default();
+        config.index_interval_bytes = 1;
+        let (log, _) = PartitionLog::open(&dir, config, OpenOptions::default()).unwrap();
+        assert_eq!(log.aborted_txns().len(), 20);
+        let three = (batches[0].len() + batches[1].len() + batches[2].len()) as u32;
+        let (slice, aborted) = log.read_committed(0, three, true).unwrap();
+        assert_eq!(slice.len, u64::from(three));
+        let txn = |i: i64| AbortedTxn {
+            producer_id: i,
+            first_offset: 2 * i,
+            last_offset: 2 * i + 1,
+            last_stable_offset: 2 * i + 2,
+        };
+        assert_eq!(aborted, [txn(0), txn(1)], "up to offset 3, the batch at the slice's end");
+        let (_, aborted) = log.read_committed(37, 1 << 20, true).unwrap();
+        assert_eq!(aborted, [txn(18), txn(19)]);
+    }
 }

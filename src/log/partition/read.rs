@@ -53,10 +53,14 @@ impl PartitionLog {
     /// [`Self::read`] up to the [last stable offset](Self::last_stable_offset) instead of the high
     /// watermark, with the aborted transactions a consumer needs to drop the aborted records of
     /// the slice: those whose ABORT marker is at or after `fetch_offset` and whose first offset
-    /// is below the last stable offset (Kafka's `collectAbortedTransactions(startOffset,
-    /// upperBoundOffset)` with the bound it takes when its offset index has no entry past the
-    /// slice; a consumer applies an entry only when it reaches a batch at or after its first
-    /// offset, so one past the slice changes nothing). None with an empty slice.
+    /// is below the slice's upper bound (Kafka's `LocalLog.addAbortedTransactions`: the bound
+    /// is the offset of the first offset index entry at or past the slice's end
+    /// ([`OffsetIndex::upper_bound_by_position`](crate::log::offset_index::OffsetIndex::upper_bound_by_position)), else the next segment's base offset,
+    /// else the log end offset; here never above the last stable offset). The aborted
+    /// transactions are kept in marker order, so the search starts with a binary search and
+    /// stops, as Kafka's `TransactionIndex.collectAbortedTxns`, at the first one whose last
+    /// stable offset reaches the bound (every later one started at or past it). None with an
+    /// empty slice.
     ///
     /// Errors: as [`Self::read`].
     pub fn read_committed(
@@ -67,12 +71,26 @@ impl PartitionLog {
     ) -> Result<(FileSlice, Vec<AbortedTxn>), LogError> {
         let lso = self.last_stable_offset();
         let bound = if lso == self.high_watermark.offset { self.high_watermark } else { self.offset_metadata(lso)? };
-        let slice = self.read_below(fetch_offset, max_bytes, min_one_batch, bound)?;
+        let (slice, base) = self.read_below_from(fetch_offset, max_bytes, min_one_batch, bound)?;
         let mut aborted = Vec::new();
-        if slice.len > 0 {
-            aborted.extend(
-                self.aborted_txns.iter().filter(|t| t.last_offset >= fetch_offset && t.first_offset < lso).copied(),
-            );
+        if let (true, Some(base)) = (slice.len > 0, base) {
+            let end = u32::try_from(slice.position + slice.len).unwrap_or(u32::MAX);
+            let upper = self.segments[&base]
+                .offset_index()
+                .upper_bound_by_position(end)
+                .map(|e| e.offset)
+                .or_else(|| self.segments.range(base + 1..).next().map(|(b, _)| *b))
+                .unwrap_or(self.log_end_offset.offset)
+                .min(lso);
+            let from = self.aborted_txns.partition_point(|t| t.last_offset < fetch_offset);
+            for t in &self.aborted_txns[from..] {
+                if t.first_offset < upper {
+                    aborted.push(*t);
+                }
+                if t.last_stable_offset >= upper {
+                    break;
+                }
+            }
         }
         Ok((slice, aborted))
     }
@@ -85,6 +103,18 @@ impl PartitionLog {
         min_one_batch: bool,
         bound: LogOffsetMetadata,
     ) -> Result<FileSlice, LogError> {
+        Ok(self.read_below_from(fetch_offset, max_bytes, min_one_batch, bound)?.0)
+    }
+
+    /// [`Self::read_below`] with the base offset of the segment the slice is in (`None` for an
+    /// empty slice at the bound).
+    fn read_below_from(
+        &self,
+        fetch_offset: i64,
+        max_bytes: u32,
+        min_one_batch: bool,
+        bound: LogOffsetMetadata,
+    ) -> Result<(FileSlice, Option<i64>), LogError> {
         if fetch_offset < self.log_start_offset || fetch_offset > self.log_end_offset.offset {
             return Err(LogError::OffsetOutOfRange {
                 partition: format!("{}-{}", self.topic, self.partition),
@@ -99,7 +129,7 @@ impl PartitionLog {
             FileSlice { segment: seg.file().clone(), position: hw.position.min(seg.size()) as u64, len: 0 }
         };
         if fetch_offset >= hw.offset {
-            return Ok(empty());
+            return Ok((empty(), None));
         }
         let start_base = self.segments.range(..=fetch_offset).next_back().map(|(b, _)| *b).unwrap_or(i64::MIN);
         for (&base, seg) in self.segments.range(start_base..) {
@@ -108,10 +138,10 @@ impl PartitionLog {
             }
             let max_position = if base == hw.segment_base_offset { hw.position } else { seg.size() };
             if let Some(slice) = seg.read(fetch_offset, max_bytes, max_position, min_one_batch)? {
-                return Ok(slice);
+                return Ok((slice, Some(base)));
             }
         }
-        Ok(empty())
+        Ok((empty(), None))
     }
 
     /// Kafka's `UnifiedLog.fetchOffsetByTimestamp` (KIP-79): for [`EARLIEST_TIMESTAMP`] the log
