@@ -121,7 +121,7 @@ struct ServeArgs {
 
 #[derive(Subcommand)]
 enum LogCommand {
-    /// Print batches, records and index entries of `.log`, `.index` and `.timeindex` files, like
+    /// Print batches, records and index entries of `.log`, `.index`, `.timeindex` and `.txnindex` files, like
     /// Kafka's `kafka-dump-log.sh --deep-iteration`. Exits 1 when any CRC, batch or index entry is
     /// invalid, when offsets are missing between two segments of a topic not known to be
     /// compacted, or when nothing was found to check, naming the file and position; 2 on an I/O
@@ -131,7 +131,7 @@ enum LogCommand {
 
 #[derive(Args)]
 struct DumpArgs {
-    /// Files (`.log`, `.index`, `.timeindex`) or directories (searched recursively).
+    /// Files (`.log`, `.index`, `.timeindex`, `.txnindex`) or directories (searched recursively).
     #[arg(required_unless_present = "files")]
     paths: Vec<PathBuf>,
     /// Kafka's spelling: comma-separated files to dump (same as the positional paths).

@@ -6,7 +6,10 @@
 //! [`DumpOptions::offsets_decoder`] hook, like `--offsets-decoder`). For a `.index`: each (offset, position) entry and whether a batch starts at
 //! that position and ends at or below that offset (Kafka indexes an append of several batches by
 //! its largest offset at its first batch). For a `.timeindex`: each (timestamp, offset) entry and
-//! whether the offset lies in a batch whose max timestamp it is, the largest so far.
+//! whether the offset lies in a batch whose max timestamp it is, the largest so far. For a
+//! `.txnindex`: each aborted transaction (Kafka's `DumpLogSegments.dumpTxnIndex` line), checked
+//! against the segment's ABORT markers both ways (each entry's last offset is an ABORT marker of
+//! its producer, each ABORT marker has an entry, first offset <= last offset).
 //! Preallocated zero entries (an active segment's untrimmed index) end the listing, as in Kafka.
 //!
 //! Every problem (bad CRC, undecodable record, torn tail, index entry that points nowhere, offsets
@@ -30,8 +33,11 @@ use super::batch::record::read_unsigned_varlong;
 use super::batch::{legacy, BatchError, BatchHeader, RecordBatch, HEADER_SIZE, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2};
 use super::offset_index::OffsetIndex;
 use super::producer_state::increment_sequence;
-use super::segment::{fits_relative_offset, parse_base_offset, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX};
+use super::segment::{
+    fits_relative_offset, parse_base_offset, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX,
+};
 use super::time_index::TimeIndex;
+use super::txn_index;
 use super::LogError;
 
 /// Options of a dump.
@@ -117,8 +123,8 @@ pub struct LogFileSummary {
     pub compaction_seen: bool,
 }
 
-/// Dumps every path (files, or directories searched recursively for `.log`, `.index` and
-/// `.timeindex`, in name order) to `out`.
+/// Dumps every path (files, or directories searched recursively for `.log`, `.index`,
+/// `.timeindex` and `.txnindex`, in name order) to `out`.
 ///
 /// Errors: [`LogError::Io`] when a path cannot be read at all (writing to `out` failing included);
 /// everything wrong inside a file is a [`Problem`] instead.
@@ -132,7 +138,7 @@ pub fn dump_paths(paths: &[PathBuf], opts: &DumpOptions, out: &mut dyn Write) ->
             summary.problems.push(Problem {
                 path: p.clone(),
                 position: 0,
-                message: "no .log, .index or .timeindex files here: nothing was checked".into(),
+                message: "no .log, .index, .timeindex or .txnindex files here: nothing was checked".into(),
             });
         }
     }
@@ -145,6 +151,8 @@ pub fn dump_paths(paths: &[PathBuf], opts: &DumpOptions, out: &mut dyn Write) ->
             dump_log(f, opts, out, &mut summary)
         } else if name.ends_with(INDEX_SUFFIX) {
             dump_offset_index(f, opts, out, &mut summary, &mut headers_cache)
+        } else if name.ends_with(TXN_INDEX_SUFFIX) {
+            dump_txn_index(f, opts, out, &mut summary, &mut headers_cache)
         } else {
             dump_time_index(f, opts, out, &mut summary, &mut headers_cache)
         };
@@ -250,8 +258,12 @@ impl From<io::Error> for Failure {
 
 fn collect(p: &Path, files: &mut Vec<PathBuf>, summary: &mut DumpSummary) -> Result<(), LogError> {
     let meta = std::fs::metadata(p).map_err(|e| LogError::io("stat", p, e))?;
-    let is_kafka_file =
-        |n: &str| n.ends_with(LOG_SUFFIX) || n.ends_with(INDEX_SUFFIX) || n.ends_with(TIME_INDEX_SUFFIX);
+    let is_kafka_file = |n: &str| {
+        n.ends_with(LOG_SUFFIX)
+            || n.ends_with(INDEX_SUFFIX)
+            || n.ends_with(TIME_INDEX_SUFFIX)
+            || n.ends_with(TXN_INDEX_SUFFIX)
+    };
     if meta.is_dir() {
         let mut children: Vec<PathBuf> = std::fs::read_dir(p)
             .map_err(|e| LogError::io("list", p, e))?
@@ -271,7 +283,7 @@ fn collect(p: &Path, files: &mut Vec<PathBuf>, summary: &mut DumpSummary) -> Res
         summary.problems.push(Problem {
             path: p.to_path_buf(),
             position: 0,
-            message: "not a Kafka segment file (expected .log, .index or .timeindex)".into(),
+            message: "not a Kafka segment file (expected .log, .index, .timeindex or .txnindex)".into(),
         });
     }
     Ok(())
@@ -803,6 +815,104 @@ fn dump_offset_index(
             out,
             "{}: {checked} entries, {}",
             path.display(),
+            if found == 0 { "ok".to_string() } else { format!("{found} problems") }
+        )?;
+    }
+    Ok(())
+}
+
+/// A `.txnindex` (see the module docs): its entries, checked against the ABORT markers of the
+/// segment's `.log` when there is one.
+fn dump_txn_index(
+    path: &Path,
+    opts: &DumpOptions,
+    out: &mut dyn Write,
+    summary: &mut DumpSummary,
+    cache: &mut HashMap<PathBuf, Vec<Entry>>,
+) -> Result<(), Failure> {
+    if !opts.verify {
+        writeln!(out, "Dumping {}", path.display())?;
+    }
+    let problems_before = summary.problems.len();
+    let mut problem = |position: u64, message: String| {
+        summary.problems.push(Problem { path: path.to_path_buf(), position, message });
+    };
+    let bytes = std::fs::read(path).map_err(Failure::Input)?;
+    let entries = match txn_index::decode(&bytes) {
+        Ok(e) => e,
+        Err(m) => {
+            problem(0, format!("transaction index: {m}"));
+            return Ok(());
+        }
+    };
+    // The segment's ABORT markers: (offset, producer id), from its control batches.
+    let markers: Option<Vec<(i64, i64)>> = match companion_log(path) {
+        None => {
+            problem(0, "name is not <20-digit base offset>.txnindex".into());
+            None
+        }
+        Some((log, _)) => match (log_entries(cache, &log).map_err(Failure::Input)?, File::open(&log)) {
+            (Some(es), Ok(file)) => {
+                let mut found = Vec::new();
+                for e in es.iter().filter(|e| e.magic == MAGIC_V2) {
+                    let mut bytes = vec![0u8; e.size as usize];
+                    if file.read_exact_at(&mut bytes, e.position).is_err() {
+                        continue;
+                    }
+                    let Ok(batch) = RecordBatch::parse(&bytes) else { continue };
+                    if batch.attributes().is_control() && txn_index::end_marker(&bytes) == Ok(Some(true)) {
+                        found.push((batch.base_offset(), batch.header().producer_id));
+                    }
+                }
+                Some(found)
+            }
+            _ => {
+                problem(
+                    0,
+                    format!("no {} beside this index: its {} entries were not checked", log.display(), entries.len()),
+                );
+                None
+            }
+        },
+    };
+    for (i, t) in entries.iter().enumerate() {
+        summary.index_entries += 1;
+        let at = (i * txn_index::ENTRY_SIZE) as u64;
+        if !opts.verify {
+            writeln!(
+                out,
+                "version: {} producerId: {} firstOffset: {} lastOffset: {} lastStableOffset: {}",
+                txn_index::CURRENT_VERSION,
+                t.producer_id,
+                t.first_offset,
+                t.last_offset,
+                t.last_stable_offset
+            )?;
+        }
+        if t.first_offset > t.last_offset {
+            problem(at, format!("first offset {} is after the last offset {}", t.first_offset, t.last_offset));
+        }
+        if let Some(m) = &markers {
+            if !m.contains(&(t.last_offset, t.producer_id)) {
+                problem(
+                    at,
+                    format!("no ABORT marker of producer {} at offset {} in the log", t.producer_id, t.last_offset),
+                );
+            }
+        }
+    }
+    for (offset, producer_id) in markers.iter().flatten() {
+        if !entries.iter().any(|t| t.last_offset == *offset && t.producer_id == *producer_id) {
+            problem(0, format!("the ABORT marker of producer {producer_id} at offset {offset} has no entry"));
+        }
+    }
+    let found = summary.problems.len() - problems_before;
+    if opts.verify {
+        writeln!(
+            out,
+            "{}: {} entries, {}",
+            path.display(),
+            entries.len(),
             if found == 0 { "ok".to_string() } else { format!("{found} problems") }
         )?;
     }

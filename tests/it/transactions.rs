@@ -115,6 +115,36 @@ fn serves_read_committed_on(kind: ReadPathKind, model: ServerModel) {
     }
     assert_eq!(broker.test_support().connection_panics(), 0);
     broker.shutdown().unwrap();
+    check_log_dump(&partition_dir);
+}
+
+/// `fetchbench log dump` reads the `.txnindex` (Kafka's `dumpTxnIndex` line) and `--verify`
+/// checks it against the ABORT markers both ways: the broker's file passes; one naming another
+/// producer fails, naming the entry and the marker.
+fn check_log_dump(partition_dir: &Path) {
+    let index = partition_dir.join("00000000000000000000.txnindex");
+    let dump = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_fetchbench"))
+            .args(["log", "dump"])
+            .args(args)
+            .arg(&index)
+            .output()
+            .unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        (out.status.code(), text)
+    };
+    let (code, text) = dump(&[]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("version: 0 producerId: 1 firstOffset: 0 lastOffset: 3 lastStableOffset: 4"), "{text}");
+    let (code, text) = dump(&["--verify"]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("00000000000000000000.txnindex: 1 entries, ok"), "{text}");
+    let wrong = AbortedTxn { producer_id: 2, first_offset: 4, last_offset: 6, last_stable_offset: 7 };
+    txn_index::write(&index, &[wrong]).unwrap();
+    let (code, text) = dump(&["--verify"]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("no ABORT marker of producer 2 at offset 6"), "{text}");
+    assert!(text.contains("the ABORT marker of producer 1 at offset 3 has no entry"), "{text}");
 }
 
 /// `fetchbench consume` of partition 0 from the beginning with `isolation`, until its end
