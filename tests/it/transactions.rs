@@ -183,3 +183,44 @@ fn read_committed_under_uring() {
     }
     serves_read_committed_on(ReadPathKind::UringSplice, ServerModel::Uring);
 }
+
+/// A `__consumer_offsets` partition copied from a Kafka broker holding transactional offset
+/// commits (`send_offsets_to_transaction`): the coordinator replays them as Kafka does, an
+/// aborted transaction's offsets never committed, a committed one's applied at its marker, an
+/// open one's not applied.
+#[test]
+fn transactional_offset_commits_in_a_copied_consumer_offsets_are_replayed_as_kafka_does() {
+    use fetchbench::protocol::consumer_offsets::{partition_for, OffsetCommitKey, OffsetCommitValue};
+    let commit = |base: i64, producer: Option<i64>, partition: i32, offset: i64| {
+        let key = OffsetCommitKey::new("txg", TOPIC, partition).encode().unwrap();
+        let value = OffsetCommitValue::new(offset, None, String::new(), 1_700_000_000_000, None).encode().unwrap();
+        let mut b = BatchBuilder::new(base, Compression::None);
+        if let Some(p) = producer {
+            b = b.producer(p, 0, 0).transactional(true);
+        }
+        b.append(1_700_000_000_000, Some(&key), Some(&value), &[]);
+        b.build().unwrap()
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let logs = tmp.path().join("logs");
+    let dir = logs.join(format!("__consumer_offsets-{}", partition_for("txg", 50)));
+    std::fs::create_dir_all(&dir).unwrap();
+    let segment = [
+        commit(0, None, 0, 5),
+        commit(1, Some(7), 0, 10),
+        marker_batch(2, 7, 0, true, 0, 1_700_000_000_001),
+        commit(3, Some(8), 1, 20),
+        marker_batch(4, 8, 0, false, 0, 1_700_000_000_002),
+        commit(5, Some(9), 2, 30),
+    ]
+    .concat();
+    std::fs::write(dir.join("00000000000000000000.log"), segment).unwrap();
+    let broker = common::start_group_broker(&logs, "127.0.0.1:0".parse().unwrap(), |_| {});
+    let offsets = broker.test_support().coordinator().fetch_offsets("txg", None).unwrap();
+    let found: Vec<(i32, i64)> = offsets
+        .iter()
+        .flat_map(|(_, parts)| parts.iter().map(|(p, c)| (*p, c.as_ref().map_or(-1, |c| c.offset))))
+        .collect();
+    assert_eq!(found, [(0, 5), (1, 20)], "partition 0 keeps 5 (10 was aborted), 1 gets 20, 2 (open) nothing");
+    broker.shutdown().unwrap();
+}

@@ -1,6 +1,14 @@
 //! The coordinator's `__consumer_offsets` in the broker's own log: [`LogStorage`] appends the
 //! coordinator's records, [`load`] replays them at start-up.
 //!
+//! Transactional offset commits (a consumer-transform-produce loop's `TxnOffsetCommit`, written by
+//! Kafka in transactional batches of the producer) are replayed as Kafka's
+//! `GroupMetadataManager.doLoadGroupsAndOffsets` replays them ([`TxnOffsets`]): held per producer
+//! until the producer's COMMIT marker, which applies each one unless an offset commit appended
+//! after it (a higher batch offset) is already there; an ABORT marker drops them; those of a
+//! transaction still open at the log end are not applied (this broker has no transaction
+//! coordinator yet to complete them).
+//!
 //! The topic is created on the first write, like Kafka creates it on the first FindCoordinator:
 //! `offsets.topic.num.partitions` partitions, `cleanup.policy=compact`,
 //! `segment.bytes=offsets.topic.segment.bytes` (100 MiB), the broker's other log defaults.
@@ -86,7 +94,7 @@ pub(crate) fn load(shared: &Shared) {
     };
     let now = crate::log::partition::now_ms();
     for partition in partitions {
-        let mut records = Vec::new();
+        let mut records = TxnOffsets::default();
         {
             let Some(log) = shared.logs().and_then(|l| l.partition(OFFSETS_TOPIC, partition)) else { continue };
             // The segments' files and sizes are taken under the partition's lock; the bytes are
@@ -109,8 +117,7 @@ pub(crate) fn load(shared: &Shared) {
                 };
                 for batch in MixedBatches::new(&bytes) {
                     match batch {
-                        Ok(b) if b.is_control => {}
-                        Ok(b) => records.extend(b.records.into_iter().map(|r| (r.key, r.value))),
+                        Ok(b) => records.add(b),
                         Err(e) => {
                             tracing::warn!("{OFFSETS_TOPIC}-{partition}: {e}; the rest of the segment is skipped");
                             break;
@@ -119,8 +126,133 @@ pub(crate) fn load(shared: &Shared) {
                 }
             }
         }
+        let (records, open) = records.finish();
+        if open > 0 {
+            tracing::info!(
+                "{OFFSETS_TOPIC}-{partition}: {open} transactional offset commit(s) of transactions still open are not applied"
+            );
+        }
         let applied = coordinator.load_records(partition, records, now);
         tracing::debug!("{OFFSETS_TOPIC}-{partition}: replayed {applied} records");
     }
     coordinator.finish_loading();
+}
+
+/// A `__consumer_offsets` record: key, value (`None`: a tombstone).
+type OffsetsRecordBytes = (Option<bytes::Bytes>, Option<bytes::Bytes>);
+
+/// The records of one `__consumer_offsets` partition in the order the coordinator applies them,
+/// transactional offset commits resolved by their markers (see the module docs).
+#[derive(Default)]
+pub(crate) struct TxnOffsets {
+    /// Records to apply, in order.
+    out: Vec<OffsetsRecordBytes>,
+    /// Per group/topic/partition key: the batch offset of the offset commit last put in `out`.
+    applied_at: std::collections::HashMap<bytes::Bytes, i64>,
+    /// Per producer: its transactional offset commits not yet decided, (batch offset, record).
+    pending: std::collections::HashMap<i64, Vec<(i64, OffsetsRecordBytes)>>,
+}
+
+impl TxnOffsets {
+    /// Adds one decoded batch of the partition, in log order.
+    pub(crate) fn add(&mut self, b: crate::log::batch::mixed::DecodedBatch) {
+        if b.is_control {
+            // ControlRecordType: key = version i16, type i16 (0 ABORT, 1 COMMIT).
+            let kind = b
+                .records
+                .first()
+                .and_then(|r| r.key.as_ref())
+                .filter(|k| k.len() >= 4)
+                .map(|k| i16::from_be_bytes([k[2], k[3]]));
+            let pending = self.pending.remove(&b.producer_id).unwrap_or_default();
+            if kind == Some(crate::log::txn_index::COMMIT_MARKER) {
+                for (batch_offset, record) in pending {
+                    let key = record.0.clone().unwrap_or_default();
+                    if self.applied_at.get(&key).is_some_and(|&at| at > batch_offset) {
+                        continue; // a later plain commit wins (Kafka's `olderThan`)
+                    }
+                    self.applied_at.insert(key, batch_offset);
+                    self.out.push(record);
+                }
+            }
+            return;
+        }
+        for r in b.records {
+            let record = (r.key, r.value);
+            if b.is_transactional && b.producer_id >= 0 {
+                self.pending.entry(b.producer_id).or_default().push((b.base_offset, record));
+            } else {
+                if let Some(key) = &record.0 {
+                    // A tombstone removes the offset: a transactional commit decided later applies
+                    // whatever its age (Kafka: `!loadedOffsets.contains(groupTopicPartition)`).
+                    match record.1 {
+                        Some(_) => self.applied_at.insert(key.clone(), b.base_offset),
+                        None => self.applied_at.remove(key),
+                    };
+                }
+                self.out.push(record);
+            }
+        }
+    }
+
+    /// The records to apply, and how many transactional ones stay undecided (open transactions).
+    pub(crate) fn finish(self) -> (Vec<OffsetsRecordBytes>, usize) {
+        (self.out, self.pending.values().map(Vec::len).sum())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::batch::mixed::MixedBatches;
+    use crate::log::batch::{BatchBuilder, Compression};
+    use crate::log::txn_index::marker_batch;
+    use crate::protocol::consumer_offsets::{OffsetCommitKey, OffsetCommitValue};
+
+    fn commit(base: i64, txn_producer: Option<i64>, partition: i32, offset: i64) -> Vec<u8> {
+        let key = OffsetCommitKey::new("g", "t", partition).encode().unwrap();
+        let value = OffsetCommitValue::new(offset, None, String::new(), 1, None).encode().unwrap();
+        let mut b = BatchBuilder::new(base, Compression::None);
+        if let Some(p) = txn_producer {
+            b = b.producer(p, 0, 0).transactional(true);
+        }
+        b.append(1, Some(&key), Some(&value), &[]);
+        b.build().unwrap()
+    }
+
+    /// Kafka's replay: an aborted transactional commit is dropped, a committed one applied at
+    /// its marker unless a later plain commit of the same partition came first, an open one is
+    /// not applied.
+    #[test]
+    fn transactional_offset_commits_wait_for_their_marker() {
+        let log = [
+            commit(0, None, 0, 5),
+            commit(1, Some(7), 0, 10),
+            marker_batch(2, 7, 0, true, 0, 1),
+            commit(3, Some(8), 1, 20),
+            commit(4, Some(9), 3, 40),
+            commit(5, None, 3, 41),
+            marker_batch(6, 8, 0, false, 0, 1),
+            marker_batch(7, 9, 0, false, 0, 1),
+            commit(8, Some(10), 2, 30),
+        ]
+        .concat();
+        let mut t = TxnOffsets::default();
+        for b in MixedBatches::new(&log) {
+            t.add(b.unwrap());
+        }
+        let (records, open) = t.finish();
+        let applied: Vec<(i32, i64)> = records
+            .iter()
+            .map(|(k, v)| {
+                let key = OffsetCommitKey::decode(k.as_ref().unwrap()).unwrap();
+                let value = OffsetCommitValue::decode(v.as_ref().unwrap()).unwrap();
+                (key.partition, value.offset)
+            })
+            .collect();
+        // 0 -> 5 (10 aborted); 3 -> 41 (plain), then 1 -> 20 at 8's COMMIT; 9's 40 loses to the
+        // later plain 41; 2 -> 30 is open.
+        assert_eq!(applied, [(0, 5), (3, 41), (1, 20)]);
+        assert_eq!(open, 1);
+    }
 }
