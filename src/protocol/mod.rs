@@ -16,7 +16,8 @@
 //! [`consumer_protocol`] is the consumer protocol's Subscription and Assignment (on
 //! `kafka-protocol`'s messages), [`consumer_offsets`] the `__consumer_offsets` record schemas
 //! (written and replayed by the broker's group coordinator, read by the admin client and by
-//! `log dump`). [`primitives`] is the
+//! `log dump`), [`transaction_state`] the `__transaction_state` record schemas (for the broker's
+//! transaction coordinator; not yet written by the broker). [`primitives`] is the
 //! crate's one codec of Kafka's primitives (lengths, varints, strings) for what `kafka-protocol`
 //! does not do: those records, the sticky assignor's user data, and [`fetch_response`], the Fetch
 //! response framed by hand so that record bytes stay in their files.
@@ -30,5 +31,6 @@ pub mod consumer_protocol;
 pub mod fetch_response;
 pub mod frame;
 pub(crate) mod primitives;
+pub mod transaction_state;
 
 pub use frame::ProtocolError;

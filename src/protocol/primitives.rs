@@ -8,7 +8,8 @@
 //! - [`Reader`]: reads primitives from a slice with each length checked against the bytes left
 //!   before anything is allocated, a 5-byte limit on unsigned varints, and errors
 //!   ([`DecodeError`]) that name the schema, version, field and byte position: the
-//!   `__consumer_offsets` records ([`super::consumer_offsets`]) and the sticky assignor's user
+//!   `__consumer_offsets` and `__transaction_state` records ([`super::consumer_offsets`],
+//!   [`super::transaction_state`]) and the sticky assignor's user
 //!   data (`client::assignor::sticky`).
 //! - [`Writer`], [`put_length`], [`put_unsigned_varint`]: the same primitives written, for those
 //!   records and for the hand-framed Fetch response ([`super::fetch_response`]), failing with an
@@ -239,6 +240,10 @@ impl<'a> Reader<'a> {
         Ok(a)
     }
 
+    /// An `int8`.
+    pub(crate) fn i8(&mut self, field: &'static str) -> DResult<i8> {
+        self.array(field).map(i8::from_be_bytes)
+    }
     /// A big-endian `int16`.
     pub(crate) fn i16(&mut self, field: &'static str) -> DResult<i16> {
         self.array(field).map(i16::from_be_bytes)
@@ -339,6 +344,25 @@ impl<'a> Reader<'a> {
             ));
         }
         Ok(n)
+    }
+
+    /// A nullable array's element count (`None` for null), checked against the bytes left as
+    /// [`Reader::array_len`] does.
+    pub(crate) fn nullable_array_len(
+        &mut self,
+        field: &'static str,
+        min_element_size: usize,
+    ) -> DResult<Option<usize>> {
+        let start = self.pos;
+        let Some(n) = self.length(field, true)? else { return Ok(None) };
+        if n.saturating_mul(min_element_size.max(1)) > self.remaining() {
+            return Err(self.invalid(
+                field,
+                start,
+                format!("array of {n} elements cannot fit in the {} bytes left", self.remaining()),
+            ));
+        }
+        Ok(Some(n))
     }
 
     /// The tagged-field section of a flexible struct (none in non-flexible versions).
@@ -446,6 +470,14 @@ impl Writer {
     pub(crate) fn err(&self, field: &'static str, reason: impl Into<String>) -> EncodeError {
         EncodeError { schema: self.schema, version: self.version, field, reason: reason.into() }
     }
+    /// An `int8`.
+    pub(crate) fn i8(&mut self, v: i8) {
+        self.out.put_i8(v);
+    }
+    /// A big-endian `int16`.
+    pub(crate) fn i16(&mut self, v: i16) {
+        self.out.put_i16(v);
+    }
     /// A big-endian `int32`.
     pub(crate) fn i32(&mut self, v: i32) {
         self.out.put_i32(v);
@@ -482,6 +514,11 @@ impl Writer {
     /// versions (the elements follow, written by the caller).
     pub(crate) fn array_len(&mut self, field: &'static str, n: usize) -> EResult<()> {
         self.length(field, Some(n), true)
+    }
+    /// The element count of a nullable array (`None` = null: `int32` -1, or unsigned varint 0 in
+    /// flexible versions).
+    pub(crate) fn nullable_array_len(&mut self, field: &'static str, n: Option<usize>) -> EResult<()> {
+        self.length(field, n, true)
     }
     /// The tagged-field section of a flexible struct (KIP-482); before the first flexible version
     /// there must be none.
