@@ -97,6 +97,24 @@ pub const GROUP_MAX_SIZE_REACHED: i16 = 81;
 /// `FENCED_INSTANCE_ID`: another member now holds this `group.instance.id` (KIP-345).
 pub const FENCED_INSTANCE_ID: i16 = 82;
 
+// Transaction coordinator errors (Kafka's `Errors`; `broker::txn_coordinator`).
+/// `INVALID_TXN_STATE`: EndTxn asked for the other outcome than the one under way or done, or
+/// for an Empty transaction.
+pub const INVALID_TXN_STATE: i16 = 48;
+/// `INVALID_PRODUCER_ID_MAPPING`: the producer id is not the one of its transactional id (or the
+/// transactional id is unknown).
+pub const INVALID_PRODUCER_ID_MAPPING: i16 = 49;
+/// `INVALID_TRANSACTION_TIMEOUT`: `transaction.timeout.ms` is not in `1..=transaction.max.timeout.ms`.
+pub const INVALID_TRANSACTION_TIMEOUT: i16 = 50;
+/// `CONCURRENT_TRANSACTIONS` (retriable): another state change of the transactional id is under way.
+pub const CONCURRENT_TRANSACTIONS: i16 = 51;
+/// `PRODUCER_FENCED`: a newer producer with the same transactional id has the epoch (answered as
+/// `INVALID_PRODUCER_EPOCH` to the request versions that predate it).
+pub const PRODUCER_FENCED: i16 = 90;
+/// `TRANSACTION_ABORTABLE`: a verified partition is not in the transaction (AddPartitionsToTxn v4+
+/// verify-only, KIP-890).
+pub const TRANSACTION_ABORTABLE: i16 = 120;
+
 /// The Kafka error code for a storage error.
 ///
 /// | `LogError`                          | code                        |

@@ -103,6 +103,9 @@
 //!   offsets sharded by `__consumer_offsets` partition, a lock each, timers), per-group wakeups,
 //!   waiting JoinGroup / SyncGroup requests in the purgatory (`delayed_join`), the group APIs'
 //!   handlers, and `__consumer_offsets` storage in the broker's log.
+//! - [`txn_coordinator`]: the transaction coordinator's state machine and decisions (Kafka's
+//!   `TransactionMetadata` and `TransactionCoordinator`), pure and not yet wired to any API
+//!   (issue 18).
 //! - [`uring`]: the `uring` server model's front end (cores, rings, the async response writer).
 //! - [`conn_handle`]: [`ConnHandle`](conn_handle::ConnHandle), the connection a Responder answers
 //!   on, of either model.
@@ -183,7 +186,8 @@
 //! reset by [`BrokerHandle::take_fetch_latency`].
 //!
 //! Not here: fetch sessions (KIP-227: every Fetch is a full fetch, see [`handler::fetch`]),
-//! transactions (InitProducerId serves idempotent producers only), the KIP-848 consumer group
+//! transactions (InitProducerId serves idempotent producers only; [`txn_coordinator`] holds the
+//! transaction coordinator's state machine, not yet wired), the KIP-848 consumer group
 //! protocol, replication, and any listener but PLAINTEXT.
 //!
 //! Tested with real clients: kcat (librdkafka 2.0.2) lists, produces (uncompressed, gzip, snappy, lz4,
@@ -215,6 +219,8 @@ pub mod server_model;
 pub(crate) mod shared;
 pub(crate) mod test_support;
 pub(crate) mod topics;
+#[allow(dead_code)] // wired by the transaction coordinator's handlers (issue 18)
+pub(crate) mod txn_coordinator;
 pub(crate) mod uring;
 pub(crate) mod write_deadline;
 
