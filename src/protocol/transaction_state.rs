@@ -507,6 +507,42 @@ mod tests {
         assert_eq!(empty.encode().unwrap()[17], 0x00);
     }
 
+    /// Kafka's `TransactionLogTest.testDeserializeFutureTransactionLogValue`: a v1 value written
+    /// by a future schema with unknown tagged fields (100: a string "foo", 101: an int32 4000) in
+    /// the value and in its partitions struct is read, the unknown tags are kept.
+    #[test]
+    fn future_tagged_fields_are_kept() {
+        let bytes: Vec<u8> = vec![
+            0x00, 0x01, // version 1
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x03, 0xe8, // producer_id 1000
+            0x00, 0x64, // producer_epoch 100
+            0x00, 0x00, 0x03, 0xe8, // transaction_timeout_ms 1000
+            0x04, // CompleteCommit
+            0x02, // 1 topic
+            0x06, b't', b'o', b'p', b'i', b'c', // compact "topic"
+            0x02, 0x00, 0x00, 0x00, 0x01, // partition_ids [1]
+            0x02, // 2 tagged fields in the partitions struct
+            0x64, 0x05, 0x00, 0x03, b'f', b'o', b'o', // tag 100, 5 bytes: string "foo"
+            0x65, 0x04, 0x00, 0x00, 0x0f, 0xa0, // tag 101, 4 bytes: 4000
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x07, 0xd0, // last update 2000
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x0b, 0xb8, // start 3000
+            0x02, // 2 tagged fields in the value
+            0x64, 0x05, 0x00, 0x03, b'f', b'o', b'o', // tag 100
+            0x65, 0x04, 0x00, 0x00, 0x0f, 0xa0, // tag 101
+        ];
+        let v = TransactionLogValue::decode(&bytes).unwrap();
+        assert_eq!((v.producer_id, v.producer_epoch, v.transaction_timeout_ms), (1000, 100, 1000));
+        assert_eq!(v.transaction_status, 4);
+        assert_eq!((v.transaction_last_update_timestamp_ms, v.transaction_start_timestamp_ms), (2000, 3000));
+        assert_eq!((v.previous_producer_id, v.next_producer_id, v.client_transaction_version), (-1, -1, 0));
+        let tags = |f: &[TaggedField]| f.iter().map(|t| t.tag).collect::<Vec<_>>();
+        assert_eq!(tags(&v.unknown_tagged_fields), vec![100, 101]);
+        let parts = v.transaction_partitions.as_ref().unwrap();
+        assert_eq!((parts[0].topic.as_str(), parts[0].partition_ids.as_slice()), ("topic", &[1][..]));
+        assert_eq!(tags(&parts[0].unknown_tagged_fields), vec![100, 101]);
+        assert_eq!(v.encode().unwrap(), bytes);
+    }
+
     #[test]
     fn records_and_tombstones() {
         let key = TransactionLogKey::new("t1").encode().unwrap();
