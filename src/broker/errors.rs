@@ -52,6 +52,12 @@ pub const INVALID_PRODUCER_EPOCH: i16 = 47;
 /// `TRANSACTIONAL_ID_AUTHORIZATION_FAILED`: transactional produce or InitProducerId with a
 /// transactional id (transactions are not supported here; clients treat it as fatal).
 pub const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
+/// `INVALID_TXN_STATE`: a producer's batch breaks its transaction state (Kafka's
+/// `InvalidTxnStateException`).
+pub const INVALID_TXN_STATE: i16 = 48;
+/// `TRANSACTION_COORDINATOR_FENCED`: a transaction marker from a coordinator epoch older than
+/// the one the partition last saw for its producer (Kafka's `TransactionCoordinatorFencedException`).
+pub const TRANSACTION_COORDINATOR_FENCED: i16 = 52;
 /// `KAFKA_STORAGE_ERROR`: a disk error while reading or writing the log.
 pub const KAFKA_STORAGE_ERROR: i16 = 56;
 /// `FETCH_SESSION_ID_NOT_FOUND`: a fetch named a session this broker does not have (KIP-227).
@@ -128,6 +134,9 @@ pub const TRANSACTION_ABORTABLE: i16 = 120;
 /// | `InvalidConfig`                     | `INVALID_CONFIG` (40)       |
 /// | `OutOfOrderSequence`                | `OUT_OF_ORDER_SEQUENCE_NUMBER` (45) |
 /// | `InvalidProducerEpoch`              | `INVALID_PRODUCER_EPOCH` (47) |
+/// | `InvalidTxnState`                   | `INVALID_TXN_STATE` (48)    |
+/// | `TransactionCoordinatorFenced`      | `TRANSACTION_COORDINATOR_FENCED` (52) |
+/// | `TransactionalNotAllowed`           | `TRANSACTIONAL_ID_AUTHORIZATION_FAILED` (53) |
 /// | `Closed` (the broker is shutting down) | `NOT_LEADER_OR_FOLLOWER` (6), retriable |
 ///
 /// `UNKNOWN_PRODUCER_ID` (59) is never returned: like Kafka 4 (KIP-360), a producer the partition
@@ -143,6 +152,9 @@ pub fn log_error_code(error: &LogError) -> i16 {
         LogError::InvalidConfig { .. } => INVALID_CONFIG,
         LogError::OutOfOrderSequence { .. } => OUT_OF_ORDER_SEQUENCE_NUMBER,
         LogError::InvalidProducerEpoch { .. } => INVALID_PRODUCER_EPOCH,
+        LogError::InvalidTxnState { .. } => INVALID_TXN_STATE,
+        LogError::TransactionCoordinatorFenced { .. } => TRANSACTION_COORDINATOR_FENCED,
+        LogError::TransactionalNotAllowed { .. } => TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
         LogError::Closed { .. } => NOT_LEADER_OR_FOLLOWER,
     }
 }
@@ -192,5 +204,21 @@ mod tests {
             offset: 3,
         };
         assert_eq!(log_error_code(&e), INVALID_PRODUCER_EPOCH);
+    }
+
+    #[test]
+    fn transaction_errors_map_to_kafka_codes() {
+        let e = LogError::TransactionCoordinatorFenced {
+            partition: "t-0".into(),
+            producer_id: 1,
+            coordinator_epoch: 2,
+            current_coordinator_epoch: 3,
+            offset: 4,
+        };
+        assert_eq!(log_error_code(&e), TRANSACTION_COORDINATOR_FENCED);
+        let e = LogError::InvalidTxnState { partition: "t-0".into(), producer_id: 1, offset: 4, reason: "x".into() };
+        assert_eq!(log_error_code(&e), INVALID_TXN_STATE);
+        let e = LogError::TransactionalNotAllowed { partition: "t-0".into(), producer_id: 1 };
+        assert_eq!(log_error_code(&e), TRANSACTIONAL_ID_AUTHORIZATION_FAILED);
     }
 }

@@ -20,7 +20,16 @@
 //! - tombstones (null values) are kept until the batch's delete horizon passes: the first cleaning
 //!   that sees a tombstone stamps its batch with `delete horizon = now + delete.retention.ms`
 //!   (KIP-534, attributes bit 6) and a later cleaning after that time removes it;
-//! - control batches are kept;
+//! - the range cleaned ends below the last stable offset: a segment is cleaned only when all of
+//!   it lies below the first offset of the earliest open transaction (Kafka's
+//!   `firstUncleanableDirtyOffset` takes `firstUnstableOffset`) as well as the high watermark;
+//! - the records of aborted transactions ([`PartitionLog::aborted_txns`]) are removed and never
+//!   hide the committed value of their key (Kafka's `CleanedTransactionMetadata`); committed
+//!   transactional records are compacted like any other;
+//! - control batches (COMMIT / ABORT markers) are always kept, with the segment's `.txnindex`
+//!   (Kafka removes a marker once its transaction's data is gone and `delete.retention.ms`
+//!   passed; keeping it costs one small batch per transaction and keeps every `.txnindex` entry
+//!   and read_committed answer true);
 //! - a rewritten batch keeps its codec, producer id, epoch and base sequence, partition leader
 //!   epoch, transactional bit and timestamp type; a LogAppendTime batch keeps its max timestamp
 //!   (the log append time), as Kafka's `buildRetainedRecordsInto`;
@@ -118,12 +127,15 @@ pub fn compact(log: &mut PartitionLog, now_ms: i64) -> Result<CompactionOutcome,
     if !cfg.is_compact() {
         return Ok(out);
     }
-    // The cleanable range: inactive segments old enough, below the high watermark.
+    // The cleanable range: inactive segments old enough, below the last stable offset (the high
+    // watermark, or the first offset of the earliest open transaction: Kafka's
+    // `firstUncleanableDirtyOffset` takes the log's `firstUnstableOffset`).
+    let upper = log.last_stable_offset();
     let segs: Vec<&Segment> = log.segments().collect();
     let mut cleanable: Vec<i64> = Vec::new();
     for (i, seg) in segs.iter().enumerate() {
         let Some(next) = segs.get(i + 1) else { break };
-        if next.base_offset() > log.high_watermark() {
+        if next.base_offset() > upper {
             break;
         }
         if cfg.min_compaction_lag_ms > 0 && now_ms - seg.largest_timestamp() < cfg.min_compaction_lag_ms {
@@ -139,6 +151,7 @@ pub fn compact(log: &mut PartitionLog, now_ms: i64) -> Result<CompactionOutcome,
     // (Kafka's `lastDataOffset`: control batches do not count).
     let mut latest: HashMap<Vec<u8>, i64> = HashMap::new();
     let mut last_batch_of_producer: HashMap<i64, i64> = HashMap::new();
+    let aborted = AbortedRanges::new(log.aborted_txns());
     let map = log.segments_map();
     for base in &cleanable {
         let seg = &map[base];
@@ -149,6 +162,11 @@ pub fn compact(log: &mut PartitionLog, now_ms: i64) -> Result<CompactionOutcome,
             }
             if h.has_producer_id() {
                 last_batch_of_producer.insert(h.producer_id, h.last_offset());
+            }
+            if aborted.contains(h) {
+                // Kafka's buildOffsetMap skips aborted transactions' records: they must not
+                // hide the committed value of their key.
+                return Ok(());
             }
             for rec in batch.records_with_limit(DEFAULT_MAX_UNCOMPRESSED)?.iter() {
                 let rec = rec?;
@@ -186,8 +204,15 @@ pub fn compact(log: &mut PartitionLog, now_ms: i64) -> Result<CompactionOutcome,
             // cause while the batch walk (whose errors are `BatchError`s) stops.
             let mut write_error: Option<LogError> = None;
             let walked = for_each_batch(seg, |batch| {
-                let kept =
-                    filter_batch(&batch, &latest, &last_batch_of_producer, now_ms, cfg.delete_retention_ms, &mut out)?;
+                let kept = filter_batch(
+                    &batch,
+                    &latest,
+                    &last_batch_of_producer,
+                    &aborted,
+                    now_ms,
+                    cfg.delete_retention_ms,
+                    &mut out,
+                )?;
                 if let Some(bytes) = kept {
                     let b = RecordBatch::parse(&bytes)?;
                     let h = b.header();
@@ -206,6 +231,19 @@ pub fn compact(log: &mut PartitionLog, now_ms: i64) -> Result<CompactionOutcome,
                 return Err(e);
             }
             walked?;
+            // The markers are all kept, so the source's `.txnindex` stays true: it goes with
+            // the cleaned segment through the swap.
+            let txn = crate::log::txn_index::path_for(seg.log_path());
+            if let Some(entries) = crate::log::txn_index::read(&txn)? {
+                let to = log.dir().join(format!(
+                    "{}{}",
+                    segment::file_name(*base, segment::TXN_INDEX_SUFFIX),
+                    segment::CLEANED_SUFFIX
+                ));
+                std::fs::write(&to, crate::log::txn_index::encode(&entries))
+                    .map_err(|e| LogError::io("write", &to, e))?;
+                std::fs::File::open(&to).and_then(|f| f.sync_all()).map_err(|e| LogError::io("fsync", &to, e))?;
+            }
             dst.on_become_inactive()?;
             dst.flush()?;
             // Kafka's cleanSegments: the cleaned segment keeps the source's last-modified time.
@@ -245,12 +283,39 @@ fn set_last_modified(seg: &Segment, modified: SystemTime) -> Result<(), LogError
         .map_err(|e| LogError::io("set the modification time of", seg.log_path(), e))
 }
 
+/// The aborted transactions of a log by producer: `(first offset, marker offset)` ranges
+/// (Kafka's cleaner collects them from the `.txnindex` files, `CleanedTransactionMetadata`).
+struct AbortedRanges(HashMap<i64, Vec<(i64, i64)>>);
+
+impl AbortedRanges {
+    fn new(aborted: &[crate::log::txn_index::AbortedTxn]) -> Self {
+        let mut by_producer: HashMap<i64, Vec<(i64, i64)>> = HashMap::new();
+        for t in aborted {
+            by_producer.entry(t.producer_id).or_default().push((t.first_offset, t.last_offset));
+        }
+        AbortedRanges(by_producer)
+    }
+
+    /// Whether `h` is a data batch of an aborted transaction: transactional, of a producer with
+    /// an aborted transaction whose range holds it (a producer has one transaction open at a
+    /// time, so the range is exact).
+    fn contains(&self, h: &crate::log::batch::BatchHeader) -> bool {
+        h.attributes.is_transactional()
+            && !h.attributes.is_control()
+            && self
+                .0
+                .get(&h.producer_id)
+                .is_some_and(|r| r.iter().any(|&(first, last)| first <= h.base_offset && h.base_offset <= last))
+    }
+}
+
 /// Applies the retention rules of the module docs to one batch. Returns the bytes to write (the
 /// original, or a rewritten batch), or `None` to drop it.
 fn filter_batch(
     batch: &RecordBatch<'_>,
     latest: &HashMap<Vec<u8>, i64>,
     last_batch_of_producer: &HashMap<i64, i64>,
+    aborted: &AbortedRanges,
     now_ms: i64,
     delete_retention_ms: i64,
     stats: &mut CompactionOutcome,
@@ -265,7 +330,9 @@ fn filter_batch(
     stats.records_read += all.len() as u64;
     let mut kept = Vec::new();
     let mut has_tombstone = false;
-    for rec in &all {
+    // Kafka's cleaner discards the records of aborted transactions (`discardBatchRecords`).
+    let discard = aborted.contains(&h);
+    for rec in all.iter().filter(|_| !discard) {
         let Some(key) = rec.key else { continue };
         if latest.get(key).is_some_and(|&o| o > rec.offset) {
             continue;

@@ -120,6 +120,51 @@ pub enum LogError {
         /// The offset the batch would have had.
         offset: i64,
     },
+    /// A transaction marker's coordinator epoch is below the one of its producer's last marker
+    /// in this partition (a zombie transaction coordinator: Kafka's
+    /// `TransactionCoordinatorFencedException` from `ProducerAppendInfo.appendEndTxnMarker`).
+    /// Nothing was appended.
+    #[error("{partition}: marker of producer {producer_id} at offset {offset} has coordinator epoch {coordinator_epoch}, which is smaller than the last seen {current_coordinator_epoch}")]
+    TransactionCoordinatorFenced {
+        /// The partition (`topic-partition`).
+        partition: String,
+        /// The producer id of the marker.
+        producer_id: i64,
+        /// The marker's coordinator epoch.
+        coordinator_epoch: i32,
+        /// The coordinator epoch of the producer's last marker.
+        current_coordinator_epoch: i32,
+        /// The offset the marker would have had.
+        offset: i64,
+    },
+    /// A batch breaks its producer's transaction state (Kafka's `InvalidTxnStateException` from
+    /// `ProducerAppendInfo.appendDataBatch`: a non-transactional batch while the producer's
+    /// transaction is open). Nothing was appended.
+    #[error("{partition}: invalid transaction state of producer {producer_id} at offset {offset}: {reason}")]
+    InvalidTxnState {
+        /// The partition (`topic-partition`).
+        partition: String,
+        /// The producer id of the batch.
+        producer_id: i64,
+        /// The offset the batch would have had.
+        offset: i64,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A transactional batch reached an append that does not take them
+    /// ([`PartitionLog::append`](super::PartitionLog::append) and
+    /// [`PartitionLog::append_validated`](super::PartitionLog::append_validated); the
+    /// transactional appends are [`PartitionLog::append_transactional`](super::PartitionLog::append_transactional)
+    /// and [`PartitionLog::append_validated_transactional`](super::PartitionLog::append_validated_transactional)).
+    /// Kafka's `KafkaApis.handleProduceRequest` answers transactional records without an
+    /// authorized transactional id `TRANSACTIONAL_ID_AUTHORIZATION_FAILED`. Nothing was appended.
+    #[error("{partition}: transactional batch of producer {producer_id} refused: this append does not take transactional batches")]
+    TransactionalNotAllowed {
+        /// The partition (`topic-partition`).
+        partition: String,
+        /// The producer id of the batch.
+        producer_id: i64,
+    },
     /// The partition's log was closed (its log directory is shutting down): the append was
     /// refused, nothing was written. Kafka's request handlers stop before its `LogManager`
     /// shuts down; here a request already past that point gets this, and the broker answers

@@ -10,8 +10,8 @@
 //! | [`time_index`] | `TimeIndex` | sparse `.timeindex`: timestamp -> relative offset, on `index` |
 //! | [`segment`] | `LogSegment`, `FileRecords` | one `.log` with its indexes: append, scan, recover |
 //! | [`partition`] | `UnifiedLog`, `LocalLog`, `LogLoader`, `LogValidator`, `Partition` | ordered segments, offsets: open and recovery, append validation, read -> [`FileSlice`], segment deletion and the cleaner's swap; [`Partition`], the log behind its own lock (one file per concept, see its table) |
-//! | [`producer_state`] | `ProducerStateManager`, `ProducerStateEntry` | idempotent producers: epochs, last 5 batches, sequence checks; open transactions and the aborted ones their markers end |
-//! | [`txn_index`] | `TransactionIndex`, `AbortedTxn` | `.txnindex`: the aborted transactions whose ABORT marker is in a segment |
+//! | [`producer_state`] | `ProducerStateManager`, `ProducerStateEntry` | idempotent producers: epochs, last 5 batches, sequence checks; open transactions, the checks on their batches and markers (epoch, coordinator epoch), the [`CompletedTxn`] a marker ends |
+//! | [`txn_index`] | `TransactionIndex`, `AbortedTxn` | `.txnindex`: the aborted transactions whose ABORT marker is in a segment (appended at runtime, rebuilt at open); the COMMIT / ABORT marker batch |
 //! | [`producer_id`] | `ProducerIdManager` | producer id blocks for InitProducerId, persisted in the log dir |
 //! | [`cleaner`] | `LogCleaner`, retention in `UnifiedLog` | retention and compaction policies |
 //! | [`config`] | `LogConfig` | topic and broker configs with Kafka's names and defaults |
@@ -46,4 +46,5 @@ pub use batch::{BatchError, RecordBatch};
 pub use config::LogConfig;
 pub use error::LogError;
 pub use partition::{FileSlice, Partition, PartitionLog};
+pub use producer_state::CompletedTxn;
 pub use segment::Segment;

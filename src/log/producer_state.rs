@@ -50,6 +50,17 @@
 //! empty one at the marker's offset, as Kafka does). The earliest open transaction's first
 //! offset is the partition's first unstable offset ([`ProducerStateManager::first_unstable_offset`]),
 //! which bounds the last stable offset. A producer with an open transaction never expires.
+//! This runs at load (the header replay) and at runtime: a transactional append
+//! ([`PartitionLog::append_transactional`](super::PartitionLog::append_transactional)) opens the
+//! transaction after its write; while it is open the producer's non-transactional batches are
+//! [`LogError::InvalidTxnState`] (Kafka's `appendDataBatch`). A marker written by the
+//! coordinator ([`PartitionLog::append_txn_marker`](super::PartitionLog::append_txn_marker)) is
+//! checked first ([`ProducerStateManager::check_end_txn_marker`]: an epoch below the producer's
+//! is [`LogError::InvalidProducerEpoch`], a coordinator epoch below the one of the producer's
+//! last marker [`LogError::TransactionCoordinatorFenced`]) and applied after its write
+//! ([`ProducerStateManager::append_end_txn_marker`]: the producer takes the marker's epoch and
+//! coordinator epoch, Kafka's `ProducerStateEntry.coordinatorEpoch`; at load the coordinator
+//! epoch is read back from the marker's value).
 //!
 //! **Expiry** (`producer.id.expiration.ms`, Kafka default 24 h, [`DEFAULT_PRODUCER_ID_EXPIRATION_MS`]):
 //! a producer whose last batch max timestamp is older than that is forgotten by
@@ -176,6 +187,9 @@ pub struct ProducerStateEntry {
     producer_epoch: i16,
     batches: VecDeque<BatchMetadata>,
     last_timestamp: i64,
+    /// The coordinator epoch of the producer's last transaction marker, -1 when none (Kafka's
+    /// `ProducerStateEntry.coordinatorEpoch`).
+    coordinator_epoch: i32,
 }
 
 impl ProducerStateEntry {
@@ -186,6 +200,7 @@ impl ProducerStateEntry {
             producer_epoch: NO_PRODUCER_EPOCH,
             batches: VecDeque::new(),
             last_timestamp: -1,
+            coordinator_epoch: -1,
         }
     }
     /// The producer id.
@@ -195,6 +210,12 @@ impl ProducerStateEntry {
     /// The latest epoch seen (-1 when none).
     pub fn producer_epoch(&self) -> i16 {
         self.producer_epoch
+    }
+    /// The coordinator epoch of the producer's last COMMIT / ABORT marker, -1 when none (Kafka's
+    /// `ProducerStateEntry.coordinatorEpoch`): a marker from an older coordinator is fenced
+    /// ([`ProducerStateManager::check_end_txn_marker`]).
+    pub fn coordinator_epoch(&self) -> i32 {
+        self.coordinator_epoch
     }
     /// Max timestamp of the latest batch, ms (-1 when none): what expiry compares.
     pub fn last_timestamp(&self) -> i64 {
@@ -337,6 +358,78 @@ impl ProducerStateManager {
         }
     }
 
+    /// Checks a COMMIT / ABORT marker of `producer_id` before it is written, as Kafka's
+    /// `ProducerAppendInfo.appendEndTxnMarker` (a marker is appended with
+    /// `AppendOrigin.COORDINATOR`): its `producer_epoch` must not be below the producer's
+    /// (`checkProducerEpoch`), and its `coordinator_epoch` not below the one of the producer's
+    /// last marker (a zombie coordinator). `offset` is where the marker would go (for the
+    /// message). A producer the partition does not know passes (an empty transaction).
+    ///
+    /// Errors: [`LogError::InvalidProducerEpoch`] (`INVALID_PRODUCER_EPOCH`, 47);
+    /// [`LogError::TransactionCoordinatorFenced`] (`TRANSACTION_COORDINATOR_FENCED`, 52).
+    pub fn check_end_txn_marker(
+        &self,
+        producer_id: i64,
+        producer_epoch: i16,
+        coordinator_epoch: i32,
+        offset: i64,
+    ) -> Result<(), LogError> {
+        let Some(entry) = self.producers.get(&producer_id) else { return Ok(()) };
+        if producer_epoch < entry.producer_epoch {
+            return Err(LogError::InvalidProducerEpoch {
+                partition: self.partition.clone(),
+                producer_id,
+                producer_epoch,
+                current_epoch: entry.producer_epoch,
+                offset,
+            });
+        }
+        if coordinator_epoch < entry.coordinator_epoch {
+            return Err(LogError::TransactionCoordinatorFenced {
+                partition: self.partition.clone(),
+                producer_id,
+                coordinator_epoch,
+                current_coordinator_epoch: entry.coordinator_epoch,
+                offset,
+            });
+        }
+        Ok(())
+    }
+
+    /// Applies a COMMIT / ABORT marker written at `offset` (checked first by
+    /// [`Self::check_end_txn_marker`]; at load it is taken as it is), Kafka's
+    /// `appendEndTxnMarker` then `ProducerStateManager.update`: the producer's epoch becomes the
+    /// marker's (a higher one clears its retained batches), its coordinator epoch and last
+    /// timestamp are the marker's, and its open transaction ends ([`Self::end_txn`]).
+    pub fn append_end_txn_marker(
+        &mut self,
+        producer_id: i64,
+        producer_epoch: i16,
+        coordinator_epoch: i32,
+        offset: i64,
+        timestamp_ms: i64,
+        aborted: bool,
+    ) -> CompletedTxn {
+        let entry = self.producers.entry(producer_id).or_insert_with(|| ProducerStateEntry::empty(producer_id));
+        entry.set_epoch(producer_epoch);
+        entry.coordinator_epoch = coordinator_epoch;
+        entry.last_timestamp = timestamp_ms;
+        self.end_txn(producer_id, offset, aborted)
+    }
+
+    /// Records the coordinator epoch of a marker replayed at load (the epoch and timestamp come
+    /// from [`Self::replay`] of its header, the transaction's end from [`Self::end_txn`]).
+    pub fn set_coordinator_epoch(&mut self, producer_id: i64, coordinator_epoch: i32) {
+        if let Some(e) = self.producers.get_mut(&producer_id) {
+            e.coordinator_epoch = coordinator_epoch;
+        }
+    }
+
+    /// Whether `producer_id` has an open transaction in the partition.
+    pub fn has_open_txn(&self, producer_id: i64) -> bool {
+        self.open_by_producer.contains_key(&producer_id)
+    }
+
     /// The first offset of the earliest open transaction (Kafka's `firstUnstableOffset`);
     /// `None` when none is open.
     pub fn first_unstable_offset(&self) -> Option<i64> {
@@ -407,7 +500,9 @@ impl ProducerStateManager {
         }
         // (current entry, updated entry) per producer, in first-seen order.
         let mut updates: Vec<(ProducerStateEntry, ProducerStateEntry)> = Vec::new();
-        for b in batches.iter().flatten() {
+        // Producers whose transactional batch came earlier in this set.
+        let mut txn_in_set: Vec<i64> = Vec::new();
+        for (header, b) in headers.iter().zip(&batches).filter_map(|(h, b)| b.as_ref().map(|b| (h, b))) {
             let i = match updates.iter().position(|(c, _)| c.producer_id == b.producer_id) {
                 Some(i) => i,
                 None => {
@@ -425,6 +520,19 @@ impl ProducerStateManager {
             };
             let (current, updated) = &mut updates[i];
             self.check_batch(current, updated, b)?;
+            // Kafka's `ProducerAppendInfo.appendDataBatch`: a producer with an open transaction
+            // writes only transactional batches until its marker.
+            let txn_open = self.open_by_producer.contains_key(&b.producer_id) || txn_in_set.contains(&b.producer_id);
+            if header.attributes.is_transactional() {
+                txn_in_set.push(b.producer_id);
+            } else if txn_open {
+                return Err(LogError::InvalidTxnState {
+                    partition: self.partition.clone(),
+                    producer_id: b.producer_id,
+                    offset: b.first_offset,
+                    reason: "a non-transactional batch from a producer with an open transaction".into(),
+                });
+            }
             updated.add_batch(b);
         }
         Ok(ProducerCheck::Append(ProducerUpdate { entries: updates.into_iter().map(|(_, u)| u).collect() }))
@@ -729,6 +837,62 @@ mod tests {
         assert_eq!(m.first_unstable_offset(), None);
         // A marker with nothing open: an empty transaction at the marker (Kafka's appendEndTxnMarker).
         assert_eq!(m.end_txn(3, 9, true).first_offset, 9);
+    }
+
+    #[test]
+    fn markers_are_fenced_by_producer_and_coordinator_epoch() {
+        let mut m = ProducerStateManager::new("t-0");
+        // Unknown producer: any marker passes (an empty transaction).
+        assert!(m.check_end_txn_marker(1, 0, 0, 0).is_ok());
+        m.replay(&header(1, 2, 0, 1, 0));
+        m.begin_txn(1, 0);
+        let low = m.check_end_txn_marker(1, 1, 5, 1);
+        assert!(
+            matches!(low, Err(LogError::InvalidProducerEpoch { producer_epoch: 1, current_epoch: 2, .. })),
+            "{low:?}"
+        );
+        assert!(m.check_end_txn_marker(1, 2, 5, 1).is_ok());
+        let done = m.append_end_txn_marker(1, 2, 5, 1, T, true);
+        assert_eq!((done.first_offset, done.last_offset, done.is_aborted), (0, 1, true));
+        let e = m.entry(1).unwrap();
+        assert_eq!((e.producer_epoch(), e.coordinator_epoch(), e.last_timestamp()), (2, 5, T));
+        assert_eq!(e.batches().len(), 1, "a marker in the same epoch keeps the batches");
+        // An older coordinator is fenced; the same or a newer one passes.
+        let fenced = m.check_end_txn_marker(1, 2, 4, 2);
+        assert!(
+            matches!(
+                fenced,
+                Err(LogError::TransactionCoordinatorFenced { coordinator_epoch: 4, current_coordinator_epoch: 5, .. })
+            ),
+            "{fenced:?}"
+        );
+        assert!(m.check_end_txn_marker(1, 2, 5, 2).is_ok());
+        // A marker of a higher epoch moves the producer to it (Kafka's maybeUpdateProducerEpoch).
+        m.append_end_txn_marker(1, 3, 6, 2, T, false);
+        assert_eq!((m.entry(1).unwrap().producer_epoch(), m.entry(1).unwrap().batches().len()), (3, 0));
+        assert_eq!(m.first_unstable_offset(), None);
+    }
+
+    #[test]
+    fn a_producer_in_a_transaction_writes_only_transactional_batches() {
+        let txn = |pid: i64, seq: i32, offset: i64| {
+            let mut b = BatchBuilder::new(offset, Compression::None).producer(pid, 0, seq).transactional(true);
+            b.append(T, None, Some(b"v"), &[]);
+            BatchHeader::parse(&b.build().unwrap()).unwrap()
+        };
+        let mut m = ProducerStateManager::new("t-0");
+        assert!(matches!(m.check_append(&[txn(1, 0, 0)]), Ok(ProducerCheck::Append(_))));
+        // Within one set: transactional then plain is refused, nothing applies.
+        let mixed = m.check_append(&[txn(1, 0, 0), header(1, 0, 1, 1, 1)]);
+        assert!(matches!(mixed, Err(LogError::InvalidTxnState { producer_id: 1, offset: 1, .. })), "{mixed:?}");
+        let ProducerCheck::Append(u) = m.check_append(&[txn(1, 0, 0)]).unwrap() else { panic!() };
+        m.apply(u);
+        m.begin_txn(1, 0);
+        assert!(matches!(m.check_append(&[header(1, 0, 1, 1, 1)]), Err(LogError::InvalidTxnState { .. })));
+        assert!(m.check_append(&[txn(1, 1, 1)]).is_ok());
+        assert!(m.check_append(&[header(2, 0, 0, 1, 1)]).is_ok(), "another producer is not concerned");
+        m.end_txn(1, 1, false);
+        assert!(m.check_append(&[header(1, 0, 1, 1, 2)]).is_ok(), "after the marker a plain batch is fine");
     }
 
     #[test]

@@ -183,7 +183,7 @@ pub(crate) struct SegmentSync {
 }
 
 impl SegmentSync {
-    /// `fdatasync` of the `.log` and of both index files.
+    /// `fdatasync` of the `.log`, of both index files and of the `.txnindex` when there is one.
     ///
     /// Errors: [`LogError::Io`] / [`LogError::OutOfSpace`] naming the file.
     pub(crate) fn sync(&self) -> Result<(), LogError> {
@@ -984,7 +984,8 @@ impl Segment {
         Ok(())
     }
 
-    /// fsyncs the `.log` and both indexes.
+    /// fsyncs the `.log`, both indexes and the `.txnindex` when there is one (Kafka's
+    /// `LogSegment.flush`).
     pub fn flush(&self) -> Result<(), LogError> {
         if self.read_only {
             return Ok(());
@@ -992,10 +993,23 @@ impl Segment {
         self.log.file.sync_data().map_err(|e| LogError::io("fsync", &self.log.path, e))?;
         self.offset_index.flush()?;
         self.time_index.flush()?;
+        if let Some((f, path)) = self.txn_index_file()? {
+            f.sync_data().map_err(|e| LogError::io("fsync", path, e))?;
+        }
         Ok(())
     }
 
-    /// Handles of its own on the segment's files (the shared `.log`, both index files opened
+    /// The `.txnindex` opened for an fsync, `None` when the segment has none.
+    fn txn_index_file(&self) -> Result<Option<(fs::File, PathBuf)>, LogError> {
+        let path = self.dir.join(file_name(self.base_offset, TXN_INDEX_SUFFIX));
+        match fs::File::open(&path) {
+            Ok(f) => Ok(Some((f, path))),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(LogError::io("open", path, e)),
+        }
+    }
+
+    /// Handles of its own on the segment's files (the shared `.log`, the index files and the `.txnindex` opened
     /// again), so that a scheduler can fsync them without the partition's lock
     /// ([`SegmentSync::sync`]). Nothing to sync for a read-only segment.
     ///
@@ -1004,12 +1018,15 @@ impl Segment {
         if self.read_only {
             return Ok(SegmentSync { log: None, indexes: Vec::new() });
         }
-        let mut indexes = Vec::with_capacity(2);
+        let mut indexes = Vec::with_capacity(3);
         if let Some(f) = self.offset_index.sync_file()? {
             indexes.push((f, self.offset_index.path().to_path_buf()));
         }
         if let Some(f) = self.time_index.sync_file()? {
             indexes.push((f, self.time_index.path().to_path_buf()));
+        }
+        if let Some(txn) = self.txn_index_file()? {
+            indexes.push(txn);
         }
         Ok(SegmentSync { log: Some(Arc::clone(&self.log)), indexes })
     }

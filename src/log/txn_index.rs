@@ -16,10 +16,13 @@
 //!
 //! Entries are in marker order. Kafka appends one when a segment receives an ABORT marker
 //! (`LogSegment.updateTxnIndex`), rebuilds a segment's file when it recovers the segment, and
-//! checks only that the size is a multiple of 34 (`sanityCheck`). fetchbench rebuilds the
-//! entries from the markers whenever it opens a partition (it replays every batch header), and
-//! writes a segment's file back when it is missing or says otherwise
-//! ([`super::partition::PartitionLog::open`]).
+//! checks only that the size is a multiple of 34 (`sanityCheck`). fetchbench does the same: an
+//! ABORT marker written at runtime ([`super::partition::PartitionLog::append_txn_marker`])
+//! appends its entry to the `.txnindex` of the segment holding the MARKER ([`append`]; fsynced
+//! with the segment's other index files); and the entries are rebuilt from the markers whenever
+//! a partition is opened (every batch header is replayed), a segment's file written back whole
+//! ([`write()`]) when it is missing or says otherwise ([`super::partition::PartitionLog::open`]),
+//! so a crash between a marker and its entry loses nothing.
 
 use std::path::Path;
 
@@ -178,6 +181,33 @@ pub fn write(path: &Path, entries: &[AbortedTxn]) -> Result<(), LogError> {
     Ok(())
 }
 
+/// Appends one entry (34 bytes) to the file at `path`, creating it when absent: Kafka's
+/// `TransactionIndex.append`, called by `LogSegment.updateTxnIndex` when an ABORT marker is
+/// written ([`PartitionLog::append_txn_marker`](super::partition::PartitionLog::append_txn_marker)).
+/// Not fsynced here: like the segment's other index files, the file is fsynced when its
+/// segment is flushed ([`Segment::flush`](crate::log::segment::Segment::flush)); after a crash
+/// the entries are rebuilt from the markers at open.
+///
+/// Errors: [`LogError::Io`] / [`LogError::OutOfSpace`] naming the file.
+pub fn append(path: &Path, entry: &AbortedTxn) -> Result<(), LogError> {
+    use std::io::Write;
+    let mut f =
+        std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(|e| LogError::io("open", path, e))?;
+    f.write_all(&encode(std::slice::from_ref(entry))).map_err(|e| LogError::io("append to", path, e))
+}
+
+/// The coordinator epoch a COMMIT / ABORT marker batch carries (the value of its first record:
+/// Kafka's `EndTransactionMarker`, version i16 then coordinator epoch i32).
+///
+/// Errors (a description): a batch that does not decode, no record, a value shorter than 6 bytes.
+pub fn marker_coordinator_epoch(bytes: &[u8]) -> Result<i32, String> {
+    let batch = crate::log::batch::RecordBatch::parse(bytes).map_err(|e| e.to_string())?;
+    let records = batch.records().map_err(|e| e.to_string())?;
+    let first = records.iter().next().ok_or("a control batch without a record")?.map_err(|e| e.to_string())?;
+    let value = first.value.filter(|v| v.len() >= 6).ok_or("a marker value shorter than 6 bytes")?;
+    Ok(i32::from_be_bytes([value[2], value[3], value[4], value[5]]))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -209,7 +239,23 @@ mod tests {
         let mut leader_change =
             crate::log::batch::BatchBuilder::new(0, crate::log::batch::Compression::None).control(true);
         leader_change.append(1, Some(&[0, 0, 0, 2]), Some(b""), &[]);
-        assert_eq!(end_marker(&leader_change.build().unwrap()), Ok(None));
+        let leader_change = leader_change.build().unwrap();
+        assert_eq!(end_marker(&leader_change), Ok(None));
+        assert_eq!(marker_coordinator_epoch(&marker_batch(3, 7, 0, true, 5, 1000)), Ok(5));
+        assert_eq!(marker_coordinator_epoch(&leader_change).unwrap_err(), "a marker value shorter than 6 bytes");
+    }
+
+    #[test]
+    fn append_adds_one_entry_at_the_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("00000000000000000000.txnindex");
+        let a = AbortedTxn { producer_id: 1, first_offset: 0, last_offset: 3, last_stable_offset: 4 };
+        let b = AbortedTxn { producer_id: 2, first_offset: 5, last_offset: 9, last_stable_offset: 10 };
+        append(&path, &a).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), encode(&[a]));
+        append(&path, &b).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), encode(&[a, b]));
+        assert_eq!(read(&path).unwrap(), Some(vec![a, b]));
     }
 
     #[test]

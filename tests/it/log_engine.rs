@@ -1458,7 +1458,7 @@ fn r19_transactional_last_data_batch_dropped() {
     let mut log = open(&dir, config(&[("cleanup.policy", "compact")]), true);
     let mut b = BatchBuilder::new(0, Compression::None).producer(9, 0, 0).transactional(true);
     b.append(1000, Some(b"k"), Some(b"old"), &[]);
-    log.append(&b.build().unwrap(), 0).unwrap();
+    log.append_transactional(&b.build().unwrap(), 0).unwrap();
     // COMMIT marker: control record key = version 0, type 1. Clients may not write control
     // batches; the coordinator's marker goes in with its offset, as Kafka's coordinator append.
     let mut m = BatchBuilder::new(1, Compression::None).producer(9, 0, -1).transactional(true).control(true);

@@ -44,4 +44,5 @@ mod serve_corpus;
 mod serve_process;
 mod transactions;
 mod two_hosts;
+mod txn_log;
 mod uring_model;

@@ -486,9 +486,17 @@ fn replay_txn(scan: &mut HeaderScan, seg: &Segment, info: &BatchInfo, h: &BatchH
         scan.producer_state.begin_txn(h.producer_id, h.base_offset);
         return;
     }
-    let marker = seg.read_bytes(info.position, info.size).map_err(|e| e.to_string()).and_then(|b| end_marker(&b));
+    let marker = seg
+        .read_bytes(info.position, info.size)
+        .map_err(|e| e.to_string())
+        .and_then(|b| Ok((end_marker(&b)?, txn_index::marker_coordinator_epoch(&b))));
     match marker {
-        Ok(Some(aborted)) => {
+        Ok((Some(aborted), coordinator_epoch)) => {
+            // Kafka's `ProducerStateEntry.coordinatorEpoch`, which fences an older coordinator's
+            // markers (`append_txn_marker`).
+            if let Ok(epoch) = coordinator_epoch {
+                scan.producer_state.set_coordinator_epoch(h.producer_id, epoch);
+            }
             let done = scan.producer_state.end_txn(h.producer_id, h.base_offset, aborted);
             if done.is_aborted {
                 scan.aborted.entry(seg.base_offset()).or_default().push(AbortedTxn {
@@ -499,7 +507,7 @@ fn replay_txn(scan: &mut HeaderScan, seg: &Segment, info: &BatchInfo, h: &BatchH
                 });
             }
         }
-        Ok(None) => {}
+        Ok((None, _)) => {}
         Err(e) => tracing::warn!(
             "{}: the control batch at offset {} is not read as a transaction marker: {e}",
             seg.log_path().display(),

@@ -3,8 +3,8 @@
 //!
 //! | file | Kafka class | what |
 //! |---|---|---|
-//! | `partition_log` | `UnifiedLog`, `LocalLog` | [`PartitionLog`]: state and accessors, [`append`](PartitionLog::append), roll, flush (inline, or planned for the scheduler: [`FlushPlan`]), close; [`AppendInfo`], [`LogOffsetMetadata`] |
-//! | `shared_partition` | `Partition` (its `UnifiedLog` lock) | [`Partition`]: the log behind its own lock, lock-free log end offset, high watermark and log start offset, validation outside the lock, the scheduler's flush |
+//! | `partition_log` | `UnifiedLog`, `LocalLog` | [`PartitionLog`]: state and accessors, [`append`](PartitionLog::append) (transactional batches only through [`append_transactional`](PartitionLog::append_transactional)), transaction markers ([`append_txn_marker`](PartitionLog::append_txn_marker): COMMIT / ABORT written, the transaction ended, the `.txnindex` entry appended), roll, flush (inline, or planned for the scheduler: [`FlushPlan`]), close; [`AppendInfo`], [`LogOffsetMetadata`] |
+//! | `shared_partition` | `Partition` (its `UnifiedLog` lock) | [`Partition`]: the log behind its own lock, lock-free log end offset, high watermark, last stable offset and log start offset, validation outside the lock, the scheduler's flush |
 //! | `loader` | `LogLoader` | [`PartitionLog::open`]: leftovers, `.swap` completion, index checks, recovery, checkpoints, producer state rebuilt; [`OpenOptions`], [`LoadReport`], [`DamagedFile`], [`OffsetHole`] |
 //! | `validator` | `LogValidator` | checks on appended batches ([`validate_client_records`] -> [`ValidatedRecords`], no lock needed), offset assignment, leader epoch and LogAppendTime stamping |
 //! | `read` | `LocalLog.read`, `UnifiedLog.fetchOffsetByTimestamp` | [`PartitionLog::read`] -> [`FileSlice`], offset for a timestamp, the high watermark |
@@ -22,6 +22,9 @@
 //!   replica (the leader is the whole ISR), so the HW moves to the LEO after every append, as Kafka's
 //!   does with `replication.factor=1`; [`PartitionLog::set_high_watermark`] exists for tests and
 //!   future replication.
+//! - **last stable offset** (LSO, KIP-98): the first offset of the earliest open transaction
+//!   (opened by a transactional append, ended by its marker), else the high watermark; a
+//!   `read_committed` fetch reads below it and the cleaner cleans below it.
 //! - **recovery point**: the offset up to which the log is known to be fsynced; after an unclean
 //!   shutdown, segments from the one holding it onwards are recovered (CRC-checked, indexes rebuilt).
 

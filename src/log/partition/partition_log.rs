@@ -9,6 +9,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::log::batch::builder::set_partition_leader_epoch;
 use crate::log::batch::{BatchBoundaries, RecordBatch};
 use crate::log::checkpoint::{
     write_leader_epoch_checkpoint, write_partition_metadata, EpochEntry, TopicId, LEADER_EPOCH_CHECKPOINT,
@@ -17,10 +18,11 @@ use crate::log::checkpoint::{
 use crate::log::config::LogConfig;
 use crate::log::error::LogError;
 use crate::log::producer_state::{
-    ProducerCheck, ProducerStateManager, DEFAULT_PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS,
+    CompletedTxn, ProducerCheck, ProducerStateManager, DEFAULT_PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS,
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
 };
 use crate::log::segment::{self, Segment, SegmentConfig, SegmentSync};
+use crate::log::txn_index::{self, AbortedTxn};
 
 use super::epoch_cache::assign_epoch;
 use super::validator::{assign_offsets, batch_error, validate_client_records, validate_with_offsets, ValidatedRecords};
@@ -253,11 +255,14 @@ impl PartitionLog {
 
     /// The last stable offset (KIP-98, Kafka's `UnifiedLog.lastStableOffset`): the first offset
     /// of the earliest open transaction when one is open below the high watermark, else the
-    /// high watermark. A `read_committed` fetch reads up to it.
+    /// high watermark. A `read_committed` fetch reads up to it. A transaction whose first
+    /// batches retention deleted counts from the log start offset (Kafka's
+    /// `updateFirstUnstableOffset`: the first unstable offset is never below the log start
+    /// offset; retention, as Kafka's `deleteOldSegments`, is bounded by the high watermark only).
     pub fn last_stable_offset(&self) -> i64 {
         self.producer_state
             .first_unstable_offset()
-            .map_or(self.high_watermark.offset, |o| o.min(self.high_watermark.offset))
+            .map_or(self.high_watermark.offset, |o| o.max(self.log_start_offset).min(self.high_watermark.offset))
     }
 
     /// The aborted transactions of the log, in marker order.
@@ -338,11 +343,122 @@ impl PartitionLog {
     ///
     /// Errors: [`LogError::Batch`] for an invalid batch; [`LogError::OutOfOrderSequence`] /
     /// [`LogError::InvalidProducerEpoch`] for a producer's batch that breaks its sequence or epoch
-    /// (nothing is appended then); [`LogError::InvalidAppend`] for an empty or oversized append or
-    /// a read-only log; [`LogError::Closed`] after [`Self::close_in_place`]; [`LogError::Io`].
+    /// (nothing is appended then); [`LogError::InvalidTxnState`] for a non-transactional batch of
+    /// a producer whose transaction is open; [`LogError::TransactionalNotAllowed`] for a
+    /// transactional batch (they go through [`Self::append_transactional`]);
+    /// [`LogError::InvalidAppend`] for an empty or oversized append or a read-only log;
+    /// [`LogError::Closed`] after [`Self::close_in_place`]; [`LogError::Io`].
     pub fn append(&mut self, records: &[u8], now_ms: i64) -> Result<AppendInfo, LogError> {
         let validated = validate_client_records(&self.dir, records, &self.config, now_ms)?;
         self.append_validated(validated, now_ms)
+    }
+
+    /// [`Self::append`] that also takes transactional batches (KIP-98; Kafka's `UnifiedLog.append`
+    /// with `AppendOrigin.CLIENT` for a producer whose transactional id the broker authorized and
+    /// whose partition its transaction coordinator added). Each transactional data batch opens
+    /// its producer's transaction at its offset unless one is open
+    /// ([`ProducerStateManager::begin_txn`], after the write succeeded), so the
+    /// [last stable offset](Self::last_stable_offset) stays at the transaction's first offset
+    /// until its marker ([`Self::append_txn_marker`]). Checks as for any producer batch: epoch
+    /// ([`LogError::InvalidProducerEpoch`] for an epoch below the producer's), sequence, and a
+    /// transactional batch must carry a producer id ([`LogError::Batch`], Kafka's
+    /// `MemoryRecordsBuilder` rule).
+    ///
+    /// Errors: as [`Self::append`], less [`LogError::TransactionalNotAllowed`].
+    pub fn append_transactional(&mut self, records: &[u8], now_ms: i64) -> Result<AppendInfo, LogError> {
+        let validated = validate_client_records(&self.dir, records, &self.config, now_ms)?;
+        self.append_validated_transactional(validated, now_ms)
+    }
+
+    /// The second half of [`Self::append_transactional`], as [`Self::append_validated`] is of
+    /// [`Self::append`].
+    ///
+    /// Errors: as [`Self::append_transactional`], less the batch checks already done.
+    pub fn append_validated_transactional(
+        &mut self,
+        records: ValidatedRecords,
+        now_ms: i64,
+    ) -> Result<AppendInfo, LogError> {
+        self.append_validated_inner(records, now_ms, true)
+    }
+
+    /// Writes a COMMIT (`aborted == false`) or ABORT marker of `producer_id` at the log end
+    /// offset and ends the producer's transaction in this partition: Kafka's `UnifiedLog.appendAsLeader`
+    /// of `MemoryRecords.withEndTransactionMarker` with `AppendOrigin.COORDINATOR`, what a
+    /// broker does for each partition of a `WriteTxnMarkers` request. The marker is one control
+    /// record ([`txn_index::marker_batch`]: key version 0 and type, value version 0 and
+    /// `coordinator_epoch`), stamped with the partition's leader epoch and `now_ms` as its
+    /// timestamp; it may roll a segment like any append.
+    ///
+    /// Checks first, nothing written when they fail (Kafka's `ProducerAppendInfo.appendEndTxnMarker`,
+    /// [`ProducerStateManager::check_end_txn_marker`]): `producer_epoch` below the producer's
+    /// current epoch is [`LogError::InvalidProducerEpoch`]; `coordinator_epoch` below the one of
+    /// the producer's last marker is [`LogError::TransactionCoordinatorFenced`]. A marker of a
+    /// producer with no open transaction here is written and completes an empty transaction at
+    /// the marker (Kafka does the same).
+    ///
+    /// After the write the producer's epoch and coordinator epoch become the marker's, and for an
+    /// ABORT the [`AbortedTxn`] goes to [`Self::aborted_txns`] and is appended to the `.txnindex`
+    /// of the segment holding the MARKER (Kafka's `LogSegment.updateTxnIndex`; the transaction's
+    /// data may be in earlier segments). The [last stable offset](Self::last_stable_offset)
+    /// moves to the first offset of the earliest transaction still open, or to the log end.
+    ///
+    /// Returns the marker's offset and the completed transaction.
+    ///
+    /// Errors: the checks above; [`LogError::InvalidAppend`] for a negative `producer_id` or a
+    /// read-only log; [`LogError::Closed`]; [`LogError::Io`] / [`LogError::OutOfSpace`] writing the
+    /// marker (nothing changed), or writing the `.txnindex` entry or flushing after the marker
+    /// (the marker is then in the log and the transaction ended: the entry is rebuilt from the
+    /// marker when the partition is opened again).
+    pub fn append_txn_marker(
+        &mut self,
+        producer_id: i64,
+        producer_epoch: i16,
+        coordinator_epoch: i32,
+        aborted: bool,
+        now_ms: i64,
+    ) -> Result<(i64, CompletedTxn), LogError> {
+        if self.closed {
+            return Err(self.closed_error());
+        }
+        if producer_id < 0 {
+            return Err(LogError::InvalidAppend {
+                path: self.dir.clone(),
+                reason: format!("a transaction marker needs a producer id, got {producer_id}"),
+            });
+        }
+        let offset = self.log_end_offset.offset;
+        self.producer_state.check_end_txn_marker(producer_id, producer_epoch, coordinator_epoch, offset)?;
+        let mut bytes =
+            txn_index::marker_batch(offset, producer_id, producer_epoch, aborted, coordinator_epoch, now_ms);
+        set_partition_leader_epoch(&mut bytes, self.leader_epoch);
+        let written = self.write_assigned(&bytes, now_ms);
+        let (_, epochs_changed, messages) = self.track_storage(written)?;
+        let done = self.producer_state.append_end_txn_marker(
+            producer_id,
+            producer_epoch,
+            coordinator_epoch,
+            offset,
+            now_ms,
+            aborted,
+        );
+        self.max_producer_id = self.max_producer_id.max(Some(producer_id));
+        if done.is_aborted {
+            let entry = AbortedTxn {
+                producer_id,
+                first_offset: done.first_offset,
+                last_offset: done.last_offset,
+                last_stable_offset: done.last_stable_offset,
+            };
+            self.aborted_txns.push(entry);
+            // The segment holding the marker (the write may have rolled).
+            let seg = self.segments.get(&self.log_end_offset.segment_base_offset).expect("the marker's segment");
+            let indexed = txn_index::append(&txn_index::path_for(seg.log_path()), &entry);
+            self.track_storage(indexed)?;
+        }
+        let after = self.after_write(epochs_changed, messages, now_ms);
+        self.track_storage(after)?;
+        Ok((offset, done))
     }
 
     /// The second half of [`Self::append`], the part that needs the partition's state (Kafka's
@@ -352,9 +468,28 @@ impl PartitionLog {
     /// writes.
     ///
     /// Errors: as [`Self::append`], less the batch checks already done.
-    pub fn append_validated(&mut self, mut records: ValidatedRecords, now_ms: i64) -> Result<AppendInfo, LogError> {
+    pub fn append_validated(&mut self, records: ValidatedRecords, now_ms: i64) -> Result<AppendInfo, LogError> {
+        self.append_validated_inner(records, now_ms, false)
+    }
+
+    /// [`Self::append_validated`] (`allow_transactional == false`: a transactional batch is
+    /// [`LogError::TransactionalNotAllowed`]) or [`Self::append_validated_transactional`].
+    fn append_validated_inner(
+        &mut self,
+        mut records: ValidatedRecords,
+        now_ms: i64,
+        allow_transactional: bool,
+    ) -> Result<AppendInfo, LogError> {
         if self.closed {
             return Err(self.closed_error());
+        }
+        if !allow_transactional {
+            if let Some(h) = records.headers.iter().find(|h| h.attributes.is_transactional()) {
+                return Err(LogError::TransactionalNotAllowed {
+                    partition: format!("{}-{}", self.topic, self.partition),
+                    producer_id: h.producer_id,
+                });
+            }
         }
         assign_offsets(&self.dir, &mut records, self.log_end_offset.offset, self.leader_epoch)?;
         let headers = &records.headers;
@@ -385,6 +520,11 @@ impl PartitionLog {
         // The records are in the log: the producer state knows them even if the steps after the
         // write fail, so a producer's retry is recognised as a duplicate, not stored twice.
         self.producer_state.apply(update);
+        // Kafka's `ProducerAppendInfo.appendDataBatch`: a transactional batch opens its
+        // producer's transaction unless one is open (the first batch's offset stays its start).
+        for h in records.headers.iter().filter(|h| h.attributes.is_transactional() && h.has_producer_id()) {
+            self.producer_state.begin_txn(h.producer_id, h.base_offset);
+        }
         let appended_max = records.headers.iter().filter(|h| h.has_producer_id()).map(|h| h.producer_id).max();
         self.max_producer_id = self.max_producer_id.max(appended_max);
         let after = self.after_write(epochs_changed, messages, now_ms);
@@ -431,7 +571,10 @@ impl PartitionLog {
     /// Appends v2 batches keeping the offsets they carry (replication, the cleaner's tests, copying
     /// data between logs). Offsets must start at or above the log end offset and increase.
     ///
-    /// Producer state is updated without sequence checks (Kafka's `AppendOrigin.REPLICATION`).
+    /// Producer state is updated without sequence checks (Kafka's `AppendOrigin.REPLICATION`),
+    /// transactions included: a transactional data batch opens its producer's transaction, a
+    /// COMMIT / ABORT marker ends it, an ABORT's entry going to [`Self::aborted_txns`] and the
+    /// active segment's `.txnindex`, as the loader replays them at open.
     ///
     /// Errors: as [`PartitionLog::append`] (but never a producer error), plus
     /// [`LogError::InvalidAppend`] when offsets go backwards.
@@ -439,15 +582,67 @@ impl PartitionLog {
         let headers = validate_with_offsets(&self.dir, records, self.log_end_offset.offset)?;
         let written = self.write_assigned(records, now_ms);
         let (info, epochs_changed, messages) = self.track_storage(written)?;
-        for h in &headers {
+        let mut aborted = Vec::new();
+        for (h, b) in headers.iter().zip(BatchBoundaries::new(records)) {
             self.producer_state.replay(h);
             if h.has_producer_id() {
                 self.max_producer_id = self.max_producer_id.max(Some(h.producer_id));
+            }
+            if let Some(t) = self.replay_txn(h, &records[b.position..b.position + b.size]) {
+                aborted.push(t);
+            }
+        }
+        if !aborted.is_empty() {
+            // The whole append went to the active segment (a roll happens before it).
+            let seg = self.segments.get(&self.log_end_offset.segment_base_offset).expect("the active segment");
+            let path = txn_index::path_for(seg.log_path());
+            for t in &aborted {
+                let indexed = txn_index::append(&path, t);
+                self.track_storage(indexed)?;
             }
         }
         let after = self.after_write(epochs_changed, messages, now_ms);
         self.track_storage(after)?;
         Ok(info)
+    }
+
+    /// The transaction side of a batch appended with its offsets (as the loader replays it): a
+    /// transactional data batch opens its producer's transaction, a COMMIT / ABORT marker
+    /// (`bytes`, the whole batch) ends it with its coordinator epoch recorded; an ABORT's
+    /// [`AbortedTxn`] is added to [`Self::aborted_txns`] and returned for the `.txnindex`.
+    fn replay_txn(&mut self, h: &crate::log::batch::BatchHeader, bytes: &[u8]) -> Option<AbortedTxn> {
+        if !h.attributes.is_transactional() || !h.has_producer_id() {
+            return None;
+        }
+        if !h.attributes.is_control() {
+            self.producer_state.begin_txn(h.producer_id, h.base_offset);
+            return None;
+        }
+        let aborted = match txn_index::end_marker(bytes) {
+            Ok(Some(aborted)) => aborted,
+            Ok(None) => return None,
+            Err(e) => {
+                tracing::warn!(
+                    "{}-{}: the control batch at offset {} is not read as a transaction marker: {e}",
+                    self.topic,
+                    self.partition,
+                    h.base_offset
+                );
+                return None;
+            }
+        };
+        if let Ok(epoch) = txn_index::marker_coordinator_epoch(bytes) {
+            self.producer_state.set_coordinator_epoch(h.producer_id, epoch);
+        }
+        let done = self.producer_state.end_txn(h.producer_id, h.base_offset, aborted);
+        let entry = done.is_aborted.then_some(AbortedTxn {
+            producer_id: done.producer_id,
+            first_offset: done.first_offset,
+            last_offset: done.last_offset,
+            last_stable_offset: done.last_stable_offset,
+        })?;
+        self.aborted_txns.push(entry);
+        Some(entry)
     }
 
     /// Logs a storage failure (rate-limited, see [`StorageWarnings`]) and passes the result on.

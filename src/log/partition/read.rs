@@ -1,6 +1,8 @@
 //! The read side of a partition's log: [`PartitionLog::read`] (Kafka's `LocalLog.read`, a fetch
 //! answered with a [`FileSlice`] naming bytes of a segment), [`PartitionLog::fetch_offset_by_timestamp`]
-//! (ListOffsets, KIP-79) and the high watermark that bounds both.
+//! (ListOffsets, KIP-79) and the high watermark that bounds both; [`PartitionLog::read_committed`]
+//! (KIP-98) bounded by the last stable offset, which moves with transactional appends and their
+//! markers ([`PartitionLog::append_txn_marker`]) at runtime and is rebuilt at open.
 
 use crate::log::error::LogError;
 use crate::log::segment::FileSlice;

@@ -1,7 +1,10 @@
 //! Removing and replacing segments, the partition's side of retention and compaction (Kafka's
 //! `UnifiedLog.deleteOldSegments` and `replaceSegments`, driven by the `LogCleaner`): the policies
 //! themselves (`retention.ms`, `retention.bytes`, the compaction pass) are in
-//! [`cleaner`](crate::log::cleaner).
+//! [`cleaner`](crate::log::cleaner). Deletion is bounded by the high watermark, not by the last
+//! stable offset (as Kafka's): the aborted transactions whose markers go are forgotten, and an
+//! open transaction whose first batches go counts from the new log start offset
+//! ([`PartitionLog::last_stable_offset`]).
 
 use std::collections::BTreeMap;
 

@@ -6,14 +6,17 @@
 //!   the scheduler's flush bookkeeping take it for writing ([`Partition::log_mut`]); a fetch
 //!   takes it for reading only while it looks up the [`FileSlice`] it returns (index lookups and
 //!   batch headers, no record bytes: [`Partition::read`]).
-//! - Log end offset, high watermark, log start offset, recovery point and leader epoch are
-//!   atomics, written while the lock is held for writing (when a [`PartitionLogMut`] guard is
+//! - Log end offset, high watermark, last stable offset, log start offset, recovery point and
+//!   leader epoch are atomics, written while the lock is held for writing (when a [`PartitionLogMut`] guard is
 //!   dropped) and read with no lock: ListOffsets, Fetch's partition header, Metadata and the
 //!   checkpoint files never wait for an append.
 //! - A client's records are validated with no lock held ([`Partition::validate`]: CRC-32C,
 //!   decompression, the record walk, LogValidator's rules, LogAppendTime stamping);
 //!   [`Partition::append_validated`] holds the lock only to check producer state, assign offsets
 //!   and write, as Kafka's `UnifiedLog.append` validates before `lock synchronized`.
+//!   [`Partition::append_validated_transactional`] does the same for a transactional producer
+//!   and [`Partition::append_txn_marker`] writes a COMMIT / ABORT marker under the lock; the
+//!   last stable offset they move is published before the lock is released.
 //! - fsyncs run on the log directory's scheduler when it has one
 //!   ([`scheduler`](crate::log::scheduler)): a roll only records that the rolled segment awaits
 //!   its fsync and wakes the scheduler, which collects file handles under the lock, fsyncs with
@@ -272,6 +275,44 @@ impl Partition {
     pub fn append(&self, records: &[u8], now_ms: i64) -> Result<AppendInfo, LogError> {
         let validated = self.validate(records, now_ms)?;
         self.append_validated(validated, now_ms)
+    }
+
+    /// [`PartitionLog::append_validated_transactional`] under the partition's lock (records
+    /// validated by [`Self::validate`]); the last stable offset is published with the log end
+    /// offset when the lock is released.
+    ///
+    /// Errors: those of [`PartitionLog::append_validated_transactional`].
+    pub fn append_validated_transactional(
+        &self,
+        records: ValidatedRecords,
+        now_ms: i64,
+    ) -> Result<AppendInfo, LogError> {
+        self.log_mut().append_validated_transactional(records, now_ms)
+    }
+
+    /// [`Self::validate`] then [`Self::append_validated_transactional`].
+    ///
+    /// Errors: those of [`PartitionLog::append_transactional`].
+    pub fn append_transactional(&self, records: &[u8], now_ms: i64) -> Result<AppendInfo, LogError> {
+        let validated = self.validate(records, now_ms)?;
+        self.append_validated_transactional(validated, now_ms)
+    }
+
+    /// [`PartitionLog::append_txn_marker`] under the partition's lock: a COMMIT or ABORT marker
+    /// of `producer_id` written at the log end offset, its transaction ended. The new last
+    /// stable offset (and log end offset) are published when the lock is released, before this
+    /// returns. Returns the marker's offset and the completed transaction.
+    ///
+    /// Errors: those of [`PartitionLog::append_txn_marker`].
+    pub fn append_txn_marker(
+        &self,
+        producer_id: i64,
+        producer_epoch: i16,
+        coordinator_epoch: i32,
+        aborted: bool,
+        now_ms: i64,
+    ) -> Result<(i64, crate::log::producer_state::CompletedTxn), LogError> {
+        self.log_mut().append_txn_marker(producer_id, producer_epoch, coordinator_epoch, aborted, now_ms)
     }
 
     /// Closes the log in place ([`PartitionLog::close_in_place`]): after appends in flight

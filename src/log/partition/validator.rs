@@ -180,7 +180,8 @@ pub(super) fn validate_with_offsets(
 }
 
 /// Kafka's `LogValidator` checks for a batch from a client: no control batches, a record count
-/// that matches the offset range, and records at offset deltas 0, 1, 2, ... (decompressing when
+/// that matches the offset range, a producer id on a transactional batch, a sequence on a batch
+/// with a producer id, and records at offset deltas 0, 1, 2, ... (decompressing when
 /// needed); in a compacted topic (`compact`) every record has a key.
 fn validate_client_batch(batch: &RecordBatch<'_>, compact: bool) -> Result<(), BatchError> {
     let h = batch.header();
@@ -197,6 +198,11 @@ fn validate_client_batch(batch: &RecordBatch<'_>, compact: bool) -> Result<(), B
                 h.records_count, h.last_offset_delta
             ),
         ));
+    }
+    if h.attributes.is_transactional() && h.producer_id < 0 {
+        // Kafka's `MemoryRecordsBuilder`: "Cannot write transactional messages without a valid
+        // producer ID".
+        return Err(invalid(0, format!("a transactional batch without a producer id ({})", h.producer_id)));
     }
     if h.producer_id >= 0 && h.base_sequence < 0 {
         return Err(invalid(
