@@ -494,8 +494,13 @@ fn replay_txn(scan: &mut HeaderScan, seg: &Segment, info: &BatchInfo, h: &BatchH
         Ok((Some(aborted), coordinator_epoch)) => {
             // Kafka's `ProducerStateEntry.coordinatorEpoch`, which fences an older coordinator's
             // markers (`append_txn_marker`).
-            if let Ok(epoch) = coordinator_epoch {
-                scan.producer_state.set_coordinator_epoch(h.producer_id, epoch);
+            match coordinator_epoch {
+                Ok(epoch) => scan.producer_state.set_coordinator_epoch(h.producer_id, epoch),
+                Err(e) => tracing::warn!(
+                    "{}: the marker at offset {} has no coordinator epoch ({e}); its producer's is unchanged",
+                    seg.log_path().display(),
+                    h.base_offset
+                ),
             }
             let done = scan.producer_state.end_txn(h.producer_id, h.base_offset, aborted);
             if done.is_aborted {
