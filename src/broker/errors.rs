@@ -52,7 +52,8 @@ pub const INVALID_PRODUCER_EPOCH: i16 = 47;
 /// `TRANSACTIONAL_ID_AUTHORIZATION_FAILED`: transactional produce or InitProducerId with a
 /// transactional id (transactions are not supported here; clients treat it as fatal).
 pub const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
-/// `INVALID_TXN_STATE`: a producer's batch breaks its transaction state (Kafka's
+/// `INVALID_TXN_STATE`: a producer's batch breaks its transaction state, or EndTxn asks for the
+/// other outcome than the one under way or done, or for an Empty transaction (Kafka's
 /// `InvalidTxnStateException`).
 pub const INVALID_TXN_STATE: i16 = 48;
 /// `TRANSACTION_COORDINATOR_FENCED`: a transaction marker from a coordinator epoch older than
@@ -104,9 +105,6 @@ pub const GROUP_MAX_SIZE_REACHED: i16 = 81;
 pub const FENCED_INSTANCE_ID: i16 = 82;
 
 // Transaction coordinator errors (Kafka's `Errors`; `broker::txn_coordinator`).
-/// `INVALID_TXN_STATE`: EndTxn asked for the other outcome than the one under way or done, or
-/// for an Empty transaction.
-pub const INVALID_TXN_STATE: i16 = 48;
 /// `INVALID_PRODUCER_ID_MAPPING`: the producer id is not the one of its transactional id (or the
 /// transactional id is unknown).
 pub const INVALID_PRODUCER_ID_MAPPING: i16 = 49;
