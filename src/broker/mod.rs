@@ -186,8 +186,9 @@
 //! reset by [`BrokerHandle::take_fetch_latency`].
 //!
 //! Not here: fetch sessions (KIP-227: every Fetch is a full fetch, see [`handler::fetch`]),
-//! transactions (InitProducerId serves idempotent producers only; [`txn_coordinator`] holds the
-//! transaction coordinator's state machine, not yet wired), the KIP-848 consumer group
+//! producing transactions (InitProducerId serves idempotent producers only; [`txn_coordinator`]
+//! holds the transaction coordinator's state machine, not yet wired; a log holding transactions
+//! is served with read_committed, the last stable offset and aborted transactions), the KIP-848 consumer group
 //! protocol, replication, and any listener but PLAINTEXT.
 //!
 //! Tested with real clients: kcat (librdkafka 2.0.2) lists, produces (uncompressed, gzip, snappy, lz4,

@@ -15,7 +15,10 @@
 //! that partition's lock. Errors map to codes in [`errors::log_error_code`]. Produce does not create
 //! topics: an unknown partition is `UNKNOWN_TOPIC_OR_PARTITION`. v13 names topics by topic id
 //! (KIP-516), resolved through `partition.metadata`; an unknown id is `UNKNOWN_TOPIC_ID`.
-//! Transactional produce is refused with `TRANSACTIONAL_ID_AUTHORIZATION_FAILED` (transactions are out of scope).
+//! Transactional produce is refused with `TRANSACTIONAL_ID_AUTHORIZATION_FAILED`, as are the
+//! transactional ids themselves (FindCoordinator, InitProducerId): the log can hold and serve
+//! transactions (`PartitionLog::append_transactional`, markers, the last stable offset), but no
+//! transaction coordinator is wired to the wire APIs yet (issue 18).
 //!
 //! Idempotent produce (batches with a producer id, from InitProducerId): the log checks each
 //! producer's epoch and sequence before writing (`OUT_OF_ORDER_SEQUENCE_NUMBER`,
