@@ -104,8 +104,9 @@
 //!   waiting JoinGroup / SyncGroup requests in the purgatory (`delayed_join`), the group APIs'
 //!   handlers, and `__consumer_offsets` storage in the broker's log.
 //! - [`txn_coordinator`]: the transaction coordinator's state machine and decisions (Kafka's
-//!   `TransactionMetadata` and `TransactionCoordinator`), pure and not yet wired to any API
-//!   (issue 18).
+//!   `TransactionMetadata` and `TransactionCoordinator`, pure) and its state manager (Kafka's
+//!   `TransactionStateManager`: ids sharded by `__transaction_state` partition, records appended
+//!   to and replayed from that topic), not yet wired to any API (issue 18).
 //! - [`uring`]: the `uring` server model's front end (cores, rings, the async response writer).
 //! - [`conn_handle`]: [`ConnHandle`](conn_handle::ConnHandle), the connection a Responder answers
 //!   on, of either model.

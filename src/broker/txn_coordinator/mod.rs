@@ -1,5 +1,7 @@
-//! The transaction coordinator's foundations (issue 18): Kafka's `TransactionMetadata` state
-//! machine and `TransactionCoordinator`'s decisions, pure (time passed in, no I/O, no locks).
+//! The transaction coordinator (issue 18): Kafka's `TransactionMetadata` state machine and
+//! `TransactionCoordinator`'s decisions, pure (time passed in, no I/O, no locks), and Kafka's
+//! `TransactionStateManager` over them (the ids sharded by `__transaction_state` partition, the
+//! records appended to and replayed from that topic).
 //!
 //! **Not wired yet.** Nothing in the broker calls this module: FindCoordinator(TRANSACTION)
 //! ([`coordinator::handlers`](crate::broker::coordinator::handlers)), InitProducerId with a
@@ -20,16 +22,30 @@
 //!   timeout abort decide, with the error code of every refusal as Kafka answers it
 //!   ([`TxnError::code_for`](decisions::TxnError::code_for) maps `PRODUCER_FENCED` to
 //!   `INVALID_PRODUCER_EPOCH` for old request versions).
+//! - [`state_manager`]: [`TransactionStateManager`](state_manager::TransactionStateManager), the
+//!   metadata of every transactional id, a lock per `__transaction_state` partition; each request
+//!   operation runs one decision, appends its record with no lock held, then completes it (or
+//!   undoes it on a failed append); EndTxn, fences and timeouts return the COMMIT/ABORT
+//!   [`TxnMarkers`](state_manager::TxnMarkers) to write; the start-up replay; the timeout scan and
+//!   the transactional id expiry.
+//! - [`storage`]: [`TxnStateStorage`](storage::TxnStateStorage), one record appended to a
+//!   `__transaction_state` partition or a partition read back, and its implementation over the
+//!   broker's log ([`LogStorage`](storage::LogStorage), creating the compacted topic on the first write).
 //!
 //! The records' schemas, the topic name, its default partition count (50) and which partition
 //! holds a transactional id ([`partition_for`](crate::protocol::transaction_state::partition_for))
 //! live in [`crate::protocol::transaction_state`].
 //!
-//! Left for the wiring: the runtime (transactional ids per `__transaction_state` partition, a
-//! lock each, replay at start-up completing PrepareCommit / PrepareAbort ones), the appends of
-//! the records to the broker's `__transaction_state` log, the COMMIT/ABORT control batches the
-//! broker writes to each partition of a transaction, TxnOffsetCommit's pending offsets in the
-//! group coordinator, the timers (timeout abort, id expiration), and the handlers.
+//! Left for the wiring: a manager in the broker's `Shared` (its producer ids from
+//! `LogManager::generate_producer_id`, its partition count from the existing topic), its `load`
+//! at start-up, the writing of the COMMIT/ABORT markers to each partition of a transaction
+//! (`Partition::append_txn_marker`) followed by `complete_markers`, TxnOffsetCommit's pending
+//! offsets in the group coordinator, the timers (timeout abort every
+//! `transaction.abort.timed.out.transaction.cleanup.interval.ms`, id expiry every
+//! `transactional.id.expiration.ms` scan of `transactions.remove.expired.transaction.cleanup.interval.ms`),
+//! and the handlers.
 
 pub(crate) mod decisions;
 pub(crate) mod metadata;
+pub(crate) mod state_manager;
+pub(crate) mod storage;
