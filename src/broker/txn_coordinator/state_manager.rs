@@ -926,6 +926,33 @@ mod tests {
         assert_eq!(init(&m, &s, "tx", 50), (1000, 2));
     }
 
+    #[test]
+    fn an_exhausted_epoch_rotates_to_a_new_producer_id() {
+        let (m, s) = (manager(TxnStateConfig::default()), MemStorage::default());
+        assert_eq!(init(&m, &s, "tx", 10), (1000, 0));
+        m.lock(m.partition_for("tx")).txns.get_mut("tx").unwrap().producer_epoch = i16::MAX - 1;
+        // The id is generated before the decision, with no shard lock held.
+        assert_eq!(init(&m, &s, "tx", 20), (1001, 0));
+        let md = state(&m, "tx");
+        assert_eq!((md.producer_id, md.previous_producer_id, md.producer_epoch), (1001, 1000, 0));
+        let records = decoded(&m, &s, "tx");
+        let v = records.last().unwrap().1.as_ref().unwrap();
+        assert_eq!((v.producer_id, v.producer_epoch), (1001, 0));
+        // An ordinary bump generates nothing.
+        assert_eq!(init(&m, &s, "tx", 30), (1001, 1));
+        assert_eq!(init(&m, &s, "other", 40), (1002, 0));
+    }
+
+    #[test]
+    fn a_record_that_cannot_be_encoded_is_invalid_request() {
+        let (m, s) = (manager(TxnStateConfig::default()), MemStorage::default());
+        let long = "x".repeat(40_000);
+        let e = m.init_producer_id(&s, &long, TIMEOUT, -1, -1, 1).unwrap_err();
+        assert_eq!(e.code(), errors::INVALID_REQUEST, "{e}");
+        assert_eq!(s.len(), 0);
+        assert_eq!(state(&m, &long).pending_state, None);
+    }
+
     /// A `__transaction_state` value for the load tests.
     fn value(state: TransactionState, partitions: &[(&str, i32)], epoch: i16) -> Vec<u8> {
         let transaction_partitions = (state != TransactionState::Empty).then(|| {
