@@ -1210,6 +1210,17 @@ mod tests {
         m.add_partitions(&storage, "tx", 77, 0, &set(&[("a", 0)]), 2).unwrap();
         let markers = m.end_txn(&storage, "tx", 77, 0, TxnResult::Commit, 3).unwrap().markers.unwrap();
         assert_eq!(log.log_end_offset(), 3);
+        // The markers fit the log's marker append (what the wiring will call per partition).
+        {
+            let creation = logs.lock_topic_creation();
+            crate::broker::topics::create(&creation, "a", 1, None).unwrap();
+        }
+        let a0 = logs.partition("a", 0).unwrap();
+        let aborted = markers.result == TxnResult::Abort;
+        let (marker_offset, _) = a0
+            .append_txn_marker(markers.producer_id, markers.producer_epoch, markers.coordinator_epoch, aborted, 4)
+            .unwrap();
+        assert_eq!(marker_offset, 0);
 
         // A restart before the markers: the PrepareCommit is found again.
         let again = TransactionStateManager::new(txn_config.clone(), Box::new(|| Ok(78)));
