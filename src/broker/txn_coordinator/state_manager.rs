@@ -1138,6 +1138,64 @@ mod tests {
         assert!(rx_a.recv_timeout(Duration::from_secs(10)).is_ok());
     }
 
+    /// Blocks the appends of one key until released.
+    struct GatedStorage {
+        inner: MemStorage,
+        gated_key: Vec<u8>,
+        entered: Mutex<mpsc::Sender<()>>,
+        release: Mutex<mpsc::Receiver<()>>,
+    }
+
+    impl TxnStateStorage for GatedStorage {
+        fn append(
+            &self,
+            partition: i32,
+            key: Vec<u8>,
+            value: Option<Vec<u8>>,
+            now_ms: i64,
+        ) -> Result<(), StorageError> {
+            if key == self.gated_key {
+                self.entered.lock().unwrap().send(()).unwrap();
+                self.release.lock().unwrap().recv_timeout(Duration::from_secs(10)).unwrap();
+            }
+            self.inner.append(partition, key, value, now_ms)
+        }
+        fn read(&self, partition: i32) -> Result<Vec<StoredRecord>, StorageError> {
+            self.inner.read(partition)
+        }
+    }
+
+    /// While one id's record is being appended, another id of the same partition is served, and
+    /// the first id's next request is told to retry.
+    #[test]
+    fn an_append_in_flight_blocks_only_its_own_id() {
+        let m = Arc::new(manager(TxnStateConfig::default()));
+        let a = "id-0".to_string();
+        let b = (1..).map(|i| format!("id-{i}")).find(|b| m.partition_for(b) == m.partition_for(&a)).unwrap();
+        let (entered_tx, entered_rx) = mpsc::channel();
+        let (release_tx, release_rx) = mpsc::channel();
+        let s = Arc::new(GatedStorage {
+            inner: MemStorage::default(),
+            gated_key: TransactionLogKey::new(a.clone()).encode().unwrap(),
+            entered: Mutex::new(entered_tx),
+            release: Mutex::new(release_rx),
+        });
+        let first = {
+            let (m, s, a) = (Arc::clone(&m), Arc::clone(&s), a.clone());
+            std::thread::spawn(move || m.init_producer_id(&*s, &a, TIMEOUT, -1, -1, 1))
+        };
+        entered_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        // a's Empty record is in flight: b (same partition) proceeds; a waits.
+        assert_eq!(init(&m, &*s, &b, 2), (1001, 0));
+        assert_eq!(
+            m.init_producer_id(&*s, &a, TIMEOUT, -1, -1, 3).unwrap_err().code(),
+            errors::CONCURRENT_TRANSACTIONS
+        );
+        release_tx.send(()).unwrap();
+        assert_eq!(ready(first.join().unwrap().unwrap()), (1000, 0));
+        assert_eq!(s.inner.len(), 2);
+    }
+
     /// Records, for every append, whether a shard lock was held.
     struct CheckingStorage<'a> {
         manager: &'a TransactionStateManager,
