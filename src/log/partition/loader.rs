@@ -376,9 +376,9 @@ impl PartitionLog {
             }
         }
         if !opts.read_only {
-            reconcile_txn_indexes(&segments, &scan.aborted, &mut report)?;
+            reconcile_txn_indexes(&segments, &mut scan.aborted, log_start_offset, &mut report)?;
         }
-        let aborted_txns: Vec<AbortedTxn> = scan.aborted.into_values().flatten().collect();
+        let aborted_txns: Vec<AbortedTxn> = scan.aborted.into_values().flatten().map(|(t, _)| t).collect();
         let producer_state = scan.producer_state;
         let log = PartitionLog {
             dir: dir.to_path_buf(),
@@ -430,8 +430,11 @@ struct HeaderScan {
     /// per-topic configs are not kept across restarts).
     compaction_seen: bool,
     /// The aborted transactions by the segment (base offset) holding their ABORT marker, in
-    /// marker order (with `producers`).
-    aborted: BTreeMap<i64, Vec<AbortedTxn>>,
+    /// marker order (with `producers`), each with the offset of its producer's previous COMMIT /
+    /// ABORT marker replayed (`i64::MIN` when none): no batch of the transaction is before it.
+    aborted: BTreeMap<i64, Vec<(AbortedTxn, i64)>>,
+    /// Per producer, the offset of its last COMMIT / ABORT marker replayed.
+    last_marker: std::collections::HashMap<i64, i64>,
 }
 
 /// Makes every segment's `.txnindex` say what its ABORT markers say (`aborted`, by segment base
@@ -440,19 +443,36 @@ struct HeaderScan {
 /// not parse is rewritten and reported as damaged, an index with no entry is no file. The log is
 /// the truth: Kafka rebuilds the index from the markers too when it recovers a segment.
 ///
+/// A file that knows more than the header replay can ([`kafka_compatible`]: Kafka's entries
+/// for transactions that began below the log start offset or whose first batches its cleaner
+/// removed) is kept as it is, and its entries replace the replayed ones in `aborted` (they are
+/// what the log's reads and cleaner then use).
+///
 /// Errors: writing or removing an index file.
 fn reconcile_txn_indexes(
     segments: &BTreeMap<i64, Segment>,
-    aborted: &BTreeMap<i64, Vec<AbortedTxn>>,
+    aborted: &mut BTreeMap<i64, Vec<(AbortedTxn, i64)>>,
+    log_start_offset: i64,
     report: &mut LoadReport,
 ) -> Result<(), LogError> {
     for (base, seg) in segments {
         let path = txn_index::path_for(seg.log_path());
-        let expected = aborted.get(base).map_or(&[][..], Vec::as_slice);
+        let replayed = aborted.get(base).map_or(&[][..], Vec::as_slice);
+        let expected: Vec<AbortedTxn> = replayed.iter().map(|(t, _)| *t).collect();
         let problem = match txn_index::read(&path) {
             Ok(Some(found)) if found == expected => continue,
             Ok(None) if expected.is_empty() => continue,
             Ok(None) => None,
+            Ok(Some(found)) if kafka_compatible(&found, replayed, log_start_offset) => {
+                tracing::info!(
+                    "{}: kept ({} entries; the markers from the log start offset on give {}: transactions that began before it or whose first batches were cleaned)",
+                    path.display(),
+                    found.len(),
+                    expected.len()
+                );
+                aborted.insert(*base, found.into_iter().map(|t| (t, i64::MIN)).collect());
+                continue;
+            }
             Ok(Some(found)) => Some(format!(
                 "{} entries that disagree with the {} ABORT marker(s) of the segment",
                 found.len(),
@@ -460,7 +480,7 @@ fn reconcile_txn_indexes(
             )),
             Err(e) => Some(e.to_string()),
         };
-        txn_index::write(&path, expected)?;
+        txn_index::write(&path, &expected)?;
         match problem {
             None => tracing::info!("{}: rebuilt from the markers ({} aborted)", path.display(), expected.len()),
             Some(error) => {
@@ -471,6 +491,45 @@ fn reconcile_txn_indexes(
         }
     }
     Ok(())
+}
+
+/// Whether the `.txnindex` entries `found` are what Kafka could have written for a segment whose
+/// replayed ABORT markers give `replayed` (each with its producer's previous marker offset), the
+/// replay having started at `log_start_offset` without Kafka's producer snapshots:
+/// - an entry whose marker is below the log start offset (never replayed) may be there;
+/// - a replayed entry with no data batch (first offset = its marker's) may be missing (Kafka's
+///   cleaner drops the entry of an aborted transaction whose batches are all gone);
+/// - otherwise the entries match one for one (producer id, marker offset), Kafka's first offset
+///   at most the replayed one (the transaction's batches below the log start offset, or removed
+///   by the cleaner, are not replayed) but after the producer's previous marker (every batch of
+///   the producer between the two is then the aborted transaction's: a consumer drops nothing
+///   else), and Kafka's last stable offset at most the replayed one (a lower one makes
+///   [`PartitionLog::read_committed`] look at more entries, never fewer).
+fn kafka_compatible(found: &[AbortedTxn], replayed: &[(AbortedTxn, i64)], log_start_offset: i64) -> bool {
+    let no_data = |t: &AbortedTxn| t.first_offset == t.last_offset;
+    let mut rest = replayed.iter().peekable();
+    for f in found {
+        loop {
+            match rest.peek() {
+                Some((e, previous_marker)) if (e.producer_id, e.last_offset) == (f.producer_id, f.last_offset) => {
+                    if !(*previous_marker < f.first_offset
+                        && f.first_offset <= e.first_offset
+                        && f.last_stable_offset <= e.last_stable_offset)
+                    {
+                        return false;
+                    }
+                    rest.next();
+                    break;
+                }
+                Some((e, _)) if no_data(e) && e.last_offset < f.last_offset => {
+                    rest.next();
+                }
+                _ if f.last_offset < log_start_offset && f.first_offset <= f.last_offset => break,
+                _ => return false,
+            }
+        }
+    }
+    rest.all(|(e, _)| no_data(e))
 }
 
 /// The transaction side of replaying one batch with a producer id: a transactional data batch
@@ -503,13 +562,15 @@ fn replay_txn(scan: &mut HeaderScan, seg: &Segment, info: &BatchInfo, h: &BatchH
                 ),
             }
             let done = scan.producer_state.end_txn(h.producer_id, h.base_offset, aborted);
+            let previous_marker = scan.last_marker.insert(h.producer_id, h.base_offset).unwrap_or(i64::MIN);
             if done.is_aborted {
-                scan.aborted.entry(seg.base_offset()).or_default().push(AbortedTxn {
+                let entry = AbortedTxn {
                     producer_id: done.producer_id,
                     first_offset: done.first_offset,
                     last_offset: done.last_offset,
                     last_stable_offset: done.last_stable_offset,
-                });
+                };
+                scan.aborted.entry(seg.base_offset()).or_default().push((entry, previous_marker));
             }
         }
         Ok((None, _)) => {}
@@ -540,6 +601,7 @@ fn scan_headers(
         epochs: Vec::new(),
         compaction_seen: false,
         aborted: BTreeMap::new(),
+        last_marker: std::collections::HashMap::new(),
     };
     if !what.producers && !what.epochs && !what.compaction {
         return scan;
@@ -785,6 +847,66 @@ mod tests {
         let (_, report) = PartitionLog::open(&dir, LogConfig::default(), OpenOptions::default()).unwrap();
         assert!(report.damaged.is_empty(), "{report:?}");
     }
+    /// A `.txnindex` Kafka wrote is kept when the header replay can only know less than Kafka
+    /// did: the log start offset inside a transaction (its first batch not replayed, so Kafka's
+    /// first offset and the last stable offset it recorded are lower) or a marker below the log
+    /// start offset. A first offset at or before the producer's previous marker is still wrong
+    /// (a consumer would drop the producer's committed batches): that file is rewritten.
+    #[test]
+    fn a_kafka_txnindex_from_before_the_log_start_is_kept() {
+        use crate::log::txn_index::{self, marker_batch, AbortedTxn};
+        let txn = |base: i64, pid: i64, n: usize| {
+            let mut b = BatchBuilder::new(base, Compression::None).producer(pid, 0, 0).transactional(true);
+            for i in 0..n {
+                b.append(T + i as i64, None, Some(b"v"), &[]);
+            }
+            b.build().unwrap()
+        };
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("ks-0");
+        fs::create_dir_all(&dir).unwrap();
+        // Producer 3 aborts at 1, producer 1 opens at 2 (two records), producer 2 runs 4..=5
+        // aborted while 1 is open, producer 1 aborts at 7. The log start offset is 4.
+        let segment = [
+            txn(0, 3, 1),
+            marker_batch(1, 3, 0, true, 0, T),
+            txn(2, 1, 2),
+            txn(4, 2, 1),
+            marker_batch(5, 2, 0, true, 0, T),
+            txn(6, 1, 1),
+            marker_batch(7, 1, 0, true, 0, T),
+        ]
+        .concat();
+        fs::write(dir.join("00000000000000000000.log"), &segment).unwrap();
+        let index = dir.join("00000000000000000000.txnindex");
+        // What Kafka wrote at each ABORT marker.
+        let kafka = [
+            AbortedTxn { producer_id: 3, first_offset: 0, last_offset: 1, last_stable_offset: 2 },
+            AbortedTxn { producer_id: 2, first_offset: 4, last_offset: 5, last_stable_offset: 2 },
+            AbortedTxn { producer_id: 1, first_offset: 2, last_offset: 7, last_stable_offset: 8 },
+        ];
+        txn_index::write(&index, &kafka).unwrap();
+        let opts = || OpenOptions { log_start_offset: Some(4), had_clean_shutdown: true, ..Default::default() };
+        let (log, report) = PartitionLog::open(&dir, LogConfig::default(), opts()).unwrap();
+        assert!(report.damaged.is_empty(), "{report:?}");
+        assert_eq!(txn_index::read(&index).unwrap(), Some(kafka.to_vec()), "left as Kafka wrote it");
+        let (_, aborted) = log.read_committed(4, 1 << 20, true).unwrap();
+        assert_eq!(aborted, kafka[1..], "every aborted transaction with data from offset 4");
+        drop(log);
+
+        // Producer 1's first offset before its previous (COMMIT) marker: wrong, rewritten.
+        let segment =
+            [txn(0, 1, 1), marker_batch(1, 1, 0, false, 0, T), txn(2, 1, 1), marker_batch(3, 1, 0, true, 0, T)]
+                .concat();
+        fs::write(dir.join("00000000000000000000.log"), &segment).unwrap();
+        let bad = AbortedTxn { producer_id: 1, first_offset: 0, last_offset: 3, last_stable_offset: 4 };
+        txn_index::write(&index, &[bad]).unwrap();
+        let (log, report) = PartitionLog::open(&dir, LogConfig::default(), OpenOptions::default()).unwrap();
+        let good = AbortedTxn { first_offset: 2, ..bad };
+        assert!(report.damaged.iter().any(|d| d.path == index), "{report:?}");
+        assert_eq!((txn_index::read(&index).unwrap(), log.aborted_txns()), (Some(vec![good]), &[good][..]));
+    }
+
     /// A read_committed slice gets only the aborted transactions up to its upper bound (the
     /// offset index entry at its end, Kafka's `fetchUpperBoundOffset`), not every later one.
     #[test]
