@@ -360,3 +360,32 @@ fn a_reopen_after_a_kill_rebuilds_the_same_transaction_state() {
     let log = open(&dir, LogConfig::default(), false);
     assert_eq!(txn_state(&log), before);
 }
+
+/// The cleaner removes an aborted transaction's first batch (its last one stays, empty, for the
+/// producer state): the `.txnindex` it carried through the swap keeps the transaction's real
+/// first offset, which the header replay at the next open can no longer see. That file is
+/// right, not damaged: it is kept, and the reopened log lists the same aborted transaction.
+#[test]
+fn a_txnindex_whose_first_batches_the_cleaner_removed_is_kept_at_reopen() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("txl-0");
+    let mut cfg = LogConfig::default();
+    cfg.set("cleanup.policy", "compact").unwrap();
+    let mut log = open(&dir, cfg.clone(), true);
+    log.append_transactional(&txn(1, 0, 0, &[("a", "aborted-0")]), T).unwrap();
+    log.append_transactional(&txn(1, 0, 1, &[("b", "aborted-1")]), T).unwrap();
+    log.append_txn_marker(1, 0, 0, true, T).unwrap();
+    log.roll(T).unwrap();
+    log.append(&plain(&[("c", "c-3")]), T).unwrap();
+    let out = cleaner::compact(&mut log, T).unwrap();
+    assert_eq!(out.cleaned_segments, [0], "{out:?}");
+    let before = log.aborted_txns().to_vec();
+    assert_eq!(before, [AbortedTxn { producer_id: 1, first_offset: 0, last_offset: 2, last_stable_offset: 3 }]);
+    assert_eq!(std::fs::read(txn_index_path(&dir, 0)).unwrap(), entry_bytes(1, 0, 2, 3));
+    log.close().unwrap();
+    let (log, report) =
+        PartitionLog::open(&dir, cfg, OpenOptions { had_clean_shutdown: true, ..Default::default() }).unwrap();
+    assert!(report.damaged.is_empty(), "{report:?}");
+    assert_eq!(std::fs::read(txn_index_path(&dir, 0)).unwrap(), entry_bytes(1, 0, 2, 3));
+    assert_eq!(log.aborted_txns(), before);
+}
