@@ -9,7 +9,8 @@
 //! storage). A timestamp >= 0 gives the earliest offset whose record timestamp is >= it, looking
 //! inside batches ([`PartitionLog::fetch_offset_by_timestamp`]), or offset -1 and timestamp -1
 //! when there is none. -3 ([`MAX_TIMESTAMP`], KIP-734) gives the first record carrying the largest
-//! timestamp of the log, -5 ([`LATEST_TIERED_TIMESTAMP`], KIP-1005) offset -1 (no tiered storage),
+//! timestamp of the log (offset -1 and timestamp -1 when that record is at or past the same
+//! bound: a record of an open transaction under `read_committed`), -5 ([`LATEST_TIERED_TIMESTAMP`], KIP-1005) offset -1 (no tiered storage),
 //! both as Kafka 4's `UnifiedLog.fetchOffsetByTimestamp`. Other negative timestamps:
 //! `INVALID_REQUEST`.
 //!
@@ -108,7 +109,12 @@ fn lookup(partition: &Partition, target: i64, read_committed: bool) -> Result<(i
         LATEST_TIMESTAMP => Ok((-1, last_fetchable)),
         EARLIEST_TIMESTAMP | EARLIEST_LOCAL_TIMESTAMP => Ok((-1, partition.log_start_offset())),
         LATEST_TIERED_TIMESTAMP => Ok((-1, -1)),
-        MAX_TIMESTAMP => max_timestamp(&partition.log()).map_err(|e| errors::log_error_code(&e)),
+        // Kafka's `ReplicaManager.fetchOffset` bounds every lookup but latest and earliest by
+        // the last fetchable offset, MAX_TIMESTAMP included: no offset of an open transaction.
+        MAX_TIMESTAMP => match max_timestamp(&partition.log()) {
+            Ok((_, offset)) if offset >= last_fetchable => Ok((-1, -1)),
+            r => r.map_err(|e| errors::log_error_code(&e)),
+        },
         t if t < 0 => Err(errors::INVALID_REQUEST),
         t => match partition.log().fetch_offset_by_timestamp(t) {
             Ok(Some(found)) if found.offset < last_fetchable => Ok((found.timestamp, found.offset)),
@@ -134,4 +140,42 @@ fn max_timestamp(log: &PartitionLog) -> Result<(i64, i64), crate::log::LogError>
     let Some(seg) = best.filter(|s| s.max_timestamp_so_far().timestamp >= 0) else { return Ok((-1, -1)) };
     let max = seg.max_timestamp_so_far().timestamp;
     Ok(seg.find_offset_by_timestamp(max, log.log_start_offset())?.map_or((-1, -1), |f| (f.timestamp, f.offset)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::batch::{BatchBuilder, Compression};
+    use crate::log::partition::OpenOptions;
+    use crate::log::{LogConfig, PartitionLog};
+
+    const T: i64 = 1_764_000_000_000;
+
+    fn batch(timestamp: i64, transactional: bool) -> Vec<u8> {
+        let mut b = BatchBuilder::new(0, Compression::None);
+        if transactional {
+            b = b.producer(1, 0, 0).transactional(true);
+        }
+        b.append(timestamp, None, Some(b"v"), &[]);
+        b.build().unwrap()
+    }
+
+    /// Kafka's `Partition.fetchOffsetForTimestamp` + `ReplicaManager.fetchOffset`: every lookup
+    /// but latest and earliest, MAX_TIMESTAMP included, answers no offset (-1, -1) when the
+    /// record found is at or past the last fetchable offset (the LSO under read_committed).
+    #[test]
+    fn max_timestamp_under_read_committed_is_bounded_by_the_last_stable_offset() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (log, _) =
+            PartitionLog::open(&tmp.path().join("t-0"), LogConfig::default(), OpenOptions::default()).unwrap();
+        let p = Partition::new(log);
+        p.append(&batch(T, false), T).unwrap();
+        p.append_transactional(&batch(T + 2, true), T).unwrap();
+        assert_eq!(p.last_stable_offset(), 1);
+        assert_eq!(lookup(&p, MAX_TIMESTAMP, false), Ok((T + 2, 1)));
+        assert_eq!(lookup(&p, MAX_TIMESTAMP, true), Ok((-1, -1)), "the open transaction's record");
+        assert_eq!(lookup(&p, T + 1, true), Ok((-1, -1)));
+        p.append_txn_marker(1, 0, 0, false, T + 1).unwrap();
+        assert_eq!(lookup(&p, MAX_TIMESTAMP, true), Ok((T + 2, 1)), "committed");
+    }
 }
