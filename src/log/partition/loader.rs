@@ -459,7 +459,22 @@ fn reconcile_txn_indexes(
         let path = txn_index::path_for(seg.log_path());
         let replayed = aborted.get(base).map_or(&[][..], Vec::as_slice);
         let expected: Vec<AbortedTxn> = replayed.iter().map(|(t, _)| *t).collect();
-        let problem = match txn_index::read(&path) {
+        // Each entry is an ABORT marker of the segment, a batch of at least a v2 header: a file
+        // with more entries than that is damaged, and is not read (a sparse file of any size
+        // costs nothing to make and would be read whole).
+        let max_len =
+            (u64::from(seg.size()) / crate::log::batch::HEADER_SIZE as u64 + 1) * txn_index::ENTRY_SIZE as u64;
+        let oversized = match fs::metadata(&path) {
+            Ok(m) if m.len() > max_len => Some(m.len()),
+            _ => None,
+        };
+        let read = match oversized {
+            Some(len) => {
+                Err(format!("{len} bytes: more entries than ABORT markers fit in the segment's {} bytes", seg.size()))
+            }
+            None => txn_index::read(&path).map_err(|e| e.to_string()),
+        };
+        let problem = match read {
             Ok(Some(found)) if found == expected => continue,
             Ok(None) if expected.is_empty() => continue,
             Ok(None) => None,
@@ -478,7 +493,7 @@ fn reconcile_txn_indexes(
                 found.len(),
                 expected.len()
             )),
-            Err(e) => Some(e.to_string()),
+            Err(e) => Some(e),
         };
         txn_index::write(&path, &expected)?;
         match problem {
@@ -905,6 +920,30 @@ mod tests {
         let good = AbortedTxn { first_offset: 2, ..bad };
         assert!(report.damaged.iter().any(|d| d.path == index), "{report:?}");
         assert_eq!((txn_index::read(&index).unwrap(), log.aborted_txns()), (Some(vec![good]), &[good][..]));
+    }
+
+    /// A `.txnindex` with more entries than ABORT markers fit in its segment is damaged and is
+    /// not read (a sparse file of any size is free to make): rewritten from the markers.
+    #[test]
+    fn an_oversized_txnindex_is_not_read() {
+        use crate::log::txn_index::{self, marker_batch, AbortedTxn};
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("big-0");
+        fs::create_dir_all(&dir).unwrap();
+        let mut data = BatchBuilder::new(0, Compression::None).producer(1, 0, 0).transactional(true);
+        data.append(T, None, Some(b"v"), &[]);
+        let segment = [data.build().unwrap(), marker_batch(1, 1, 0, true, 0, T)].concat();
+        fs::write(dir.join("00000000000000000000.log"), &segment).unwrap();
+        let index = dir.join("00000000000000000000.txnindex");
+        // Zeros are valid entries (version 0): 1000 of them for a segment of two batches.
+        fs::write(&index, vec![0u8; 1000 * txn_index::ENTRY_SIZE]).unwrap();
+        let (log, report) = PartitionLog::open(&dir, LogConfig::default(), OpenOptions::default()).unwrap();
+        let expected = AbortedTxn { producer_id: 1, first_offset: 0, last_offset: 1, last_stable_offset: 2 };
+        assert!(
+            report.damaged.iter().any(|d| d.path == index && d.error.contains("more entries than ABORT markers fit")),
+            "{report:?}"
+        );
+        assert_eq!((txn_index::read(&index).unwrap(), log.aborted_txns()), (Some(vec![expected]), &[expected][..]));
     }
 
     /// A read_committed slice gets only the aborted transactions up to its upper bound (the
