@@ -478,7 +478,7 @@ fn reconcile_txn_indexes(
             Ok(Some(found)) if found == expected => continue,
             Ok(None) if expected.is_empty() => continue,
             Ok(None) => None,
-            Ok(Some(found)) if kafka_compatible(&found, replayed, log_start_offset) => {
+            Ok(Some(found)) if kafka_compatible(&found, replayed, *base, log_start_offset) => {
                 tracing::info!(
                     "{}: kept ({} entries; the markers from the log start offset on give {}: transactions that began before it or whose first batches were cleaned)",
                     path.display(),
@@ -511,6 +511,7 @@ fn reconcile_txn_indexes(
 /// Whether the `.txnindex` entries `found` are what Kafka could have written for a segment whose
 /// replayed ABORT markers give `replayed` (each with its producer's previous marker offset), the
 /// replay having started at `log_start_offset` without Kafka's producer snapshots:
+/// - the entries are in marker order, their markers in the segment (from `base_offset` on);
 /// - an entry whose marker is below the log start offset (never replayed) may be there;
 /// - a replayed entry with no data batch (first offset = its marker's) may be missing (Kafka's
 ///   cleaner drops the entry of an aborted transaction whose batches are all gone);
@@ -520,7 +521,18 @@ fn reconcile_txn_indexes(
 ///   the producer between the two is then the aborted transaction's: a consumer drops nothing
 ///   else), and Kafka's last stable offset at most the replayed one (a lower one makes
 ///   [`PartitionLog::read_committed`] look at more entries, never fewer).
-fn kafka_compatible(found: &[AbortedTxn], replayed: &[(AbortedTxn, i64)], log_start_offset: i64) -> bool {
+fn kafka_compatible(
+    found: &[AbortedTxn],
+    replayed: &[(AbortedTxn, i64)],
+    base_offset: i64,
+    log_start_offset: i64,
+) -> bool {
+    // In marker order, every marker in the segment: reads binary-search the entries by marker.
+    if found.first().is_some_and(|f| f.last_offset < base_offset)
+        || found.windows(2).any(|w| w[0].last_offset >= w[1].last_offset)
+    {
+        return false;
+    }
     let no_data = |t: &AbortedTxn| t.first_offset == t.last_offset;
     let mut rest = replayed.iter().peekable();
     for f in found {
@@ -907,6 +919,12 @@ mod tests {
         assert_eq!(txn_index::read(&index).unwrap(), Some(kafka.to_vec()), "left as Kafka wrote it");
         let (_, aborted) = log.read_committed(4, 1 << 20, true).unwrap();
         assert_eq!(aborted, kafka[1..], "every aborted transaction with data from offset 4");
+        drop(log);
+        // Out of marker order (reads binary-search the markers): rewritten.
+        txn_index::write(&index, &[kafka[1], kafka[0], kafka[2]]).unwrap();
+        let (log, report) = PartitionLog::open(&dir, LogConfig::default(), opts()).unwrap();
+        assert!(report.damaged.iter().any(|d| d.path == index), "{report:?}");
+        assert!(log.aborted_txns().windows(2).all(|w| w[0].last_offset < w[1].last_offset));
         drop(log);
 
         // Producer 1's first offset before its previous (COMMIT) marker: wrong, rewritten.
