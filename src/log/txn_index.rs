@@ -22,7 +22,10 @@
 //! with the segment's other index files); and the entries are rebuilt from the markers whenever
 //! a partition is opened (every batch header is replayed), a segment's file written back whole
 //! ([`write()`]) when it is missing or says otherwise ([`super::partition::PartitionLog::open`]),
-//! so a crash between a marker and its entry loses nothing.
+//! so a crash between a marker and its entry loses nothing. A file that knows more than the
+//! replay (first offsets and last stable offsets from below the log start offset, or of
+//! batches the cleaner removed, as Kafka and fetchbench's cleaner leave them) is kept; a file
+//! larger than the markers its segment can hold is not read.
 
 use std::path::Path;
 
