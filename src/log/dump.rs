@@ -809,16 +809,7 @@ fn dump_offset_index(
             },
         }
     }
-    let found = summary.problems.len() - problems_before;
-    if opts.verify {
-        writeln!(
-            out,
-            "{}: {checked} entries, {}",
-            path.display(),
-            if found == 0 { "ok".to_string() } else { format!("{found} problems") }
-        )?;
-    }
-    Ok(())
+    verified_line(opts, out, path, checked, summary.problems.len() - problems_before)
 }
 
 /// A `.txnindex` (see the module docs): its entries, checked against the ABORT markers of the
@@ -906,15 +897,20 @@ fn dump_txn_index(
             problem(0, format!("the ABORT marker of producer {producer_id} at offset {offset} has no entry"));
         }
     }
-    let found = summary.problems.len() - problems_before;
+    verified_line(opts, out, path, entries.len(), summary.problems.len() - problems_before)
+}
+
+/// An index file's `--verify` line: `PATH: N entries, ok` or `..., K problems`.
+fn verified_line(
+    opts: &DumpOptions,
+    out: &mut dyn Write,
+    path: &Path,
+    entries: usize,
+    found: usize,
+) -> Result<(), Failure> {
     if opts.verify {
-        writeln!(
-            out,
-            "{}: {} entries, {}",
-            path.display(),
-            entries.len(),
-            if found == 0 { "ok".to_string() } else { format!("{found} problems") }
-        )?;
+        let verdict = if found == 0 { "ok".to_string() } else { format!("{found} problems") };
+        writeln!(out, "{}: {entries} entries, {verdict}", path.display())?;
     }
     Ok(())
 }
@@ -971,14 +967,5 @@ fn dump_time_index(
             }
         }
     }
-    let found = summary.problems.len() - problems_before;
-    if opts.verify {
-        writeln!(
-            out,
-            "{}: {checked} entries, {}",
-            path.display(),
-            if found == 0 { "ok".to_string() } else { format!("{found} problems") }
-        )?;
-    }
-    Ok(())
+    verified_line(opts, out, path, checked, summary.problems.len() - problems_before)
 }

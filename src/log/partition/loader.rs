@@ -784,6 +784,15 @@ mod tests {
         b.build().unwrap()
     }
 
+    /// A transactional batch of producer `pid` (epoch 0) at `base` with `n` records.
+    fn txn(base: i64, pid: i64, n: usize) -> Vec<u8> {
+        let mut b = BatchBuilder::new(base, Compression::None).producer(pid, 0, 0).transactional(true);
+        for i in 0..n {
+            b.append(T + i as i64, None, Some(b"v"), &[]);
+        }
+        b.build().unwrap()
+    }
+
     fn open(dir: &std::path::Path, cfg: LogConfig, clean: bool) -> PartitionLog {
         PartitionLog::open(dir, cfg, OpenOptions { had_clean_shutdown: clean, ..Default::default() }).unwrap().0
     }
@@ -832,13 +841,6 @@ mod tests {
     #[test]
     fn transactions_are_replayed_the_index_rebuilt_and_read_committed_stops_at_the_lso() {
         use crate::log::txn_index::{self, marker_batch, AbortedTxn};
-        let txn = |base: i64, pid: i64, n: usize| {
-            let mut b = BatchBuilder::new(base, Compression::None).producer(pid, 0, 0).transactional(true);
-            for i in 0..n {
-                b.append(T + i as i64, None, Some(b"v"), &[]);
-            }
-            b.build().unwrap()
-        };
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("tx-0");
         fs::create_dir_all(&dir).unwrap();
@@ -882,13 +884,6 @@ mod tests {
     #[test]
     fn a_kafka_txnindex_from_before_the_log_start_is_kept() {
         use crate::log::txn_index::{self, marker_batch, AbortedTxn};
-        let txn = |base: i64, pid: i64, n: usize| {
-            let mut b = BatchBuilder::new(base, Compression::None).producer(pid, 0, 0).transactional(true);
-            for i in 0..n {
-                b.append(T + i as i64, None, Some(b"v"), &[]);
-            }
-            b.build().unwrap()
-        };
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("ks-0");
         fs::create_dir_all(&dir).unwrap();
@@ -974,9 +969,7 @@ mod tests {
         fs::create_dir_all(&dir).unwrap();
         let mut batches = Vec::new();
         for i in 0..20i64 {
-            let mut b = BatchBuilder::new(2 * i, Compression::None).producer(i, 0, 0).transactional(true);
-            b.append(T, None, Some(b"v"), &[]);
-            batches.push(b.build().unwrap());
+            batches.push(txn(2 * i, i, 1));
             batches.push(marker_batch(2 * i + 1, i, 0, true, 0, T));
         }
         fs::write(dir.join("00000000000000000000.log"), batches.concat()).unwrap();
