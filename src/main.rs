@@ -32,9 +32,10 @@ enum Command {
     /// with `--limits`, each path as a ratio to this machine's limits (scripts/baseline-limits.sh).
     ReadPaths(ReadPathsArgs),
     /// Run a single-node Kafka broker (node 0, leader of every partition, coordinator of every
-    /// group) on the wire protocol: topics (Metadata, CreateTopics), produce (idempotent), fetch
-    /// (long polling, through `--read-path`), offsets (ListOffsets, OffsetForLeaderEpoch) and the
-    /// classic consumer-group coordinator; README lists the API versions. Runs until SIGINT or SIGTERM, then shuts down cleanly (logs flushed,
+    /// group and transactional id) on the wire protocol: topics (Metadata, CreateTopics), produce
+    /// (idempotent and transactional), fetch (long polling, through `--read-path`; read_committed),
+    /// offsets (ListOffsets, OffsetForLeaderEpoch), the classic consumer-group coordinator and the
+    /// transaction coordinator; README lists the API versions. Runs until SIGINT or SIGTERM, then shuts down cleanly (logs flushed,
     /// checkpoints and `.kafka_cleanshutdown` written) and exits 0; a second signal during that
     /// shutdown is ignored (SIGKILL stops at once, and the next start recovers).
     Serve(ServeArgs),
@@ -113,8 +114,8 @@ struct ServeArgs {
     /// A broker config with Kafka's name, `key=value` (repeatable): `num.partitions`,
     /// `auto.create.topics.enable`, `socket.request.max.bytes`, `max.connections`,
     /// `max.connections.per.ip`, `group.*`, `offsets.topic.num.partitions`,
-    /// `offsets.retention.minutes`, `offset.metadata.max.bytes`, `log.dirs`, `listeners`,
-    /// `advertised.listeners`, `log.*`, `server.model`, `read.path`, `metrics.listen`.
+    /// `offsets.retention.minutes`, `offset.metadata.max.bytes`, `transaction.*` (the transaction
+    /// coordinator), `log.dirs`, `listeners`, `advertised.listeners`, `log.*`, `server.model`, `read.path`, `metrics.listen`.
     #[arg(short = 'X', value_name = "KEY=VALUE")]
     overrides: Vec<String>,
 }

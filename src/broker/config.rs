@@ -88,6 +88,23 @@ pub struct BrokerConfig {
     pub offsets_retention_check_interval_ms: i32,
     /// `offset.metadata.max.bytes` (Kafka default 4096): the longest commit metadata string.
     pub offset_metadata_max_bytes: i32,
+    /// `transaction.state.log.num.partitions` (Kafka default 50): partitions `__transaction_state`
+    /// is created with (an existing topic keeps its count), the modulus of the transaction
+    /// coordinator's choice `abs(transactionalId.hashCode()) % n`.
+    pub transaction_state_log_num_partitions: i32,
+    /// `transaction.max.timeout.ms` (Kafka default 900000 = 15 min): the largest
+    /// `transaction.timeout.ms` InitProducerId accepts (`INVALID_TRANSACTION_TIMEOUT` above it).
+    pub transaction_max_timeout_ms: i32,
+    /// `transactional.id.expiration.ms` (Kafka default 604800000 = 7 days): a transactional id
+    /// with no transaction open and no request for this long is removed.
+    pub transactional_id_expiration_ms: i32,
+    /// `transaction.abort.timed.out.transaction.cleanup.interval.ms` (Kafka default 10000): how
+    /// often transactions open longer than their `transaction.timeout.ms` are looked for and
+    /// aborted.
+    pub transaction_abort_timed_out_transaction_cleanup_interval_ms: i32,
+    /// `transaction.remove.expired.transaction.cleanup.interval.ms` (Kafka default 3600000): how
+    /// often expired transactional ids are looked for.
+    pub transaction_remove_expired_transaction_cleanup_interval_ms: i32,
     /// `advertised.listeners`' PLAINTEXT (host, port): what Metadata and FindCoordinator tell
     /// clients to connect to. `None`: the bound address, or this machine's host name when bound
     /// to a wildcard address (as Kafka advertises `listeners` when `advertised.listeners` is
@@ -136,7 +153,6 @@ pub(crate) const NOT_APPLICABLE_KEYS: &[(&str, &str)] = &[
     ("offsets.topic.replication.factor", "one replica"),
     ("transaction.state.log.replication.factor", "one replica"),
     ("transaction.state.log.min.isr", "one replica"),
-    ("transaction.state.log.num.partitions", "no transaction coordinator"),
     ("share.coordinator.state.topic.replication.factor", "one replica; no share groups"),
     ("share.coordinator.state.topic.min.isr", "one replica; no share groups"),
     ("default.replication.factor", "one replica"),
@@ -183,6 +199,11 @@ impl BrokerConfig {
             offsets_retention_minutes: 10_080,
             offsets_retention_check_interval_ms: 600_000,
             offset_metadata_max_bytes: 4096,
+            transaction_state_log_num_partitions: 50,
+            transaction_max_timeout_ms: 900_000,
+            transactional_id_expiration_ms: 604_800_000,
+            transaction_abort_timed_out_transaction_cleanup_interval_ms: 10_000,
+            transaction_remove_expired_transaction_cleanup_interval_ms: 3_600_000,
             advertised_listener: None,
             log_flush_scheduler_interval_ms: i64::MAX,
             log_flush_offset_checkpoint_interval_ms: DEFAULT_CHECKPOINT_INTERVAL_MS as i32,
@@ -206,6 +227,10 @@ impl BrokerConfig {
     ///   `group.min.session.timeout.ms`, `group.max.session.timeout.ms`, `group.max.size`,
     ///   `offsets.topic.num.partitions`, `offsets.retention.minutes`,
     ///   `offsets.retention.check.interval.ms`, `offset.metadata.max.bytes`;
+    /// - the transaction coordinator's `transaction.state.log.num.partitions`,
+    ///   `transaction.max.timeout.ms`, `transactional.id.expiration.ms`,
+    ///   `transaction.abort.timed.out.transaction.cleanup.interval.ms`,
+    ///   `transaction.remove.expired.transaction.cleanup.interval.ms` (each at least 1);
     /// - `log.dirs` (comma-separated; the first directory is served, more are warned about) or
     ///   `log.dir` (used when `log.dirs` is absent, as in Kafka) sets [`Self::log_dir`];
     /// - `listeners`: the first listener that is not a controller listener
@@ -272,6 +297,17 @@ impl BrokerConfig {
                 "offsets.retention.minutes" => self.offsets_retention_minutes = int(key, value, 1)?,
                 "offsets.retention.check.interval.ms" => self.offsets_retention_check_interval_ms = int(key, value, 1)?,
                 "offset.metadata.max.bytes" => self.offset_metadata_max_bytes = int(key, value, 0)?,
+                "transaction.state.log.num.partitions" => {
+                    self.transaction_state_log_num_partitions = int(key, value, 1)?
+                }
+                "transaction.max.timeout.ms" => self.transaction_max_timeout_ms = int(key, value, 1)?,
+                "transactional.id.expiration.ms" => self.transactional_id_expiration_ms = int(key, value, 1)?,
+                "transaction.abort.timed.out.transaction.cleanup.interval.ms" => {
+                    self.transaction_abort_timed_out_transaction_cleanup_interval_ms = int(key, value, 1)?
+                }
+                "transaction.remove.expired.transaction.cleanup.interval.ms" => {
+                    self.transaction_remove_expired_transaction_cleanup_interval_ms = int(key, value, 1)?
+                }
                 "log.flush.offset.checkpoint.interval.ms" => {
                     self.log_flush_offset_checkpoint_interval_ms = int(key, value, 0)?
                 }

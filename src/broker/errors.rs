@@ -27,6 +27,10 @@ pub const MESSAGE_TOO_LARGE: i16 = 10;
 pub const INVALID_TOPIC_EXCEPTION: i16 = 17;
 /// `RECORD_LIST_TOO_LARGE`: the record set does not fit a segment (`segment.bytes`).
 pub const RECORD_LIST_TOO_LARGE: i16 = 18;
+/// `NOT_ENOUGH_REPLICAS` (retriable): what a transactional Produce gets while its transaction
+/// cannot be verified (the coordinator is loading, or the transaction is being ended), as Kafka's
+/// `ReplicaManager` translates those coordinator errors so that every client retries.
+pub const NOT_ENOUGH_REPLICAS: i16 = 19;
 /// `INVALID_REQUIRED_ACKS`: `acks` is not 0, 1 or -1.
 pub const INVALID_REQUIRED_ACKS: i16 = 21;
 /// `UNSUPPORTED_VERSION`: the API version is not served.
@@ -59,6 +63,9 @@ pub const INVALID_TXN_STATE: i16 = 48;
 /// `TRANSACTION_COORDINATOR_FENCED`: a transaction marker from a coordinator epoch older than
 /// the one the partition last saw for its producer (Kafka's `TransactionCoordinatorFencedException`).
 pub const TRANSACTION_COORDINATOR_FENCED: i16 = 52;
+/// `OPERATION_NOT_ATTEMPTED`: AddPartitionsToTxn did not add this partition because another of
+/// the request's partitions was refused.
+pub const OPERATION_NOT_ATTEMPTED: i16 = 55;
 /// `KAFKA_STORAGE_ERROR`: a disk error while reading or writing the log.
 pub const KAFKA_STORAGE_ERROR: i16 = 56;
 /// `FETCH_SESSION_ID_NOT_FOUND`: a fetch named a session this broker does not have (KIP-227).

@@ -11,7 +11,9 @@
 //! cores; both once the model was switched at runtime), `num.io.threads` io threads
 //! ([`IoPool`](super::io_pool::IoPool)), the purgatory's timer
 //! ([`Purgatory`](super::purgatory::Purgatory)), the log scheduler and the group coordinator's thread (replay of
-//! `__consumer_offsets`, then its timers), and with `metrics.listen` the metrics endpoint's
+//! `__consumer_offsets`, then its timers), the transaction coordinator's thread
+//! ([`txn_coordinator::runtime`](super::txn_coordinator::runtime): replay of `__transaction_state`,
+//! then its timeout aborts), and with `metrics.listen` the metrics endpoint's
 //! thread ([`MetricsEndpoint`]).
 
 use std::net::{SocketAddr, TcpListener};
@@ -29,6 +31,7 @@ use super::request_metrics::FetchLatencies;
 use super::server_model::ServerModel;
 use super::shared::Shared;
 use super::test_support::TestSupport;
+use super::txn_coordinator::runtime as txn_runtime;
 use super::uring::start as uring_start;
 use crate::log::manager::LogManager;
 use crate::log::scheduler::LogScheduler;
@@ -105,6 +108,13 @@ impl Broker {
                     coordinator_shared.coordinator().run_timers(&LogStorage { shared: &coordinator_shared });
                 })
                 .map_err(|source| BrokerError::Thread { what: "group coordinator", source })?;
+            // The transaction coordinator replays __transaction_state (COORDINATOR_LOAD_IN_PROGRESS
+            // until done), completes the transactions left prepared, then aborts timed-out ones.
+            let txn_shared = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name("fetchbench-txn-coordinator".into())
+                .spawn(move || txn_runtime::run(&txn_shared))
+                .map_err(|source| BrokerError::Thread { what: "transaction coordinator", source })?;
             // Last: nothing after it can fail, so it never needs stopping here.
             let metrics = metrics_listener
                 .map(|listener| MetricsEndpoint::start(listener, Arc::clone(&shared)))
@@ -119,6 +129,7 @@ impl Broker {
                 shared.begin_shutdown();
                 shared.purgatory().shutdown();
                 shared.coordinator().shutdown();
+                shared.txn_coordinator().shutdown();
                 if let Some(front) = &front {
                     lock(front).stop();
                 }
@@ -266,6 +277,7 @@ impl BrokerHandle {
         // Waiting fetches answer now, on the io threads; the timer thread ends.
         self.shared.purgatory().shutdown();
         self.shared.coordinator().shutdown();
+        self.shared.txn_coordinator().shutdown();
         // Each core stops accepting, finishes (5 s at most) or closes its connections and waits
         // for every completion of its ring; the acceptor ends; no connection comes any more:
         // network threads end with their last connection.

@@ -1,6 +1,7 @@
 //! [`Shared`]: the broker state every thread and handler gets, holding every lock of the broker
 //! (their order is in the [module docs](super)): the log directory ([`LogManager`], shared:
-//! its partitions have their own locks), the group coordinator (with its own lock), the io pool ([`IoPool`]: the request queue
+//! its partitions have their own locks), the group coordinator (with its own lock), the
+//! transaction coordinator ([`TxnCoordinator`], its own locks), the io pool ([`IoPool`]: the request queue
 //! and the io threads), the [`Purgatory`] of delayed operations, the connection counts of
 //! `max.connections` / `max.connections.per.ip`, and the Fetch metrics ([`FetchMetrics`]: the
 //! per-io-thread latency histograms and the count of Fetch requests in flight), and the metrics
@@ -19,6 +20,7 @@ use super::io_pool::IoPool;
 use super::metrics_registry::{BrokerMetrics, LiveValues};
 use super::purgatory::Purgatory;
 use super::request_metrics::{FetchInFlight, FetchLatencies, FetchMetrics};
+use super::txn_coordinator::runtime::TxnCoordinator;
 use super::uring::gauges::UringGauges;
 use super::write_deadline::{WriteDeadlines, SEND_TIMEOUT};
 use crate::log::manager::LogManager;
@@ -51,6 +53,8 @@ pub(crate) struct Shared {
     purgatory: Arc<Purgatory>,
     connections: Mutex<ConnectionCounts>,
     coordinator: GroupCoordinator,
+    /// The transaction coordinator (its own shard locks, leaves).
+    txn_coordinator: TxnCoordinator,
     /// Total times of consumer Fetches answered since the last take (per io thread) and the
     /// Fetch requests in flight (see [`Shared::take_fetch_latencies`]).
     fetch_metrics: FetchMetrics,
@@ -104,7 +108,9 @@ impl Shared {
     ) -> Shared {
         let io_pool = IoPool::new(config.num_io_threads, config.queued_max_requests);
         let purgatory = Purgatory::new(Arc::clone(&io_pool));
+        let txn_coordinator = TxnCoordinator::new(&config, &logs);
         Shared {
+            txn_coordinator,
             fetch_metrics: FetchMetrics::new(io_pool.threads(), cores),
             uring_gauges: Arc::default(),
             metrics: BrokerMetrics::new(),
@@ -188,6 +194,11 @@ impl Shared {
     /// The group coordinator (every group of this broker: one node coordinates them all).
     pub(crate) fn coordinator(&self) -> &GroupCoordinator {
         &self.coordinator
+    }
+
+    /// The transaction coordinator.
+    pub(crate) fn txn_coordinator(&self) -> &TxnCoordinator {
+        &self.txn_coordinator
     }
 
     /// Whether [`BrokerHandle::shutdown`](crate::broker::server::BrokerHandle::shutdown) has

@@ -213,8 +213,9 @@ fn find_coordinator_answers_this_node_for_groups_only() {
     let ResponseKind::FindCoordinator(r) = c.call(ApiKey::FindCoordinator, 4, RequestKind::FindCoordinator(req)) else {
         panic!()
     };
-    assert_eq!(r.coordinators[0].error_code, 53, "TRANSACTIONAL_ID_AUTHORIZATION_FAILED: no transaction coordinator");
-    assert_eq!((r.coordinators[0].node_id.0, r.coordinators[0].port), (-1, -1));
+    // A transactional id's coordinator is this node too; an empty id is INVALID_REQUEST (Kafka).
+    let port = i32::from(broker.local_addr().port());
+    assert_eq!((r.coordinators[0].error_code, r.coordinators[0].node_id.0, r.coordinators[0].port), (0, 0, port));
     for version in [1i16, 3] {
         let req = FindCoordinatorRequest::default().with_key_type(1).with_key(s("txn"));
         let ResponseKind::FindCoordinator(r) =
@@ -222,7 +223,14 @@ fn find_coordinator_answers_this_node_for_groups_only() {
         else {
             panic!()
         };
-        assert_eq!(r.error_code, 53, "v{version}");
+        assert_eq!((r.error_code, r.node_id.0, r.port), (0, 0, port), "v{version}");
+        let req = FindCoordinatorRequest::default().with_key_type(1).with_key(s(""));
+        let ResponseKind::FindCoordinator(r) =
+            c.call(ApiKey::FindCoordinator, version, RequestKind::FindCoordinator(req))
+        else {
+            panic!()
+        };
+        assert_eq!((r.error_code, r.node_id.0), (42, -1), "v{version}: INVALID_REQUEST");
     }
     let req = FindCoordinatorRequest::default().with_key_type(2).with_coordinator_keys(vec![s("share")]);
     let ResponseKind::FindCoordinator(r) = c.call(ApiKey::FindCoordinator, 4, RequestKind::FindCoordinator(req)) else {

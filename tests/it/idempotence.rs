@@ -92,9 +92,14 @@ fn init_producer_id_hands_out_distinct_ids_across_restarts() {
         assert_eq!((r.error_code, r.producer_epoch), (0, 0), "v{version}");
         assert!(r.producer_id.0 >= 0 && seen.insert(r.producer_id.0), "v{version}: {r:?}");
     }
-    // Transactions are refused with a code clients treat as fatal; an empty id is invalid (Kafka).
+    // A transactional id gets its own producer id from the same generator (epoch 0), and the
+    // next InitProducerId of that id bumps the epoch of the same producer id; an empty id is
+    // invalid (Kafka).
     let r = init_producer_id(&mut client, 4, Some("txn-1"));
-    assert_eq!((r.error_code, r.producer_id.0, r.producer_epoch), (TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1, -1));
+    assert_eq!((r.error_code, r.producer_epoch), (0, 0), "{r:?}");
+    assert!(r.producer_id.0 >= 0 && seen.insert(r.producer_id.0), "{r:?}");
+    let again = init_producer_id(&mut client, 4, Some("txn-1"));
+    assert_eq!((again.error_code, again.producer_id.0, again.producer_epoch), (0, r.producer_id.0, 1), "{again:?}");
     assert_eq!(init_producer_id(&mut client, 4, Some("")).error_code, INVALID_REQUEST);
     // A producer writes with one of the ids (the logs then know it).
     metadata(&mut client, "idem-ids", 12);

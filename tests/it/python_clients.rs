@@ -206,27 +206,3 @@ fn kafka_python_mmap() {
 fn kafka_python_uring_splice() {
     on_uring_splice(kafka_python);
 }
-
-/// Transactional producers fail fast (issue 18, until the transaction coordinator lands):
-/// confluent-kafka's `init_transactions` raises the fatal TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-/// well before its 30 s timeout (COORDINATOR_NOT_AVAILABLE made it retry for all of it),
-/// kafka-python raises TransactionalIdAuthorizationFailedError, and an idempotent producer on
-/// the same broker still delivers.
-#[test]
-fn transactional_producers_are_refused_at_once() {
-    let Some(python) = python_with("confluent_kafka") else { return };
-    let (_tmp, broker) = crate::uring_model::start_model(ReadPathKind::Sendfile, ServerModel::Threaded, |_| {});
-    let what = "transactional producers";
-    let summary = run_script(&python, "txn_refused.py", &broker.local_addr().to_string(), what);
-    eprintln!("{what}: {summary}");
-    let confluent = &summary["confluent"];
-    assert_eq!(confluent["error"], "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", "{summary}");
-    assert_eq!((&confluent["fatal"], &confluent["retriable"]), (&Value::Bool(true), &Value::Bool(false)), "{summary}");
-    // Generous: the refusal is one round trip; a retried answer runs into the 30 s timeout.
-    assert!(confluent["seconds"].as_f64().unwrap() < 20.0, "{summary}");
-    assert_eq!(summary["kafka_python"]["error"], "TransactionalIdAuthorizationFailedError", "{summary}");
-    assert!(summary["kafka_python"]["seconds"].as_f64().unwrap() < 20.0, "{summary}");
-    assert_eq!(summary["idempotent"], 10, "{summary}");
-    assert_eq!(broker.test_support().connection_panics(), 0);
-    broker.shutdown().unwrap();
-}

@@ -9,7 +9,7 @@
 //!
 //! | API (key)             | versions | notes |
 //! |-----------------------|----------|-------|
-//! | FindCoordinator (10)  | 0-6      | groups: this node; transactions: TRANSACTIONAL_ID_AUTHORIZATION_FAILED; share groups: COORDINATOR_NOT_AVAILABLE |
+//! | FindCoordinator (10)  | 0-6      | groups and transactional ids: this node; share groups: COORDINATOR_NOT_AVAILABLE |
 //! | JoinGroup (11)        | 0-9      | v0: rebalance timeout = session timeout; v4+: KIP-394; v5+: KIP-345; v9: KIP-814 |
 //! | Heartbeat (12)        | 0-4      | |
 //! | LeaveGroup (13)       | 0-5      | v3+: several members (KIP-345) |
@@ -63,12 +63,10 @@ const KEY_TYPE_GROUP: i8 = 0;
 /// `key_type` of FindCoordinator: a transactional id.
 const KEY_TYPE_TRANSACTION: i8 = 1;
 
-/// FindCoordinator: every group's coordinator is this node. A transactional id is answered
-/// TRANSACTIONAL_ID_AUTHORIZATION_FAILED (no node), as Kafka's `KafkaApis.getCoordinator`
-/// answers a transactional id the client may not describe: this broker has no transaction
-/// coordinator, and that code is fatal to every client (confluent-kafka, kafka-python, Java),
-/// where COORDINATOR_NOT_AVAILABLE made them retry until `init_transactions` timed out. Other
-/// key types (share groups) are answered COORDINATOR_NOT_AVAILABLE with a message.
+/// FindCoordinator: every group's and every transactional id's coordinator is this node (an
+/// empty transactional id is `INVALID_REQUEST`, as Kafka's `KafkaApis.getCoordinator` answers;
+/// [`find_coordinator_error`](crate::broker::txn_coordinator::handlers::find_coordinator_error)).
+/// Other key types (share groups) are answered COORDINATOR_NOT_AVAILABLE with a message.
 pub(crate) fn find_coordinator(
     shared: &Shared,
     request: &FindCoordinatorRequest,
@@ -81,12 +79,10 @@ pub(crate) fn find_coordinator(
             tracing::debug!(group = %key.as_str(), partition = shared.coordinator().partition_for(key), "FindCoordinator");
             (errors::NONE, None, NODE_ID, host.clone(), port)
         } else if request.key_type == KEY_TYPE_TRANSACTION {
-            let message = format!(
-                "transactional id {:?}: fetchbench has no transaction coordinator (transactions are not \
-                 supported; an idempotent producer without transactional.id is)",
-                key.as_str()
-            );
-            (errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED, Some(s(&message)), -1, StrBytes::default(), -1)
+            match crate::broker::txn_coordinator::handlers::find_coordinator_error(key.as_str()) {
+                None => (errors::NONE, None, NODE_ID, host.clone(), port),
+                Some((code, message)) => (code, Some(s(&message)), -1, StrBytes::default(), -1),
+            }
         } else {
             let message =
                 format!("key type {} is not served: fetchbench has no share group coordinator", request.key_type);

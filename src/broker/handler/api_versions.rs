@@ -23,11 +23,13 @@ use crate::broker::response::{encode, Response};
 /// Metadata v0-v12; ApiVersions v0-v4; the group coordinator's APIs (FindCoordinator v0-v6, JoinGroup
 /// v0-v9, SyncGroup v0-v5, Heartbeat v0-v4, LeaveGroup v0-v5, OffsetCommit v2-v9, OffsetFetch v1-v9,
 /// ListGroups v0-v5, DescribeGroups v0-v6, DeleteGroups v0-v2: [`crate::broker::coordinator`]);
-/// CreateTopics v2-v7; OffsetForLeaderEpoch v2-v4 (KIP-320); InitProducerId v0-v5 (idempotent
-/// producers only; v6 cannot be decoded by the codec); DescribeConfigs v1-v4 and
+/// CreateTopics v2-v7; OffsetForLeaderEpoch v2-v4 (KIP-320); InitProducerId v0-v5 (v6 cannot be
+/// decoded by the codec); the transaction coordinator's AddPartitionsToTxn v0-v4, AddOffsetsToTxn
+/// v0-v4 and EndTxn v0-v4 ([`crate::broker::txn_coordinator::handlers`]; v5 is KIP-890 part 2's
+/// `transaction.version` 2, not advertised); DescribeConfigs v1-v4 and
 /// IncrementalAlterConfigs v0-v1 (the dynamic broker configs: `describe_configs`,
 /// `incremental_alter_configs`).
-pub(crate) const HANDLED: [(ApiKey, i16, i16); 20] = [
+pub(crate) const HANDLED: [(ApiKey, i16, i16); 23] = [
     (ApiKey::Produce, 3, 13),
     (ApiKey::Fetch, 4, 18),
     (ApiKey::ListOffsets, 1, 10),
@@ -46,6 +48,9 @@ pub(crate) const HANDLED: [(ApiKey, i16, i16); 20] = [
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::OffsetForLeaderEpoch, 2, 4),
     (ApiKey::InitProducerId, 0, 5),
+    (ApiKey::AddPartitionsToTxn, 0, 4),
+    (ApiKey::AddOffsetsToTxn, 0, 4),
+    (ApiKey::EndTxn, 0, 4),
     (ApiKey::DescribeConfigs, 1, 4),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
 ];

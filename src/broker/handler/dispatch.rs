@@ -21,6 +21,7 @@ use crate::broker::coordinator::handlers as groups;
 use crate::broker::responder::Responder;
 use crate::broker::response::{encode, Response};
 use crate::broker::shared::Shared;
+use crate::broker::txn_coordinator::handlers as txn;
 use crate::protocol::frame::DecodedRequest;
 
 /// Runs the handler of `request`; it answers through `responder` (now, or later from the
@@ -66,6 +67,11 @@ pub(crate) fn dispatch(shared: &Arc<Shared>, request: DecodedRequest, responder:
         },
         RequestKind::Fetch(r) => return fetch::handle(shared, r, version, responder),
         RequestKind::InitProducerId(r) => ResponseKind::InitProducerId(init_producer_id::handle(shared, &r, version)),
+        RequestKind::AddPartitionsToTxn(r) => {
+            ResponseKind::AddPartitionsToTxn(txn::add_partitions_to_txn(shared, &r, version))
+        }
+        RequestKind::AddOffsetsToTxn(r) => ResponseKind::AddOffsetsToTxn(txn::add_offsets_to_txn(shared, &r, version)),
+        RequestKind::EndTxn(r) => ResponseKind::EndTxn(txn::end_txn(shared, &r, version)),
         RequestKind::DescribeConfigs(r) => ResponseKind::DescribeConfigs(describe_configs::handle(shared, &r, version)),
         RequestKind::IncrementalAlterConfigs(r) => {
             ResponseKind::IncrementalAlterConfigs(incremental_alter_configs::handle(shared, &r, version))

@@ -7,10 +7,10 @@
 //! [`LogManager::generate_producer_id`](crate::log::manager::LogManager::generate_producer_id):
 //! blocks of 1000 persisted in the log directory, so they stay unique across restarts.
 //!
-//! Transactions are out of scope: a non-null transactional id is answered with
-//! `TRANSACTIONAL_ID_AUTHORIZATION_FAILED` (53), which Kafka clients report as a fatal
-//! `TransactionalIdAuthorizationException` instead of retrying; an empty one with
-//! `INVALID_REQUEST` (42), as Kafka does. Errors carry producer id -1 and epoch -1 (Kafka's
+//! A non-null transactional id goes to the transaction coordinator
+//! ([`txn_coordinator::handlers::init_producer_id`](crate::broker::txn_coordinator::handlers::init_producer_id):
+//! epoch bumps, fencing, the abort of an open transaction); an empty one is `INVALID_REQUEST`
+//! (42), as Kafka answers. Errors carry producer id -1 and epoch -1 (Kafka's
 //! `initTransactionError`). v6 (KIP-939's `keep_prepared_txn`) is not served: the codec cannot
 //! decode it.
 
@@ -20,7 +20,7 @@ use crate::broker::errors;
 use crate::broker::shared::Shared;
 
 /// Answers an InitProducerId request (see the module docs).
-pub(crate) fn handle(shared: &Shared, request: &InitProducerIdRequest, _version: i16) -> InitProducerIdResponse {
+pub(crate) fn handle(shared: &Shared, request: &InitProducerIdRequest, version: i16) -> InitProducerIdResponse {
     let error = |code: i16| {
         InitProducerIdResponse::default().with_error_code(code).with_producer_id((-1).into()).with_producer_epoch(-1)
     };
@@ -28,12 +28,7 @@ pub(crate) fn handle(shared: &Shared, request: &InitProducerIdRequest, _version:
         if txn_id.0.is_empty() {
             return error(errors::INVALID_REQUEST);
         }
-        tracing::warn!(
-            "InitProducerId for transactional id {:?} refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED: \
-             fetchbench does not support transactions (idempotent producers without transactional.id work)",
-            txn_id.0.as_str()
-        );
-        return error(errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED);
+        return crate::broker::txn_coordinator::handlers::init_producer_id(shared, txn_id.0.as_str(), request, version);
     }
     let Some(logs) = shared.logs() else {
         // Shutting down: a retriable error, the client asks again (elsewhere).

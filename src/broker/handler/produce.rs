@@ -15,10 +15,17 @@
 //! that partition's lock. Errors map to codes in [`errors::log_error_code`]. Produce does not create
 //! topics: an unknown partition is `UNKNOWN_TOPIC_OR_PARTITION`. v13 names topics by topic id
 //! (KIP-516), resolved through `partition.metadata`; an unknown id is `UNKNOWN_TOPIC_ID`.
-//! Transactional produce is refused with `TRANSACTIONAL_ID_AUTHORIZATION_FAILED`, as are the
-//! transactional ids themselves (FindCoordinator, InitProducerId): the log can hold and serve
-//! transactions (`PartitionLog::append_transactional`, markers, the last stable offset), but no
-//! transaction coordinator is wired to the wire APIs yet (issue 18).
+//!
+//! Transactional produce (KIP-98): a transactional batch needs the request's `transactional_id`
+//! (without one it is `TRANSACTIONAL_ID_AUTHORIZATION_FAILED`, as Kafka answers
+//! `hasTransactionalRecords` with no authorized id); its producer id and epoch must be the id's
+//! current ones and its partition added to the ongoing transaction, checked with the transaction
+//! coordinator before the append (KIP-890 part 1's verification:
+//! [`verify_produce`](crate::broker::txn_coordinator::handlers::verify_produce);
+//! `INVALID_TXN_STATE` for a partition not added); then
+//! [`Partition::append_validated_transactional`] opens the producer's transaction in the
+//! partition (the last stable offset stays at its first offset until the coordinator's marker).
+//! Control batches are refused (`INVALID_RECORD`: only the coordinator writes markers).
 //!
 //! Idempotent produce (batches with a producer id, from InitProducerId): the log checks each
 //! producer's epoch and sequence before writing (`OUT_OF_ORDER_SEQUENCE_NUMBER`,
@@ -50,8 +57,16 @@ pub(crate) enum Outcome {
     Close,
 }
 
-/// One partition's record set, validated and ready to append, or its error.
-type Prepared = Result<(Arc<Partition>, Arc<LogConfig>, ValidatedRecords), (i16, String)>;
+/// One partition's record set, validated and ready to append (and whether it is a verified
+/// transactional batch), or its error.
+type Prepared = Result<(Arc<Partition>, Arc<LogConfig>, ValidatedRecords, bool), (i16, String)>;
+
+/// The request's transactional id, for the verification of transactional batches.
+#[derive(Clone, Copy)]
+struct Txn<'a> {
+    shared: &'a Shared,
+    transactional_id: Option<&'a str>,
+}
 
 /// Appends every partition's records and builds the response (topics and partitions in request
 /// order). `base_offset` is the offset given to the first record, `log_append_time_ms` -1
@@ -63,13 +78,8 @@ type Prepared = Result<(Arc<Partition>, Arc<LogConfig>, ValidatedRecords), (i16,
 /// partitions, from other connections, run in parallel.
 pub(crate) fn handle(shared: &Shared, request: &ProduceRequest, version: i16) -> Outcome {
     let acks = request.acks;
-    let fixed_error = if !(-1..=1).contains(&acks) {
-        Some((errors::INVALID_REQUIRED_ACKS, "acks must be 0, 1 or -1"))
-    } else if request.transactional_id.is_some() {
-        Some((errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "transactions are not supported by fetchbench"))
-    } else {
-        None
-    };
+    let fixed_error =
+        if !(-1..=1).contains(&acks) { Some((errors::INVALID_REQUIRED_ACKS, "acks must be 0, 1 or -1")) } else { None };
     let now = now_ms();
     let logs = shared.logs();
     // Phase 1, no lock held: resolve and validate every partition's records.
@@ -100,7 +110,8 @@ pub(crate) fn handle(shared: &Shared, request: &ProduceRequest, version: i16) ->
                             (errors::UNKNOWN_TOPIC_OR_PARTITION, format!("{name}-{} is not hosted here", data.index))
                         });
                     };
-                    validate(partition, data.records.as_deref().unwrap_or(&[]), now)
+                    let txn = Txn { shared, transactional_id: request.transactional_id.as_ref().map(|t| t.0.as_str()) };
+                    validate(partition, &name, data.index, txn, data.records.as_deref().unwrap_or(&[]), now)
                 })
                 .collect();
             (name, partitions)
@@ -119,7 +130,9 @@ pub(crate) fn handle(shared: &Shared, request: &ProduceRequest, version: i16) ->
                 .with_base_offset(-1)
                 .with_log_append_time_ms(-1)
                 .with_log_start_offset(-1);
-            let result = prepared.and_then(|(partition, config, records)| append(&partition, &config, records, now));
+            let result = prepared.and_then(|(partition, config, records, transactional)| {
+                append(&partition, &config, records, transactional, now)
+            });
             match result {
                 Ok((base_offset, log_append_time_ms, log_start_offset)) => {
                     appended.push(WatchKey::Partition(name.to_string(), data.index));
@@ -151,15 +164,16 @@ pub(crate) fn handle(shared: &Shared, request: &ProduceRequest, version: i16) ->
     }
 }
 
-/// Validates one record set for `partition` with no lock held: Kafka's
+/// Validates one record set for `partition` (`topic`-`index`) with no lock held: Kafka's
 /// `ProduceRequest.validateRecords` ([`validate_record_set`]), `max.message.bytes`
-/// (`MESSAGE_TOO_LARGE`), no transactional batches, then the log's checks
-/// ([`Partition::validate`]: CRC, decompression, record walk, LogValidator rules,
-/// LogAppendTime stamping).
-fn validate(partition: Arc<Partition>, records: &[u8], now: i64) -> Prepared {
+/// (`MESSAGE_TOO_LARGE`), a transactional batch verified with the transaction coordinator (see
+/// the module docs), then the log's checks ([`Partition::validate`]: CRC, decompression, record
+/// walk, LogValidator rules, LogAppendTime stamping).
+fn validate(partition: Arc<Partition>, topic: &str, index: i32, txn: Txn<'_>, records: &[u8], now: i64) -> Prepared {
     let records = validate_record_set(records)?;
     let config = partition.config();
     let max = i64::from(config.max_message_bytes);
+    let mut transactional = false;
     for batch in BatchBoundaries::new(records) {
         if batch.size as i64 > max {
             return Err((
@@ -167,32 +181,52 @@ fn validate(partition: Arc<Partition>, records: &[u8], now: i64) -> Prepared {
                 format!("batch of {} bytes exceeds max.message.bytes={max}", batch.size),
             ));
         }
-        // Transactional batches need a transactional id, and transactions are not supported
-        // (Kafka's `KafkaApis.handleProduceRequest`: `hasTransactionalRecords` without an
-        // authorized transactional id is `TRANSACTIONAL_ID_AUTHORIZATION_FAILED`). Checked here so
-        // that they never reach the idempotent producer state as plain data.
-        let header = BatchHeader::parse(&records[batch.position..batch.position + batch.size]);
-        if header.is_ok_and(|h| h.attributes.is_transactional()) {
-            return Err((
-                errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                "transactional batches are not supported by fetchbench".to_string(),
-            ));
+        // Transactional batches need a transactional id (Kafka's `KafkaApis.handleProduceRequest`:
+        // `hasTransactionalRecords` without an authorized transactional id is
+        // `TRANSACTIONAL_ID_AUTHORIZATION_FAILED`) and a transaction of that id holding the
+        // partition. Checked here so that they never reach the log unverified.
+        let Ok(header) = BatchHeader::parse(&records[batch.position..batch.position + batch.size]) else {
+            continue;
+        };
+        if header.attributes.is_transactional() && !header.attributes.is_control() {
+            let Some(id) = txn.transactional_id else {
+                return Err((
+                    errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                    "a transactional batch needs the request's transactional id".to_string(),
+                ));
+            };
+            crate::broker::txn_coordinator::handlers::verify_produce(
+                txn.shared,
+                id,
+                header.producer_id,
+                header.producer_epoch,
+                topic,
+                index,
+            )?;
+            transactional = true;
         }
     }
     let validated = partition.validate(records, now).map_err(|e| (errors::log_error_code(&e), e.to_string()))?;
-    Ok((partition, config, validated))
+    Ok((partition, config, validated, transactional))
 }
 
-/// Appends one validated record set under its partition's lock: `(base_offset,
+/// Appends one validated record set under its partition's lock (a verified transactional one
+/// with [`Partition::append_validated_transactional`]): `(base_offset,
 /// log_append_time_ms, log_start_offset)` or `(error code, message)`.
 fn append(
     partition: &Partition,
     config: &LogConfig,
     records: ValidatedRecords,
+    transactional: bool,
     now: i64,
 ) -> Result<(i64, i64, i64), (i16, String)> {
     let append_time = config.message_timestamp_type == TimestampType::LogAppendTime;
-    match partition.append_validated(records, now) {
+    let appended = if transactional {
+        partition.append_validated_transactional(records, now)
+    } else {
+        partition.append_validated(records, now)
+    };
+    match appended {
         // A producer's retry of batches already written (idempotence): `NONE` with the ORIGINAL
         // base offset, nothing appended (Kafka's `UnifiedLog.append` duplicate path). For a
         // LogAppendTime topic the original append time is the original batch's max timestamp.

@@ -3,12 +3,10 @@
 //! `TransactionStateManager` over them (the ids sharded by `__transaction_state` partition, the
 //! records appended to and replayed from that topic).
 //!
-//! **Not wired yet.** Nothing in the broker calls this module: FindCoordinator(TRANSACTION)
-//! ([`coordinator::handlers`](crate::broker::coordinator::handlers)), InitProducerId with a
-//! transactional id ([`handler::init_producer_id`](crate::broker::handler::init_producer_id)) and
-//! transactional produce ([`handler::produce`](crate::broker::handler::produce)) are still refused
-//! with `TRANSACTIONAL_ID_AUTHORIZATION_FAILED`, and AddPartitionsToTxn, AddOffsetsToTxn,
-//! TxnOffsetCommit and EndTxn are not served.
+//! Wired: [`runtime`] holds the broker's coordinator (in `Shared`), its thread and the marker
+//! writing; [`handlers`] serves FindCoordinator(TRANSACTION), InitProducerId with a
+//! transactional id, AddPartitionsToTxn, AddOffsetsToTxn and EndTxn, and verifies transactional
+//! Produce.
 //!
 //! - [`metadata`]: [`TransactionState`](metadata::TransactionState) (Kafka's ids, names and
 //!   valid previous states) and [`TransactionMetadata`](metadata::TransactionMetadata), one
@@ -31,21 +29,19 @@
 //! - [`storage`]: [`TxnStateStorage`](storage::TxnStateStorage), one record appended to a
 //!   `__transaction_state` partition or a partition read back, and its implementation over the
 //!   broker's log ([`LogStorage`](storage::LogStorage), creating the compacted topic on the first write).
+//! - [`runtime`]: [`TxnCoordinator`](runtime::TxnCoordinator), the manager over the broker's
+//!   log, the COMMIT / ABORT markers written to each partition of a transaction (before EndTxn is
+//!   answered), the coordinator's thread (start-up replay, transactions left prepared completed,
+//!   markers retried, `transaction.timeout.ms` aborts, transactional id expiry).
+//! - [`handlers`]: the wire APIs.
 //!
 //! The records' schemas, the topic name, its default partition count (50) and which partition
 //! holds a transactional id ([`partition_for`](crate::protocol::transaction_state::partition_for))
 //! live in [`crate::protocol::transaction_state`].
-//!
-//! Left for the wiring: a manager in the broker's `Shared` (its producer ids from
-//! `LogManager::generate_producer_id`, its partition count from the existing topic), its `load`
-//! at start-up, the writing of the COMMIT/ABORT markers to each partition of a transaction
-//! (`Partition::append_txn_marker`) followed by `complete_markers`, TxnOffsetCommit's pending
-//! offsets in the group coordinator, the timers (timeout abort every
-//! `transaction.abort.timed.out.transaction.cleanup.interval.ms`, id expiry every
-//! `transactional.id.expiration.ms` scan of `transactions.remove.expired.transaction.cleanup.interval.ms`),
-//! and the handlers.
 
 pub(crate) mod decisions;
+pub(crate) mod handlers;
 pub(crate) mod metadata;
+pub(crate) mod runtime;
 pub(crate) mod state_manager;
 pub(crate) mod storage;

@@ -4,9 +4,6 @@
 //! and complete it (Kafka's `TransactionStateManager` with the `TransactionCoordinator`
 //! callbacks around `appendTransactionToLog`, and the recovery of `TransactionMarkerChannelManager`).
 //!
-//! **Not wired yet**: no handler calls it and the broker builds none (see the
-//! [parent module](super) for what is left).
-//!
 //! ```text
 //! operation (InitProducerId, AddPartitionsToTxn, EndTxn, a timeout abort, an expiry)
 //!   shard lock ─> decision: refuse (answer now) or a transition, left pending ─> unlock

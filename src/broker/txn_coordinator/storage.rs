@@ -11,8 +11,6 @@
 //! 100 MiB), the broker's other log defaults (Kafka's `TransactionStateManager.transactionTopicConfigs`,
 //! which also sets `unclean.leader.election.enable=false` and `min.insync.replicas`, which a single
 //! node has no use for).
-//!
-//! Not wired yet: nothing in the broker builds a [`LogStorage`] (see the [parent module](super)).
 
 use std::sync::Arc;
 

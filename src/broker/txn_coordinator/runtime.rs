@@ -1,0 +1,313 @@
+//! [`TxnCoordinator`]: the broker's transaction coordinator at run time: the
+//! [`TransactionStateManager`] over the broker's `__transaction_state` ([`LogStorage`]), the
+//! writing of COMMIT / ABORT markers to the partitions of a transaction, and the coordinator's
+//! thread (start-up replay, markers left to write, `transaction.timeout.ms` aborts, transactional
+//! id expiry). Kafka's `TransactionCoordinator` + `TransactionMarkerChannelManager` on one node.
+//!
+//! ```text
+//! io thread: EndTxn / InitProducerId fencing an open transaction
+//!   manager: Prepare* record written ─> TxnMarkers
+//!   write_markers: for each partition, Partition::append_txn_marker (its lock only), the
+//!     partition's parked Fetches tried, a __consumer_offsets partition's pending transactional
+//!     offsets completed (GroupCoordinator) ─> manager.complete_markers (Complete* record)
+//!   a marker that cannot be written (a full disk, a closing log): the rest are queued and the
+//!     coordinator thread retries them; the transaction answers CONCURRENT_TRANSACTIONS until then
+//! coordinator thread: load (replay of every __transaction_state partition) ─> markers of the
+//!   transactions left in PrepareCommit / PrepareAbort written ─> loop until shutdown: queued
+//!   markers retried (every second), timed-out transactions aborted (every
+//!   transaction.abort.timed.out.transaction.cleanup.interval.ms), expired ids removed (every
+//!   transaction.remove.expired.transaction.cleanup.interval.ms)
+//! ```
+//!
+//! **Markers are written before EndTxn is answered.** Kafka answers EndTxn once PrepareCommit /
+//! PrepareAbort is in its log and sends the markers to the partitions' leaders afterwards (the
+//! producer's next transaction gets `CONCURRENT_TRANSACTIONS` until they are written). Here every
+//! partition is local, so the markers are appended in the request: when EndTxn(commit) is
+//! answered `NONE`, the transaction is visible to read_committed consumers, and the producer's
+//! next AddPartitionsToTxn is not sent back to retry. The decision is durable from the Prepare*
+//! record on, as in Kafka: a crash between it and the markers is completed by the replay at the
+//! next start.
+//!
+//! ## Locks
+//!
+//! The manager's shard locks are leaves and never held across an append (see
+//! [`state_manager`](super::state_manager)); a marker append holds only its partition's lock;
+//! the group coordinator's shard lock is taken after the marker's partition lock is released.
+//! The retry queue and the timer's mutex are leaves.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+
+use super::decisions::{TxnError, TxnResult};
+use super::state_manager::{TransactionStateManager, TxnMarkers, TxnStateConfig};
+use super::storage::LogStorage;
+use crate::broker::config::BrokerConfig;
+use crate::broker::errors;
+use crate::broker::purgatory::WatchKey;
+use crate::broker::shared::Shared;
+use crate::broker::topics;
+use crate::log::manager::LogManager;
+use crate::log::partition::now_ms;
+use crate::log::LogError;
+use crate::protocol::consumer_offsets::OFFSETS_TOPIC;
+use crate::protocol::transaction_state::TRANSACTION_STATE_TOPIC;
+
+/// How often markers that could not be written are tried again.
+const MARKER_RETRY_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The transaction coordinator of a broker (see the module docs).
+pub(crate) struct TxnCoordinator {
+    manager: TransactionStateManager,
+    /// Markers not written yet (a partition's append failed): the coordinator thread retries.
+    retry: Mutex<Vec<TxnMarkers>>,
+    /// Set by [`Self::shutdown`]; the coordinator thread's wait is on [`Self::wakeup`].
+    stopping: Mutex<bool>,
+    wakeup: Condvar,
+    /// Whether the start-up replay is done (tests wait for it).
+    loaded: AtomicBool,
+    abort_interval: Duration,
+    remove_interval: Duration,
+}
+
+impl std::fmt::Debug for TxnCoordinator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TxnCoordinator").field("manager", &self.manager).finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn millis(ms: i32) -> Duration {
+    Duration::from_millis(u64::try_from(ms).unwrap_or(1).max(1))
+}
+
+impl TxnCoordinator {
+    /// The coordinator of a broker with `config` whose log directory is `logs`: its partition
+    /// count is the existing `__transaction_state`'s, or `transaction.state.log.num.partitions`
+    /// (Kafka's `getTransactionTopicPartitionCount`); producer ids come from
+    /// [`LogManager::generate_producer_id`]. Every shard is loading until [`run`] replays it.
+    pub(crate) fn new(config: &BrokerConfig, logs: &Arc<LogManager>) -> TxnCoordinator {
+        let existing = topics::partitions(logs, TRANSACTION_STATE_TOPIC).iter().max().map(|m| m + 1);
+        let num_partitions = existing.unwrap_or(config.transaction_state_log_num_partitions).max(1);
+        let ids = Arc::clone(logs);
+        let generate = Box::new(move || {
+            ids.generate_producer_id().map_err(|e| {
+                tracing::warn!("InitProducerId: no producer id: {e}");
+                let code = match e {
+                    // Shutting down: retriable, the client asks again.
+                    LogError::Closed { .. } => errors::COORDINATOR_NOT_AVAILABLE,
+                    _ => errors::UNKNOWN_SERVER_ERROR,
+                };
+                TxnError::ProducerIdUnavailable { code }
+            })
+        });
+        let state = TxnStateConfig {
+            num_partitions,
+            transaction_max_timeout_ms: config.transaction_max_timeout_ms,
+            transactional_id_expiration_ms: i64::from(config.transactional_id_expiration_ms),
+            coordinator_epoch: 0,
+        };
+        TxnCoordinator {
+            manager: TransactionStateManager::new(state, generate),
+            retry: Mutex::new(Vec::new()),
+            stopping: Mutex::new(false),
+            wakeup: Condvar::new(),
+            loaded: AtomicBool::new(false),
+            abort_interval: millis(config.transaction_abort_timed_out_transaction_cleanup_interval_ms),
+            remove_interval: millis(config.transaction_remove_expired_transaction_cleanup_interval_ms),
+        }
+    }
+
+    /// The transactional ids' state.
+    pub(crate) fn manager(&self) -> &TransactionStateManager {
+        &self.manager
+    }
+
+    /// Whether the start-up replay of `__transaction_state` is done.
+    pub(crate) fn is_loaded(&self) -> bool {
+        self.loaded.load(Ordering::SeqCst)
+    }
+
+    /// Ends the coordinator thread's loop (it returns at its next wake, at once).
+    pub(crate) fn shutdown(&self) {
+        *lock(&self.stopping) = true;
+        self.wakeup.notify_all();
+    }
+
+    /// Queues markers for the coordinator thread to retry.
+    fn queue_retry(&self, markers: TxnMarkers) {
+        lock(&self.retry).push(markers);
+        self.wakeup.notify_all();
+    }
+
+    /// Waits up to `timeout` or until [`Self::shutdown`]; `true` when shutting down.
+    fn wait(&self, timeout: Duration) -> bool {
+        let stopping = lock(&self.stopping);
+        if *stopping {
+            return true;
+        }
+        let (stopping, _) =
+            self.wakeup.wait_timeout(stopping, timeout).unwrap_or_else(std::sync::PoisonError::into_inner);
+        *stopping
+    }
+}
+
+/// The broker's `__transaction_state` storage for `shared`'s coordinator.
+pub(crate) fn storage(shared: &Shared) -> LogStorage<'_> {
+    LogStorage { shared, num_partitions: shared.txn_coordinator().manager().config().num_partitions }
+}
+
+/// Writes the COMMIT / ABORT marker of `markers` to each of its partitions, then the Complete*
+/// record ([`TransactionStateManager::complete_markers`]). Each written marker wakes the
+/// partition's parked Fetches (read_committed ones wait for the last stable offset to move); a
+/// marker in a `__consumer_offsets` partition completes the producer's pending transactional
+/// offset commits there.
+///
+/// A partition that no longer exists is skipped (Kafka's marker channel drops it too); a marker
+/// the log refuses for its epochs (a producer epoch above the marker's, a newer coordinator
+/// epoch) is skipped with an error logged: that partition's data cannot be ended by this
+/// coordinator. Any other failure (a full disk, a log closing for shutdown) leaves the partitions
+/// not yet written queued for the coordinator thread, and returns `false`; the transaction
+/// stays in PrepareCommit / PrepareAbort (its requests answer `CONCURRENT_TRANSACTIONS`) until
+/// they are written, or until the next start replays it.
+pub(crate) fn write_markers(shared: &Shared, mut markers: TxnMarkers) -> bool {
+    let now = now_ms();
+    let aborted = markers.result == TxnResult::Abort;
+    let Some(logs) = shared.logs() else {
+        // Shutting down: the replay at the next start writes them.
+        return false;
+    };
+    let partitions = std::mem::take(&mut markers.partitions);
+    let mut left = std::collections::BTreeSet::new();
+    for tp in partitions {
+        if !left.is_empty() {
+            left.insert(tp);
+            continue;
+        }
+        let Some(partition) = logs.partition(&tp.0, tp.1) else {
+            tracing::warn!(
+                transactional_id = markers.transactional_id.as_str(),
+                "{}-{} no longer exists: no marker written there",
+                tp.0,
+                tp.1
+            );
+            continue;
+        };
+        match partition.append_txn_marker(
+            markers.producer_id,
+            markers.producer_epoch,
+            markers.coordinator_epoch,
+            aborted,
+            now,
+        ) {
+            Ok(_) => {
+                shared.purgatory().check_and_complete(&WatchKey::Partition(tp.0.clone(), tp.1));
+                if tp.0 == OFFSETS_TOPIC {
+                    // MERGE-B: shared.coordinator().complete_txn_offsets(tp.1, markers.producer_id, !aborted);
+                }
+            }
+            Err(e @ (LogError::InvalidProducerEpoch { .. } | LogError::TransactionCoordinatorFenced { .. })) => {
+                tracing::error!(
+                    transactional_id = markers.transactional_id.as_str(),
+                    "the {} marker of producer {} epoch {} is refused by {}-{}: {e}",
+                    if aborted { "ABORT" } else { "COMMIT" },
+                    markers.producer_id,
+                    markers.producer_epoch,
+                    tp.0,
+                    tp.1
+                );
+            }
+            Err(e) => {
+                tracing::warn!(
+                    transactional_id = markers.transactional_id.as_str(),
+                    "writing the transaction marker to {}-{}: {e} (retried)",
+                    tp.0,
+                    tp.1
+                );
+                left.insert(tp);
+            }
+        }
+    }
+    if !left.is_empty() {
+        markers.partitions = left;
+        shared.txn_coordinator().queue_retry(markers);
+        return false;
+    }
+    match shared.txn_coordinator().manager().complete_markers(&storage(shared), &markers, now_ms()) {
+        Ok(()) => true,
+        Err(e) => {
+            // The markers are written; only the Complete* record is missing: retried (writing
+            // the markers again is skipped, their partitions are done).
+            tracing::warn!(transactional_id = markers.transactional_id.as_str(), "completing the transaction: {e}");
+            shared.txn_coordinator().queue_retry(markers);
+            false
+        }
+    }
+}
+
+/// The coordinator thread: replays `__transaction_state`, writes the markers of the transactions
+/// the replay found prepared, then retries queued markers, aborts timed-out transactions and
+/// removes expired transactional ids until [`TxnCoordinator::shutdown`].
+pub(crate) fn run(shared: &Arc<Shared>) {
+    let coordinator = shared.txn_coordinator();
+    let pending = coordinator.manager().load(&storage(shared), now_ms());
+    coordinator.loaded.store(true, Ordering::SeqCst);
+    if !pending.is_empty() {
+        tracing::info!("completing {} transaction(s) left prepared at the last stop", pending.len());
+    }
+    for markers in pending {
+        write_markers(shared, markers);
+    }
+    let started = std::time::Instant::now();
+    let mut next_abort = started + coordinator.abort_interval;
+    let mut next_remove = started + coordinator.remove_interval;
+    loop {
+        let now = std::time::Instant::now();
+        let queued = std::mem::take(&mut *lock(&coordinator.retry));
+        let retrying = !queued.is_empty();
+        for markers in queued {
+            write_markers(shared, markers);
+        }
+        if now >= next_abort {
+            next_abort = now + coordinator.abort_interval;
+            abort_timed_out(shared);
+        }
+        if now >= next_remove {
+            next_remove = now + coordinator.remove_interval;
+            let removed = coordinator.manager().remove_expired_transactional_ids(&storage(shared), now_ms());
+            if !removed.is_empty() {
+                tracing::info!("removed {} expired transactional id(s)", removed.len());
+            }
+        }
+        let mut due = next_abort.min(next_remove);
+        if retrying || !lock(&coordinator.retry).is_empty() {
+            due = due.min(now + MARKER_RETRY_INTERVAL);
+        }
+        if coordinator.wait(due.saturating_duration_since(std::time::Instant::now())) {
+            return;
+        }
+    }
+}
+
+/// Aborts the transactions open longer than their `transaction.timeout.ms` (Kafka's
+/// `abortTimedOutTransactions`: the producer's epoch is bumped, fencing it, then the ABORT
+/// markers are written).
+fn abort_timed_out(shared: &Shared) {
+    let manager = shared.txn_coordinator().manager();
+    for txn in manager.expired_transactions(now_ms()) {
+        match manager.abort_timed_out(&storage(shared), &txn, now_ms()) {
+            Ok(Some(markers)) => {
+                tracing::info!(
+                    transactional_id = txn.transactional_id.as_str(),
+                    "aborting a transaction open longer than its transaction.timeout.ms"
+                );
+                write_markers(shared, markers);
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!(transactional_id = txn.transactional_id.as_str(), "timeout abort: {e}"),
+        }
+    }
+}
