@@ -12,9 +12,14 @@ use super::coordinator::group::GroupConfig;
 use super::coordinator::runtime::CoordinatorConfig;
 use super::error::BrokerError;
 use super::server_model::{ServerModel, UnknownServerModel};
+use super::txn_coordinator::decisions::{
+    DEFAULT_ABORT_TIMED_OUT_TRANSACTIONS_INTERVAL_MS, DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS,
+    DEFAULT_TRANSACTION_MAX_TIMEOUT_MS,
+};
 use crate::log::scheduler::{SchedulerConfig, DEFAULT_CHECKPOINT_INTERVAL_MS};
 use crate::log::LogConfig;
 use crate::protocol::frame::DEFAULT_SOCKET_REQUEST_MAX_BYTES;
+use crate::protocol::transaction_state::DEFAULT_TRANSACTION_STATE_NUM_PARTITIONS;
 use crate::read_path::{ReadPathConfig, ReadPathKind};
 
 /// Broker configuration, with Kafka's names where Kafka has the setting.
@@ -199,10 +204,11 @@ impl BrokerConfig {
             offsets_retention_minutes: 10_080,
             offsets_retention_check_interval_ms: 600_000,
             offset_metadata_max_bytes: 4096,
-            transaction_state_log_num_partitions: 50,
-            transaction_max_timeout_ms: 900_000,
-            transactional_id_expiration_ms: 604_800_000,
-            transaction_abort_timed_out_transaction_cleanup_interval_ms: 10_000,
+            transaction_state_log_num_partitions: DEFAULT_TRANSACTION_STATE_NUM_PARTITIONS,
+            transaction_max_timeout_ms: DEFAULT_TRANSACTION_MAX_TIMEOUT_MS,
+            transactional_id_expiration_ms: DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS,
+            transaction_abort_timed_out_transaction_cleanup_interval_ms:
+                DEFAULT_ABORT_TIMED_OUT_TRANSACTIONS_INTERVAL_MS,
             transaction_remove_expired_transaction_cleanup_interval_ms: 3_600_000,
             advertised_listener: None,
             log_flush_scheduler_interval_ms: i64::MAX,

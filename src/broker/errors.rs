@@ -53,8 +53,9 @@ pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
 /// `INVALID_PRODUCER_EPOCH`: an idempotent batch's epoch is older than its producer's latest
 /// (Kafka's `InvalidProducerEpochException`, since 2.7 instead of `PRODUCER_FENCED` on produce).
 pub const INVALID_PRODUCER_EPOCH: i16 = 47;
-/// `TRANSACTIONAL_ID_AUTHORIZATION_FAILED`: transactional produce or InitProducerId with a
-/// transactional id (transactions are not supported here; clients treat it as fatal).
+/// `TRANSACTIONAL_ID_AUTHORIZATION_FAILED`: a transactional batch in a Produce request that names
+/// no transactional id (Kafka's answer to `hasTransactionalRecords` without an authorized id;
+/// clients treat it as fatal).
 pub const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
 /// `INVALID_TXN_STATE`: a producer's batch breaks its transaction state, or EndTxn asks for the
 /// other outcome than the one under way or done, or for an Empty transaction (Kafka's

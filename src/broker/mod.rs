@@ -106,7 +106,8 @@
 //! - [`txn_coordinator`]: the transaction coordinator's state machine and decisions (Kafka's
 //!   `TransactionMetadata` and `TransactionCoordinator`, pure) and its state manager (Kafka's
 //!   `TransactionStateManager`: ids sharded by `__transaction_state` partition, records appended
-//!   to and replayed from that topic), not yet wired to any API (issue 18).
+//!   to and replayed from that topic), its runtime (the broker's coordinator, COMMIT / ABORT
+//!   markers, its thread: replay, timeout aborts) and the transaction APIs' handlers.
 //! - [`uring`]: the `uring` server model's front end (cores, rings, the async response writer).
 //! - [`conn_handle`]: [`ConnHandle`](conn_handle::ConnHandle), the connection a Responder answers
 //!   on, of either model.
@@ -221,7 +222,6 @@ pub mod server_model;
 pub(crate) mod shared;
 pub(crate) mod test_support;
 pub(crate) mod topics;
-#[allow(dead_code)] // wired by the transaction coordinator's handlers (issue 18)
 pub(crate) mod txn_coordinator;
 pub(crate) mod uring;
 pub(crate) mod write_deadline;

@@ -8,7 +8,7 @@
 //! (`transaction.version` 2, the partitions added by the Produce itself), a feature this broker
 //! does not advertise; clients then use v4 and below.
 //!
-//! Error codes as Kafka's: a refusal of the coordinator ([`StateError::code_for`]: `PRODUCER_FENCED`
+//! Error codes as Kafka's: a refusal of the coordinator ([`StateError::code_for`](super::state_manager::StateError::code_for): `PRODUCER_FENCED`
 //! becomes `INVALID_PRODUCER_EPOCH` for old versions), `COORDINATOR_LOAD_IN_PROGRESS` while
 //! `__transaction_state` is replayed, `CONCURRENT_TRANSACTIONS` while another change of the id
 //! (or its markers) is under way.

@@ -35,23 +35,20 @@
 //! the group coordinator's shard lock is taken after the marker's partition lock is released.
 //! The retry queue and the timer's mutex are leaves.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
 use super::decisions::{TxnError, TxnResult};
 use super::state_manager::{TransactionStateManager, TxnMarkers, TxnStateConfig};
-use super::storage::LogStorage;
+use super::storage::{existing_partition_count, LogStorage};
 use crate::broker::config::BrokerConfig;
 use crate::broker::errors;
 use crate::broker::purgatory::WatchKey;
 use crate::broker::shared::Shared;
-use crate::broker::topics;
 use crate::log::manager::LogManager;
 use crate::log::partition::now_ms;
 use crate::log::LogError;
 use crate::protocol::consumer_offsets::OFFSETS_TOPIC;
-use crate::protocol::transaction_state::TRANSACTION_STATE_TOPIC;
 
 /// How often markers that could not be written are tried again.
 const MARKER_RETRY_INTERVAL: Duration = Duration::from_secs(1);
@@ -64,8 +61,6 @@ pub(crate) struct TxnCoordinator {
     /// Set by [`Self::shutdown`]; the coordinator thread's wait is on [`Self::wakeup`].
     stopping: Mutex<bool>,
     wakeup: Condvar,
-    /// Whether the start-up replay is done (tests wait for it).
-    loaded: AtomicBool,
     abort_interval: Duration,
     remove_interval: Duration,
 }
@@ -90,7 +85,7 @@ impl TxnCoordinator {
     /// (Kafka's `getTransactionTopicPartitionCount`); producer ids come from
     /// [`LogManager::generate_producer_id`]. Every shard is loading until [`run`] replays it.
     pub(crate) fn new(config: &BrokerConfig, logs: &Arc<LogManager>) -> TxnCoordinator {
-        let existing = topics::partitions(logs, TRANSACTION_STATE_TOPIC).iter().max().map(|m| m + 1);
+        let existing = existing_partition_count(logs);
         let num_partitions = existing.unwrap_or(config.transaction_state_log_num_partitions).max(1);
         let ids = Arc::clone(logs);
         let generate = Box::new(move || {
@@ -115,7 +110,6 @@ impl TxnCoordinator {
             retry: Mutex::new(Vec::new()),
             stopping: Mutex::new(false),
             wakeup: Condvar::new(),
-            loaded: AtomicBool::new(false),
             abort_interval: millis(config.transaction_abort_timed_out_transaction_cleanup_interval_ms),
             remove_interval: millis(config.transaction_remove_expired_transaction_cleanup_interval_ms),
         }
@@ -124,11 +118,6 @@ impl TxnCoordinator {
     /// The transactional ids' state.
     pub(crate) fn manager(&self) -> &TransactionStateManager {
         &self.manager
-    }
-
-    /// Whether the start-up replay of `__transaction_state` is done.
-    pub(crate) fn is_loaded(&self) -> bool {
-        self.loaded.load(Ordering::SeqCst)
     }
 
     /// Ends the coordinator thread's loop (it returns at its next wake, at once).
@@ -254,7 +243,6 @@ pub(crate) fn write_markers(shared: &Shared, mut markers: TxnMarkers) -> bool {
 pub(crate) fn run(shared: &Arc<Shared>) {
     let coordinator = shared.txn_coordinator();
     let pending = coordinator.manager().load(&storage(shared), now_ms());
-    coordinator.loaded.store(true, Ordering::SeqCst);
     if !pending.is_empty() {
         tracing::info!("completing {} transaction(s) left prepared at the last stop", pending.len());
     }
@@ -300,10 +288,6 @@ fn abort_timed_out(shared: &Shared) {
     for txn in manager.expired_transactions(now_ms()) {
         match manager.abort_timed_out(&storage(shared), &txn, now_ms()) {
             Ok(Some(markers)) => {
-                tracing::info!(
-                    transactional_id = txn.transactional_id.as_str(),
-                    "aborting a transaction open longer than its transaction.timeout.ms"
-                );
                 write_markers(shared, markers);
             }
             Ok(None) => {}

@@ -300,6 +300,7 @@ impl TransactionStateManager {
     /// unknown.
     ///
     /// Errors: the shard is loading or failed to load.
+    #[cfg(test)]
     pub(crate) fn describe(&self, transactional_id: &str) -> Result<Option<TransactionMetadata>, StateError> {
         Ok(self.ready(self.partition_for(transactional_id))?.txns.get(transactional_id).cloned())
     }
@@ -1252,13 +1253,13 @@ mod tests {
         let shared = Shared::new(config, local, Arc::new(logs), coordinator, 0);
         let txn_config = TxnStateConfig { num_partitions: 3, ..Default::default() };
         let storage = LogStorage { shared: &shared, num_partitions: 3 };
-        assert_eq!(crate::broker::txn_coordinator::storage::existing_partition_count(&shared), None);
+        assert_eq!(crate::broker::txn_coordinator::storage::existing_partition_count(shared.log_manager()), None);
 
         let m = TransactionStateManager::new(txn_config.clone(), Box::new(|| Ok(77)));
         assert!(m.load(&storage, 0).is_empty());
         assert_eq!(init(&m, &storage, "tx", 1), (77, 0));
         let logs = shared.logs().unwrap();
-        assert_eq!(crate::broker::txn_coordinator::storage::existing_partition_count(&shared), Some(3));
+        assert_eq!(crate::broker::txn_coordinator::storage::existing_partition_count(shared.log_manager()), Some(3));
         let log = logs.partition(TRANSACTION_STATE_TOPIC, m.partition_for("tx")).unwrap();
         assert_eq!(log.config().cleanup_policy, crate::log::config::CleanupPolicy::COMPACT);
         assert_eq!(log.config().segment_bytes, 100 * 1024 * 1024);

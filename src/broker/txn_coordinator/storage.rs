@@ -20,6 +20,7 @@ use crate::broker::{errors, topics};
 use crate::log::batch::mixed::MixedBatches;
 use crate::log::batch::{BatchBuilder, Compression};
 use crate::log::config::CleanupPolicy;
+use crate::log::manager::LogManager;
 use crate::log::{FileSlice, LogConfig};
 use crate::protocol::transaction_state::TRANSACTION_STATE_TOPIC;
 
@@ -38,6 +39,7 @@ pub(crate) type StoredRecord = (Option<bytes::Bytes>, Option<bytes::Bytes>);
 pub(crate) type StorageError = (i16, String);
 
 /// A record to append: key, value (`None`: a tombstone).
+#[cfg(test)]
 pub(crate) type NewRecord = (Vec<u8>, Option<Vec<u8>>);
 
 /// The `__transaction_state` partitions of the coordinator.
@@ -71,9 +73,8 @@ pub(crate) fn transaction_state_topic_config(broker_defaults: &LogConfig) -> Log
 /// The number of partitions `__transaction_state` has in the broker's log, `None` when the
 /// topic does not exist. Kafka's `TransactionStateManager` takes the topic's partition count
 /// when it exists (`getTransactionTopicPartitionCount`) and `transaction.state.log.num.partitions`
-/// only to create it; the wiring should build the manager with this count when it is `Some`.
-pub(crate) fn existing_partition_count(shared: &Shared) -> Option<i32> {
-    let logs = shared.logs()?;
+/// only to create it; the broker's coordinator is built with this count when it is `Some`.
+pub(crate) fn existing_partition_count(logs: &LogManager) -> Option<i32> {
     let partitions = topics::partitions(logs, TRANSACTION_STATE_TOPIC);
     let count = partitions.iter().max().map(|m| m + 1)?;
     if usize::try_from(count).ok() != Some(partitions.len()) {
