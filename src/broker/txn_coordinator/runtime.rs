@@ -295,3 +295,125 @@ fn abort_timed_out(shared: &Shared) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::state_manager::InitProducerIdAnswer;
+    use super::*;
+    use crate::broker::coordinator::runtime::GroupCoordinator;
+    use crate::broker::topics;
+    use crate::log::batch::{BatchBuilder, Compression};
+    use crate::read_path::ReadPathKind;
+    use std::collections::BTreeSet;
+
+    /// A broker's shared state on `dir` (no thread started), with `props` applied.
+    fn shared_on(dir: &std::path::Path, props: &[(&str, &str)]) -> Arc<Shared> {
+        let mut config = BrokerConfig::new("127.0.0.1:0".parse().unwrap(), dir, ReadPathKind::Copy);
+        let props = props.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        config.apply_props(&props).unwrap();
+        let (logs, _) = LogManager::open(dir, config.log_config.clone(), |_| None, false).unwrap();
+        let coordinator = GroupCoordinator::new(config.coordinator_config());
+        let local = config.listen;
+        Arc::new(Shared::new(config, local, Arc::new(logs), coordinator, 0))
+    }
+
+    /// Runs the coordinator thread of `shared` until `done` holds (30 s at most), then stops it.
+    fn run_until(shared: &Arc<Shared>, done: impl Fn() -> bool) -> bool {
+        let s = Arc::clone(shared);
+        let thread = std::thread::spawn(move || run(&s));
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !done() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let ok = done();
+        shared.txn_coordinator().shutdown();
+        thread.join().unwrap();
+        ok
+    }
+
+    /// A transactional batch of `pid` epoch `epoch` with one record.
+    fn txn_batch(pid: i64, epoch: i16, sequence: i32) -> Vec<u8> {
+        let mut b = BatchBuilder::new(0, Compression::None).producer(pid, epoch, sequence).transactional(true);
+        b.append(1, None, Some(b"v"), &[]);
+        b.build().unwrap()
+    }
+
+    /// A crash between the PrepareCommit record and the markers: the next start's coordinator
+    /// thread replays it and writes the COMMIT marker, so the open transaction becomes visible
+    /// (the last stable offset reaches the log end).
+    #[test]
+    fn a_commit_prepared_before_a_crash_is_completed_at_the_next_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let tp: BTreeSet<_> = [("a".to_string(), 0)].into();
+        let shared = shared_on(dir.path(), &[]);
+        assert!(run_until(&shared, || true), "the first start loads nothing");
+        let logs = shared.logs().unwrap();
+        topics::create(&logs.lock_topic_creation(), "a", 1, None).unwrap();
+        let m = shared.txn_coordinator().manager();
+        let st = storage(&shared);
+        let InitProducerIdAnswer::Ready(p) = m.init_producer_id(&st, "tx", 60_000, -1, -1, now_ms()).unwrap() else {
+            panic!()
+        };
+        m.add_partitions(&st, "tx", p.producer_id, p.epoch, &tp, now_ms()).unwrap();
+        let a0 = logs.partition("a", 0).unwrap();
+        a0.append_transactional(&txn_batch(p.producer_id, p.epoch, 0), now_ms()).unwrap();
+        assert_eq!((a0.last_stable_offset(), a0.high_watermark()), (0, 1));
+        // EndTxn's PrepareCommit is written; the markers never are (the crash).
+        let markers = m.end_txn(&st, "tx", p.producer_id, p.epoch, TxnResult::Commit, now_ms()).unwrap().markers;
+        assert!(markers.is_some());
+        drop(a0);
+        shared.log_manager().shutdown().unwrap();
+        drop(shared);
+
+        let shared = shared_on(dir.path(), &[]);
+        let a0 = shared.logs().unwrap().partition("a", 0).unwrap();
+        assert_eq!(a0.last_stable_offset(), 0, "still open after the restart, before the replay");
+        assert!(run_until(&shared, || a0.last_stable_offset() == 2), "the COMMIT marker is written at start-up");
+        assert!(a0.read_committed(0, 1 << 20, true).unwrap().1.is_empty(), "committed: no aborted transaction");
+        // The transaction is complete: the producer's next epoch starts at once.
+        let st = storage(&shared);
+        let again = shared.txn_coordinator().manager().init_producer_id(&st, "tx", 60_000, -1, -1, now_ms()).unwrap();
+        assert!(matches!(again, InitProducerIdAnswer::Ready(q) if q.epoch == p.epoch + 1), "{again:?}");
+        shared.log_manager().shutdown().unwrap();
+    }
+
+    /// A transaction open longer than its `transaction.timeout.ms` is aborted by the coordinator
+    /// thread: the ABORT marker is written (the last stable offset passes the transaction, which
+    /// is in the aborted list), and its producer is fenced.
+    #[test]
+    fn a_timed_out_transaction_is_aborted_and_its_producer_fenced() {
+        let dir = tempfile::tempdir().unwrap();
+        let tp: BTreeSet<_> = [("a".to_string(), 0)].into();
+        let shared = shared_on(dir.path(), &[("transaction.abort.timed.out.transaction.cleanup.interval.ms", "50")]);
+        topics::create(&shared.logs().unwrap().lock_topic_creation(), "a", 1, None).unwrap();
+        let a0 = shared.logs().unwrap().partition("a", 0).unwrap();
+        let s = Arc::clone(&shared);
+        let thread = std::thread::spawn(move || run(&s));
+        let st = storage(&shared);
+        let m = shared.txn_coordinator().manager();
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let p = loop {
+            match m.init_producer_id(&st, "slow", 200, -1, -1, now_ms()) {
+                Ok(InitProducerIdAnswer::Ready(p)) => break p,
+                Err(e) if e.code() == errors::COORDINATOR_LOAD_IN_PROGRESS && std::time::Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(10))
+                }
+                other => panic!("{other:?}"),
+            }
+        };
+        m.add_partitions(&st, "slow", p.producer_id, p.epoch, &tp, now_ms()).unwrap();
+        a0.append_transactional(&txn_batch(p.producer_id, p.epoch, 0), now_ms()).unwrap();
+        while a0.last_stable_offset() != 2 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        shared.txn_coordinator().shutdown();
+        thread.join().unwrap();
+        assert_eq!(a0.last_stable_offset(), 2, "the ABORT marker after the timeout");
+        let (_, aborted) = a0.read_committed(0, 1 << 20, true).unwrap();
+        assert_eq!(aborted.iter().map(|t| (t.producer_id, t.first_offset)).collect::<Vec<_>>(), [(p.producer_id, 0)]);
+        // The producer's epoch was bumped by the abort: its EndTxn is fenced.
+        let fenced = m.end_txn(&st, "slow", p.producer_id, p.epoch, TxnResult::Commit, now_ms()).unwrap_err();
+        assert_eq!(fenced.code(), errors::PRODUCER_FENCED);
+        shared.log_manager().shutdown().unwrap();
+    }
+}
