@@ -206,6 +206,26 @@ pub(crate) const BROKER_KEYS: &[BrokerKey] = &[
         |c| c.offsets_retention_check_interval_ms
     ),
     key!("offset.metadata.max.bytes", Int, Some("4096"), "Longest commit metadata", |c| c.offset_metadata_max_bytes),
+    key!("transaction.state.log.num.partitions", Int, Some("50"), "Partitions of __transaction_state", |c| c
+        .transaction_state_log_num_partitions),
+    key!("transaction.max.timeout.ms", Int, Some("900000"), "Largest transaction.timeout.ms accepted", |c| c
+        .transaction_max_timeout_ms),
+    key!("transactional.id.expiration.ms", Int, Some("604800000"), "Idle transactional ids removed after this", |c| c
+        .transactional_id_expiration_ms),
+    key!(
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+        Int,
+        Some("10000"),
+        "How often timed-out transactions are aborted",
+        |c| c.transaction_abort_timed_out_transaction_cleanup_interval_ms
+    ),
+    key!(
+        "transaction.remove.expired.transaction.cleanup.interval.ms",
+        Int,
+        Some("3600000"),
+        "How often expired transactional ids are removed",
+        |c| c.transaction_remove_expired_transaction_cleanup_interval_ms
+    ),
     key!(
         "log.flush.scheduler.interval.ms",
         Long,

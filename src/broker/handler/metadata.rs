@@ -14,7 +14,10 @@
 //! true before) allow it, as Kafka's `KafkaApis.handleTopicMetadataRequest` does; it is then
 //! returned with its partitions (Kafka answers `LEADER_NOT_AVAILABLE` first, while the
 //! controller works; one node needs no wait). `__consumer_offsets` is created as the group
-//! coordinator creates it: `offsets.topic.num.partitions` partitions, compacted. Otherwise `UNKNOWN_TOPIC_OR_PARTITION`; an illegal
+//! coordinator creates it: `offsets.topic.num.partitions` partitions, compacted;
+//! `__transaction_state` as the transaction coordinator creates it
+//! (`transaction.state.log.num.partitions`, compacted, 100 MiB segments). Otherwise
+//! `UNKNOWN_TOPIC_OR_PARTITION`; an illegal
 //! name, or one colliding on `.`/`_` with an existing topic, gets `INVALID_TOPIC_EXCEPTION`.
 
 use kafka_protocol::messages::metadata_response::{
@@ -27,9 +30,11 @@ use crate::broker::coordinator::storage::offsets_topic_config;
 use crate::broker::handler::offset_for_leader_epoch::current_leader_epoch;
 use crate::broker::node::{CLUSTER_ID, NODE_ID};
 use crate::broker::shared::Shared;
+use crate::broker::txn_coordinator::storage::transaction_state_topic_config;
 use crate::broker::{errors, topics};
 use crate::log::manager::{validate_topic_name, LogManager};
 use crate::protocol::consumer_offsets::OFFSETS_TOPIC;
+use crate::protocol::transaction_state::TRANSACTION_STATE_TOPIC;
 
 /// Answers a Metadata request, creating topics as described in the module docs.
 pub(crate) fn handle(shared: &Shared, request: &MetadataRequest, version: i16) -> MetadataResponse {
@@ -103,11 +108,16 @@ fn describe_or_create(shared: &Shared, logs: &LogManager, name: &str, allow_crea
             return topic_error(name, e.code);
         }
         // Kafka's `AutoTopicCreationManager.creatableTopic`: `__consumer_offsets` is created as the
-        // group coordinator creates it (`offsets.topic.num.partitions`, compacted), not with
-        // `num.partitions` and the broker defaults.
+        // group coordinator creates it (`offsets.topic.num.partitions`, compacted), and
+        // `__transaction_state` as the transaction coordinator does, not with `num.partitions`
+        // and the broker defaults.
         let (num_partitions, config) = if name == OFFSETS_TOPIC {
             let n = shared.coordinator().config().offsets_topic_num_partitions;
             (n, Some(offsets_topic_config(logs.config())))
+        } else if name == TRANSACTION_STATE_TOPIC {
+            // As the transaction coordinator creates it (`transaction.state.log.num.partitions`).
+            let n = shared.txn_coordinator().manager().config().num_partitions;
+            (n, Some(transaction_state_topic_config(logs.config())))
         } else {
             (shared.config.num_partitions, None)
         };
