@@ -111,6 +111,9 @@ pub const MEMBER_ID_REQUIRED: i16 = 79;
 pub const GROUP_MAX_SIZE_REACHED: i16 = 81;
 /// `FENCED_INSTANCE_ID`: another member now holds this `group.instance.id` (KIP-345).
 pub const FENCED_INSTANCE_ID: i16 = 82;
+/// `UNSTABLE_OFFSET_COMMIT` (retriable): OffsetFetch v7+ with `require_stable` for a partition
+/// with a pending transactional offset commit (KIP-447).
+pub const UNSTABLE_OFFSET_COMMIT: i16 = 88;
 
 // Transaction coordinator errors (Kafka's `Errors`; `broker::txn_coordinator`).
 /// `INVALID_PRODUCER_ID_MAPPING`: the producer id is not the one of its transactional id (or the

@@ -19,6 +19,9 @@
 //!   path (`read.path`, dynamic) and what each read path moved in Fetch responses;
 //! - [`TestSupport::hold_partition_lock`]: a partition's lock held (for writing) until the
 //!   returned guard is dropped, to show that other partitions go on meanwhile.
+//! - [`TestSupport::complete_txn`]: a transaction's COMMIT / ABORT marker written to one
+//!   `__consumer_offsets` partition and its pending transactional offsets completed, what the
+//!   transaction coordinator's marker writer does there.
 
 use std::sync::mpsc;
 use std::thread::JoinHandle;
@@ -92,6 +95,28 @@ impl<'a> TestSupport<'a> {
     pub fn create_topic(&self, topic: &str, partitions: i32) -> Result<TopicId, LogError> {
         let logs = self.shared.logs().expect("the broker is running");
         topics::create(&logs.lock_topic_creation(), topic, partitions, None)
+    }
+
+    /// Writes a COMMIT (`commit`) or ABORT marker of `producer_id` / `producer_epoch` to
+    /// `__consumer_offsets-<offsets_partition>` ([`crate::log::Partition::append_txn_marker`],
+    /// coordinator epoch 0), then completes the producer's pending transactional offsets there
+    /// ([`GroupCoordinator::complete_txn_offsets`], with the partition's lock released). Returns
+    /// the marker's offset and how many offsets were committed.
+    ///
+    /// Errors: those of the marker's append; `None` when the partition does not exist or the
+    /// broker is shutting down.
+    pub fn complete_txn(
+        &self,
+        offsets_partition: i32,
+        producer_id: i64,
+        producer_epoch: i16,
+        commit: bool,
+    ) -> Option<Result<(i64, usize), LogError>> {
+        let p = self.shared.logs()?.partition(crate::protocol::consumer_offsets::OFFSETS_TOPIC, offsets_partition)?;
+        let now = crate::log::partition::now_ms();
+        Some(p.append_txn_marker(producer_id, producer_epoch, 0, !commit, now).map(|(offset, _)| {
+            (offset, self.shared.coordinator().complete_txn_offsets(offsets_partition, producer_id, commit))
+        }))
     }
 
     /// The log end offset of `topic`-`partition` (the offset the next record gets), read

@@ -794,3 +794,125 @@ fn a_closed_members_waiting_join_is_dropped_and_its_member_expires_with_its_sess
     }
     broker.shutdown().unwrap();
 }
+
+// ---- Transactional offset commits (issue 18) ----
+
+const UNSTABLE_OFFSET_COMMIT: i16 = 88;
+const INVALID_GROUP_ID: i16 = 24;
+
+/// TxnOffsetCommit `version` of `producer` (id, epoch) outside any generation: the error of each
+/// (partition, offset) of topic `t`, in order.
+fn txn_commit(c: &mut Client, version: i16, group: &str, producer: (i64, i16), parts: &[(i32, i64)]) -> Vec<i16> {
+    use kafka_protocol::messages::txn_offset_commit_request::{
+        TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
+    };
+    let partitions = parts
+        .iter()
+        .map(|&(p, o)| TxnOffsetCommitRequestPartition::default().with_partition_index(p).with_committed_offset(o))
+        .collect();
+    let req = TxnOffsetCommitRequest::default()
+        .with_transactional_id(TransactionalId(s("tx")))
+        .with_group_id(GroupId(s(group)))
+        .with_producer_id(ProducerId(producer.0))
+        .with_producer_epoch(producer.1)
+        .with_generation_id(-1)
+        .with_topics(vec![TxnOffsetCommitRequestTopic::default().with_name(name("t")).with_partitions(partitions)]);
+    match c.call(ApiKey::TxnOffsetCommit, version, RequestKind::TxnOffsetCommit(req)) {
+        ResponseKind::TxnOffsetCommit(r) => {
+            r.topics.iter().flat_map(|t| t.partitions.iter().map(|p| p.error_code)).collect()
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// OffsetFetch v8 (one group) with `require_stable`: (partition, offset, error) of topic `t`'s
+/// `parts`, after checking the group's error is NONE.
+fn fetch_stable_v8(c: &mut Client, group: &str, parts: &[i32], require_stable: bool) -> Vec<(i32, i64, i16)> {
+    use kafka_protocol::messages::offset_fetch_request::{OffsetFetchRequestGroup, OffsetFetchRequestTopics};
+    let topics = vec![OffsetFetchRequestTopics::default().with_name(name("t")).with_partition_indexes(parts.to_vec())];
+    let req = OffsetFetchRequest::default()
+        .with_groups(vec![OffsetFetchRequestGroup::default()
+            .with_group_id(GroupId(s(group)))
+            .with_topics(Some(topics))])
+        .with_require_stable(require_stable);
+    match c.call(ApiKey::OffsetFetch, 8, RequestKind::OffsetFetch(req)) {
+        ResponseKind::OffsetFetch(r) => {
+            assert_eq!(r.groups[0].error_code, 0, "the group's error");
+            r.groups[0]
+                .topics
+                .iter()
+                .flat_map(|t| t.partitions.iter().map(|p| (p.partition_index, p.committed_offset, p.error_code)))
+                .collect()
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// OffsetFetch v7 with `require_stable`: (partition, offset, error) of topic `t`'s `parts`.
+fn fetch_stable_v7(c: &mut Client, group: &str, parts: &[i32], require_stable: bool) -> Vec<(i32, i64, i16)> {
+    let topics = vec![OffsetFetchRequestTopic::default().with_name(name("t")).with_partition_indexes(parts.to_vec())];
+    let req = OffsetFetchRequest::default()
+        .with_group_id(GroupId(s(group)))
+        .with_topics(Some(topics))
+        .with_require_stable(require_stable);
+    match c.call(ApiKey::OffsetFetch, 7, RequestKind::OffsetFetch(req)) {
+        ResponseKind::OffsetFetch(r) => {
+            assert_eq!(r.error_code, 0, "the top-level error");
+            r.topics
+                .iter()
+                .flat_map(|t| t.partitions.iter().map(|p| (p.partition_index, p.committed_offset, p.error_code)))
+                .collect()
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// TxnOffsetCommit over the wire (KIP-98, KIP-447): the offsets are pending (OffsetFetch answers
+/// the old offset, UNSTABLE_OFFSET_COMMIT under `require_stable` in the v7 and v8 shapes) until
+/// the producer's marker in `__consumer_offsets`; a pending transaction survives a restart
+/// pending; COMMIT makes them the committed offsets, ABORT drops them; both survive a restart.
+/// The same producer commits twice in one transaction and again in the next (its batches'
+/// sequences continue in the partition).
+#[test]
+fn txn_offset_commits_wait_for_their_marker_and_survive_a_restart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let logs = tmp.path().join("logs");
+    let group = "txo";
+    let p = partition_for(group, 50);
+    let unstable = UNSTABLE_OFFSET_COMMIT;
+    let broker = start_in(&logs);
+    let mut c = Client::connect(broker.local_addr());
+    assert_eq!(txn_commit(&mut c, 0, "", (1000, 0), &[(0, 1)]), [INVALID_GROUP_ID]);
+    assert_eq!(txn_commit(&mut c, 3, group, (1000, 0), &[(0, 10), (1, 20)]), [0, 0]);
+    assert_eq!(txn_commit(&mut c, 0, group, (1000, 0), &[(0, 11)]), [0], "the same transaction again");
+    assert_eq!(fetch_stable_v7(&mut c, group, &[0, 1, 2], false), [(0, -1, 0), (1, -1, 0), (2, -1, 0)]);
+    assert_eq!(fetch_stable_v7(&mut c, group, &[0, 1, 2], true), [(0, -1, unstable), (1, -1, unstable), (2, -1, 0)]);
+    drop(c);
+    broker.shutdown().unwrap();
+
+    // Pending after the restart, until the COMMIT marker.
+    let broker = start_in(&logs);
+    let mut c = Client::connect(broker.local_addr());
+    assert_eq!(fetch_stable_v8(&mut c, group, &[0, 1], true), [(0, -1, unstable), (1, -1, unstable)]);
+    let (_, committed) = broker.test_support().complete_txn(p, 1000, 0, true).unwrap().unwrap();
+    assert_eq!(committed, 2);
+    assert_eq!(fetch_stable_v8(&mut c, group, &[0, 1], true), [(0, 11, 0), (1, 20, 0)]);
+    // The next transaction of the same producer, and another producer's, both aborted.
+    assert_eq!(txn_commit(&mut c, 4, group, (1000, 0), &[(1, 21)]), [0]);
+    assert_eq!(txn_commit(&mut c, 2, group, (1001, 0), &[(0, 99)]), [0]);
+    assert_eq!(fetch_stable_v8(&mut c, group, &[0, 1], false), [(0, 11, 0), (1, 20, 0)]);
+    assert_eq!(fetch_stable_v8(&mut c, group, &[0, 1], true), [(0, -1, unstable), (1, -1, unstable)]);
+    assert_eq!(broker.test_support().complete_txn(p, 1000, 0, false).unwrap().unwrap().1, 0);
+    assert_eq!(fetch_stable_v7(&mut c, group, &[0, 1], true), [(0, -1, unstable), (1, 20, 0)]);
+    assert_eq!(broker.test_support().complete_txn(p, 1001, 0, false).unwrap().unwrap().1, 0);
+    assert_eq!(fetch_stable_v7(&mut c, group, &[0, 1], true), [(0, 11, 0), (1, 20, 0)]);
+    drop(c);
+    broker.shutdown().unwrap();
+
+    let broker = start_in(&logs);
+    let mut c = Client::connect(broker.local_addr());
+    assert_eq!(fetch_stable_v7(&mut c, group, &[0, 1], true), [(0, 11, 0), (1, 20, 0)]);
+    assert_eq!(fetch_offsets(&mut c, group, None).len(), 2);
+    drop(c);
+    broker.shutdown().unwrap();
+}

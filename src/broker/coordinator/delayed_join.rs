@@ -179,8 +179,19 @@ mod tests {
     struct NoStorage;
 
     impl OffsetsStorage for NoStorage {
-        fn append(&self, _: i32, _: Vec<(Vec<u8>, Option<Vec<u8>>)>, _: i64) -> Result<(), (i16, String)> {
-            Ok(())
+        fn append(&self, _: i32, _: Vec<(Vec<u8>, Option<Vec<u8>>)>, _: i64) -> Result<i64, (i16, String)> {
+            Ok(0)
+        }
+
+        fn append_transactional(
+            &self,
+            _: i32,
+            _: i64,
+            _: i16,
+            _: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+            _: i64,
+        ) -> Result<i64, (i16, String)> {
+            Ok(0)
         }
     }
 

@@ -1165,6 +1165,36 @@ impl Group {
         }
     }
 
+    /// Validates a TxnOffsetCommit's member and generation (Kafka's `validateOffsetCommit` with
+    /// `isTransactional`, `ClassicGroup.validateOffsetCommit` in Kafka 4): `Ok(())` when the
+    /// commit may be stored. Unlike an OffsetCommit, a commit without member id, generation and
+    /// instance id (TxnOffsetCommit v0-v2, or a producer outside the group) is accepted in any
+    /// state, and CompletingRebalance is no error; a commit that names a member (v3+) must name
+    /// a current one of this generation: FENCED_INSTANCE_ID, UNKNOWN_MEMBER_ID,
+    /// ILLEGAL_GENERATION. A Dead group is COORDINATOR_NOT_AVAILABLE. No heartbeat is counted.
+    pub(crate) fn validate_txn_offset_commit(&self, member: MemberRef<'_>) -> Result<(), i16> {
+        let MemberRef { member_id, group_instance_id, generation_id } = member;
+        if self.state == GroupState::Dead {
+            return Err(errors::COORDINATOR_NOT_AVAILABLE);
+        }
+        if generation_id < 0 && self.state == GroupState::Empty {
+            return Ok(());
+        }
+        if generation_id < 0 && member_id.is_empty() && group_instance_id.is_none() {
+            return Ok(());
+        }
+        if self.is_static_member_fenced(member_id, group_instance_id) {
+            return Err(errors::FENCED_INSTANCE_ID);
+        }
+        if !self.has(member_id) {
+            return Err(errors::UNKNOWN_MEMBER_ID);
+        }
+        if generation_id != self.generation_id {
+            return Err(errors::ILLEGAL_GENERATION);
+        }
+        Ok(())
+    }
+
     /// Marks the group Dead (deleted or unloaded); parked requests get COORDINATOR_NOT_AVAILABLE
     /// (Kafka answers NOT_COORDINATOR on unload; one node never moves groups).
     pub(crate) fn mark_dead(&mut self, now: i64) {
@@ -1582,6 +1612,22 @@ mod tests {
         assert_eq!(g.validate_offset_commit(10, mref("", None, -1)), Err(errors::UNKNOWN_MEMBER_ID));
         let mut empty = Group::new("e", config(0), 0);
         assert_eq!(empty.validate_offset_commit(10, mref("", None, -1)), Ok(()));
+    }
+
+    /// Kafka's transactional `validateOffsetCommit`: no member = a producer outside the group,
+    /// accepted in any state; a named member is checked like an OffsetCommit's, without the
+    /// CompletingRebalance refusal.
+    #[test]
+    fn txn_commit_rules_follow_generation_and_member() {
+        let (g, _, _) = stable_pair();
+        assert_eq!(g.validate_txn_offset_commit(mref("m1", None, 2)), Ok(()));
+        assert_eq!(g.validate_txn_offset_commit(mref("m1", None, 1)), Err(errors::ILLEGAL_GENERATION));
+        assert_eq!(g.validate_txn_offset_commit(mref("zz", None, 2)), Err(errors::UNKNOWN_MEMBER_ID));
+        assert_eq!(g.validate_txn_offset_commit(mref("", None, 2)), Err(errors::UNKNOWN_MEMBER_ID));
+        assert_eq!(g.validate_txn_offset_commit(mref("", None, -1)), Ok(()), "no member: a plain producer");
+        let empty = Group::new("e", config(0), 0);
+        assert_eq!(empty.validate_txn_offset_commit(mref("", None, -1)), Ok(()));
+        assert_eq!(empty.validate_txn_offset_commit(mref("x", None, 0)), Err(errors::UNKNOWN_MEMBER_ID));
     }
 
     /// Issue 12 (6), the traced order: in one tick the dead m1 expires, which completes the

@@ -17,7 +17,8 @@
 //! | DescribeGroups (15)   | 0-6      | |
 //! | ListGroups (16)       | 0-5      | v4+: state filter; v5+: type filter (`classic`) |
 //! | OffsetCommit (8)      | 2-9      | v2-v4: retention time; v6+: leader epoch; v7+: group instance id |
-//! | OffsetFetch (9)       | 1-9      | v2+: all partitions (null topics); v8+: several groups |
+//! | OffsetFetch (9)       | 1-9      | v2+: all partitions (null topics); v7+: `require_stable` (KIP-447); v8+: several groups |
+//! | TxnOffsetCommit (28)  | 0-4      | pending until the transaction's marker; v2+: leader epoch; v3+: member, generation, instance id (KIP-447) |
 //! | DeleteGroups (42)     | 0-2      | |
 
 use std::sync::Arc;
@@ -32,6 +33,9 @@ use kafka_protocol::messages::offset_commit_response::{OffsetCommitResponseParti
 use kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions, OffsetFetchResponseTopic,
     OffsetFetchResponseTopics,
+};
+use kafka_protocol::messages::txn_offset_commit_response::{
+    TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
 };
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
@@ -321,14 +325,90 @@ pub(crate) fn offset_commit(shared: &Shared, request: &OffsetCommitRequest, vers
     OffsetCommitResponse::default().with_topics(topics)
 }
 
+/// TxnOffsetCommit (Kafka's `KafkaApis.handleTxnOffsetCommitRequest` /
+/// `GroupCoordinator.handleTxnCommitOffsets`): the offsets go to the group's `__consumer_offsets`
+/// partition as one transactional batch of the request's producer and stay pending until the
+/// transaction's marker ([`GroupCoordinator::txn_offset_commit`](super::runtime::GroupCoordinator::txn_offset_commit)).
+/// v0-v2 carry no member (a producer outside the group's generation); v3+ (KIP-447) the
+/// member id, generation and `group.instance.id`, checked against the group. The errors are per
+/// partition: INVALID_GROUP_ID, COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE,
+/// ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID, OFFSET_METADATA_TOO_LARGE, and the
+/// append's, mapped as OffsetCommit maps them.
+pub(crate) fn txn_offset_commit(
+    shared: &Shared,
+    request: &TxnOffsetCommitRequest,
+    version: i16,
+) -> TxnOffsetCommitResponse {
+    let entries: Vec<_> = request
+        .topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions.iter().map(move |p| {
+                (
+                    t.name.to_string(),
+                    p.partition_index,
+                    p.committed_offset,
+                    if version >= 2 { p.committed_leader_epoch } else { -1 },
+                    p.committed_metadata.as_deref().map(str::to_string),
+                    -1i64,
+                )
+            })
+        })
+        .collect();
+    let member = if version >= 3 {
+        MemberRef {
+            member_id: &request.member_id,
+            group_instance_id: request.group_instance_id.as_deref(),
+            generation_id: request.generation_id,
+        }
+    } else {
+        MemberRef { member_id: "", group_instance_id: None, generation_id: -1 }
+    };
+    // The transaction's verification (the transactional id's producer id and epoch, the group's
+    // partition added by AddOffsetsToTxn) goes here, before the append; its error answers every
+    // partition: `return txn_offset_commit_response(request, vec![code; entries.len()]);`.
+    let codes = shared.coordinator().txn_offset_commit(
+        &LogStorage { shared },
+        &request.group_id,
+        request.producer_id.0,
+        request.producer_epoch,
+        member,
+        &entries,
+    );
+    txn_offset_commit_response(request, codes)
+}
+
+/// The TxnOffsetCommit response of `codes` (one per partition of the request, in order).
+fn txn_offset_commit_response(request: &TxnOffsetCommitRequest, codes: Vec<i16>) -> TxnOffsetCommitResponse {
+    let mut codes = codes.into_iter();
+    let topics = request
+        .topics
+        .iter()
+        .map(|t| {
+            TxnOffsetCommitResponseTopic::default().with_name(t.name.clone()).with_partitions(
+                t.partitions
+                    .iter()
+                    .map(|p| {
+                        TxnOffsetCommitResponsePartition::default()
+                            .with_partition_index(p.partition_index)
+                            .with_error_code(codes.next().unwrap_or(errors::UNKNOWN_SERVER_ERROR))
+                    })
+                    .collect(),
+            )
+        })
+        .collect();
+    TxnOffsetCommitResponse::default().with_topics(topics)
+}
+
 /// Fetches one group's offsets for the response: `(error, topics)`.
 #[allow(clippy::type_complexity)]
 fn fetch_group(
     shared: &Shared,
     group_id: &str,
     topics: Option<Vec<(String, Vec<i32>)>>,
-) -> (i16, Vec<(String, Vec<(i32, Option<CommittedOffset>)>)>) {
-    match shared.coordinator().fetch_offsets(group_id, topics.clone()) {
+    require_stable: bool,
+) -> (i16, Vec<(String, Vec<(i32, Option<CommittedOffset>, i16)>)>) {
+    match shared.coordinator().fetch_offsets_stable(group_id, topics.clone(), require_stable) {
         Ok(found) => (errors::NONE, found),
         // Kafka puts the group error on every requested partition too (v0-v1 have no top-level
         // error) and answers no partitions for an all-partitions request.
@@ -337,14 +417,18 @@ fn fetch_group(
             topics
                 .unwrap_or_default()
                 .into_iter()
-                .map(|(t, ps)| (t, ps.into_iter().map(|p| (p, None)).collect()))
+                .map(|(t, ps)| (t, ps.into_iter().map(|p| (p, None, code)).collect()))
                 .collect(),
         ),
     }
 }
 
-/// OffsetFetch: a partition without a commit is offset -1, metadata "", no error.
+/// OffsetFetch: a partition without a commit is offset -1, metadata "", no error. v7+ with
+/// `require_stable` (KIP-447): a partition with a pending transactional offset is
+/// UNSTABLE_OFFSET_COMMIT (offset -1) in the partition's error code, in both the v7 and the v8+
+/// (per group) shapes, the group's error staying NONE (Kafka's `GroupMetadataManager.getOffsets`).
 pub(crate) fn offset_fetch(shared: &Shared, request: &OffsetFetchRequest, version: i16) -> OffsetFetchResponse {
+    let require_stable = version >= 7 && request.require_stable;
     let partition_fields = |c: &Option<CommittedOffset>| match c {
         Some(c) => (c.offset, c.leader_epoch, c.metadata.clone()),
         None => (-1, -1, String::new()),
@@ -358,21 +442,21 @@ pub(crate) fn offset_fetch(shared: &Shared, request: &OffsetFetchRequest, versio
                     .topics
                     .as_ref()
                     .map(|ts| ts.iter().map(|t| (t.name.to_string(), t.partition_indexes.clone())).collect());
-                let (error, found) = fetch_group(shared, &g.group_id, wanted);
+                let (error, found) = fetch_group(shared, &g.group_id, wanted, require_stable);
                 let topics = found
                     .into_iter()
                     .map(|(topic, parts)| {
                         OffsetFetchResponseTopics::default().with_name(TopicName(s(&topic))).with_partitions(
                             parts
                                 .iter()
-                                .map(|(p, c)| {
+                                .map(|(p, c, code)| {
                                     let (offset, epoch, metadata) = partition_fields(c);
                                     OffsetFetchResponsePartitions::default()
                                         .with_partition_index(*p)
                                         .with_committed_offset(offset)
                                         .with_committed_leader_epoch(epoch)
                                         .with_metadata(Some(s(&metadata)))
-                                        .with_error_code(errors::NONE)
+                                        .with_error_code(if *code == error { errors::NONE } else { *code })
                                 })
                                 .collect(),
                         )
@@ -390,21 +474,27 @@ pub(crate) fn offset_fetch(shared: &Shared, request: &OffsetFetchRequest, versio
         .topics
         .as_ref()
         .map(|ts| ts.iter().map(|t| (t.name.to_string(), t.partition_indexes.clone())).collect());
-    let (error, found) = fetch_group(shared, &request.group_id, wanted);
+    let (error, found) = fetch_group(shared, &request.group_id, wanted, require_stable);
     let topics = found
         .into_iter()
         .map(|(topic, parts)| {
             OffsetFetchResponseTopic::default().with_name(TopicName(s(&topic))).with_partitions(
                 parts
                     .iter()
-                    .map(|(p, c)| {
+                    .map(|(p, c, code)| {
                         let (offset, epoch, metadata) = partition_fields(c);
+                        // The group's error is on every partition below v2 only.
+                        let code = match (error, version) {
+                            (errors::NONE, _) => *code,
+                            (_, v) if v < 2 => error,
+                            _ => errors::NONE,
+                        };
                         OffsetFetchResponsePartition::default()
                             .with_partition_index(*p)
                             .with_committed_offset(offset)
                             .with_committed_leader_epoch(if version >= 5 { epoch } else { -1 })
                             .with_metadata(Some(s(&metadata)))
-                            .with_error_code(if version < 2 { error } else { errors::NONE })
+                            .with_error_code(code)
                     })
                     .collect(),
             )

@@ -129,6 +129,11 @@ pub struct CommittedOffset {
     pub commit_timestamp: i64,
     /// An explicit expiry (OffsetCommit v2-v4 `retention_time_ms`, or stored v1 values).
     pub expire_timestamp: Option<i64>,
+    /// The offset of the `__consumer_offsets` batch that holds it (-1 before it is written;
+    /// Kafka 4's `OffsetAndMetadata.recordOffset`, 3.x's `appendedBatchOffset`): a
+    /// transactional commit completed by its marker replaces a committed offset only if it was
+    /// appended after it.
+    pub record_offset: i64,
 }
 
 /// Where the coordinator's records go: `__consumer_offsets` in the broker's log.
@@ -137,9 +142,45 @@ pub trait OffsetsStorage {
     /// `__consumer_offsets-<partition>`, creating the topic if it does not exist yet, and
     /// returns once the batch is in the log (page cache).
     ///
+    /// Returns the offset of the batch (its base offset).
+    ///
     /// Errors: a Kafka error code for the caller to answer with (Kafka maps storage failures to
     /// COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR or UNKNOWN_SERVER_ERROR) and a message.
-    fn append(&self, partition: i32, records: Vec<(Vec<u8>, Option<Vec<u8>>)>, now: i64) -> Result<(), (i16, String)>;
+    fn append(&self, partition: i32, records: Vec<(Vec<u8>, Option<Vec<u8>>)>, now: i64) -> Result<i64, (i16, String)>;
+
+    /// Appends `records` as one TRANSACTIONAL batch of `producer_id` / `producer_epoch` (a
+    /// TxnOffsetCommit; Kafka's `GroupMetadataManager.storeOffsets` with a producer id): the
+    /// batch opens (or continues) the producer's transaction in the partition until its
+    /// COMMIT / ABORT marker. Returns the offset of the batch.
+    ///
+    /// Errors: as [`Self::append`]; a producer epoch below the partition's
+    /// (INVALID_PRODUCER_EPOCH) is answered as it is.
+    fn append_transactional(
+        &self,
+        partition: i32,
+        producer_id: i64,
+        producer_epoch: i16,
+        records: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+        now: i64,
+    ) -> Result<i64, (i16, String)>;
+}
+
+/// One record of a `__consumer_offsets` replay ([`GroupCoordinator::load_records`]), in the
+/// order the coordinator applies them (transactional commits resolved by their markers:
+/// `storage::TxnOffsets`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoadedRecord {
+    /// The offset of the record's batch in the partition (what a committed offset's
+    /// [`CommittedOffset::record_offset`] becomes).
+    pub batch_offset: i64,
+    /// `Some(producer id)`: a transactional offset commit whose transaction has no marker in
+    /// the log yet; it is loaded pending, as Kafka's loader keeps it
+    /// (`pendingTransactionalOffsets`), until [`GroupCoordinator::complete_txn_offsets`].
+    pub pending_producer: Option<i64>,
+    /// The record's key.
+    pub key: Option<Bytes>,
+    /// The record's value (`None`: a tombstone).
+    pub value: Option<Bytes>,
 }
 
 /// An OffsetCommit partition: (topic, partition, offset, leader epoch, metadata, commit
@@ -214,6 +255,11 @@ struct ShardState {
     groups: BTreeMap<String, Group>,
     /// The committed offsets that are in the log, by group.
     offsets: BTreeMap<String, BTreeMap<(String, i32), CommittedOffset>>,
+    /// Transactional offset commits in the log whose transaction has no marker yet, by producer
+    /// id, then group (Kafka 4's `OffsetMetadataManager.pendingTransactionalOffsets`, 3.x's
+    /// `GroupMetadata.pendingTransactionalOffsetCommits`): invisible to OffsetFetch until
+    /// [`GroupCoordinator::complete_txn_offsets`].
+    pending_txn: BTreeMap<i64, PendingOffsets>,
     /// The replay of `__consumer_offsets` has not ended yet.
     loading: bool,
     /// Groups whose records are being appended: the answers they made wait for the append's
@@ -223,11 +269,49 @@ struct ShardState {
     store_warns: WarnLimiter,
 }
 
+/// One producer's pending transactional offsets: group -> (topic, partition) -> offset.
+type PendingOffsets = BTreeMap<String, BTreeMap<(String, i32), CommittedOffset>>;
+
+impl ShardState {
+    /// Whether a producer has a pending transactional offset for the group's partition (Kafka's
+    /// `hasPendingTransactionalOffsets`).
+    fn has_pending_txn(&self, group_id: &str, tp: &(String, i32)) -> bool {
+        self.pending_txn.values().any(|g| g.get(group_id).is_some_and(|m| m.contains_key(tp)))
+    }
+
+    /// Whether the group has pending transactional offsets (Kafka's `openTransactionsByGroup`).
+    fn group_has_pending_txn(&self, group_id: &str) -> bool {
+        self.pending_txn.values().any(|g| g.get(group_id).is_some_and(|m| !m.is_empty()))
+    }
+
+    /// A tombstone of the group's partition was written: the committed offset and every
+    /// producer's pending one go (Kafka 4's `OffsetMetadataManager.replay` of a tombstone).
+    fn remove_offset(&mut self, group_id: &str, tp: &(String, i32)) {
+        if let Some(m) = self.offsets.get_mut(group_id) {
+            m.remove(tp);
+        }
+        self.remove_pending(group_id, |k| k == tp);
+    }
+
+    /// Drops the pending transactional offsets of `group_id` whose partition `matches`.
+    fn remove_pending(&mut self, group_id: &str, matches: impl Fn(&(String, i32)) -> bool) {
+        for groups in self.pending_txn.values_mut() {
+            if let Some(m) = groups.get_mut(group_id) {
+                m.retain(|k, _| !matches(k));
+                if m.is_empty() {
+                    groups.remove(group_id);
+                }
+            }
+        }
+        self.pending_txn.retain(|_, groups| !groups.is_empty());
+    }
+}
+
 /// A record of `__consumer_offsets`: key, value (`None`: a tombstone).
 type Record = (Vec<u8>, Option<Vec<u8>>);
 
-/// The result of an append: a Kafka error code and a message on failure.
-type StoreResult = Result<(), (i16, String)>;
+/// The result of an append: the batch's offset, or a Kafka error code and a message.
+type StoreResult = Result<i64, (i16, String)>;
 
 /// One batch of records a writer appends for one group, and what its result does.
 #[derive(Debug)]
@@ -236,6 +320,8 @@ struct Write {
     /// The group's [`Group::answers_made`] before the change (`None`: there was no group).
     answers_before: Option<u64>,
     records: Vec<Record>,
+    /// A transactional batch of (producer id, producer epoch).
+    txn: Option<(i64, i16)>,
     effect: Effect,
 }
 
@@ -248,6 +334,8 @@ enum Effect {
     Assignment,
     /// Committed offsets, cached once written.
     Commit(Vec<((String, i32), CommittedOffset)>),
+    /// A producer's transactional offsets, pending once written (until its marker).
+    TxnCommit { producer_id: i64, offsets: Vec<((String, i32), CommittedOffset)> },
     /// DeleteGroups: the group and its offsets go once their tombstones are written.
     Delete,
     /// Expired offsets (and the group, when it goes too) go once their tombstones are written.
@@ -292,7 +380,7 @@ struct Changes {
 
 impl Changes {
     fn write(&mut self, group_id: &str, answers_before: Option<u64>, records: Vec<Record>, effect: Effect) {
-        self.writes.push(Write { group_id: group_id.to_string(), answers_before, records, effect });
+        self.writes.push(Write { group_id: group_id.to_string(), answers_before, records, txn: None, effect });
     }
 }
 
@@ -438,19 +526,21 @@ impl GroupCoordinator {
         self.shards.iter().any(|s| s.lock().loading)
     }
 
-    /// Replays the records of one `__consumer_offsets` partition, in offset order (`key`,
-    /// `value`; `None` = null), each into the shard of its group (the partition's own, unless
+    /// Replays the records of one `__consumer_offsets` partition, in the order to apply them
+    /// ([`LoadedRecord`]), each into the shard of its group (the partition's own, unless
     /// `offsets.topic.num.partitions` changed since they were written). Records are decoded
     /// with no lock held. Undecodable records are skipped with a warning (Kafka fails the load
-    /// of the partition; one bad record should not hide every group here). Returns the number
-    /// of records applied.
+    /// of the partition; one bad record should not hide every group here). A pending
+    /// transactional offset commit goes to its producer's pending offsets; a tombstone removes
+    /// the committed offset and the pending ones of its partition. Returns the number of
+    /// records applied.
     pub fn load_records<I>(&self, partition: i32, records: I, now: i64) -> usize
     where
-        I: IntoIterator<Item = (Option<Bytes>, Option<Bytes>)>,
+        I: IntoIterator<Item = LoadedRecord>,
     {
         let mut applied = 0;
         let mut locked: Option<(i32, MutexGuard<'_, ShardState>)> = None;
-        for (key, value) in records {
+        for LoadedRecord { batch_offset, pending_producer, key, value } in records {
             let record = match decode_record(key.as_deref(), value.as_deref()) {
                 Ok(OffsetsRecord::Unknown { key_version, .. }) => {
                     tracing::debug!("__consumer_offsets-{partition}: skipping a record with key version {key_version}");
@@ -476,22 +566,25 @@ impl GroupCoordinator {
             match record {
                 OffsetsRecord::OffsetCommit { key, value } => {
                     let tp = (key.topic.clone(), key.partition);
-                    match value {
-                        Some(v) => {
+                    match (value, pending_producer) {
+                        (Some(v), producer) => {
                             let committed = CommittedOffset {
                                 offset: v.offset,
                                 leader_epoch: v.leader_epoch().unwrap_or(-1),
                                 metadata: v.metadata.clone(),
                                 commit_timestamp: v.commit_timestamp_ms,
                                 expire_timestamp: (v.expire_timestamp_ms >= 0).then_some(v.expire_timestamp_ms),
+                                record_offset: batch_offset,
                             };
-                            st.offsets.entry(key.group.clone()).or_default().insert(tp, committed);
+                            let offsets = match producer {
+                                Some(p) => st.pending_txn.entry(p).or_default(),
+                                None => &mut st.offsets,
+                            };
+                            offsets.entry(key.group.clone()).or_default().insert(tp, committed);
                         }
-                        None => {
-                            if let Some(m) = st.offsets.get_mut(&key.group) {
-                                m.remove(&tp);
-                            }
-                        }
+                        (None, None) => st.remove_offset(&key.group, &tp),
+                        // Kafka writes no transactional tombstones.
+                        (None, Some(_)) => continue,
                     }
                 }
                 OffsetsRecord::GroupMetadata { key, value } => match value {
@@ -627,9 +720,10 @@ impl GroupCoordinator {
         self.wake(wakes);
         let results: Vec<StoreResult> = writes
             .iter_mut()
-            .map(|w| match std::mem::take(&mut w.records) {
-                records if records.is_empty() => Ok(()),
-                records => storage.append(shard.partition, records, now),
+            .map(|w| match (std::mem::take(&mut w.records), w.txn) {
+                (records, _) if records.is_empty() => Ok(-1),
+                (records, None) => storage.append(shard.partition, records, now),
+                (records, Some((id, epoch))) => storage.append_transactional(shard.partition, id, epoch, records, now),
             })
             .collect();
         let mut st = shard.lock();
@@ -649,11 +743,11 @@ impl GroupCoordinator {
     /// Applies the result of one write (under the shard lock).
     fn apply(&self, st: &mut ShardState, id: &str, effect: Effect, result: &StoreResult, now: i64) {
         match (effect, result) {
-            (Effect::Group, Ok(())) => {}
+            (Effect::Group, Ok(_)) => {}
             (Effect::Group, Err((code, msg))) => {
                 tracing::warn!(group = id, "storing group metadata failed ({code}): {msg}");
             }
-            (Effect::Assignment, Ok(())) => {}
+            (Effect::Assignment, Ok(_)) => {}
             (Effect::Assignment, Err((code, msg))) => {
                 if let Some(g) = st.groups.get_mut(id) {
                     g.store_failed(*code, now);
@@ -667,14 +761,29 @@ impl GroupCoordinator {
                     tracing::warn!(group = id, "storing the assignment failed ({code}): {msg}; rebalancing{more}");
                 }
             }
-            (Effect::Commit(accepted), Ok(())) => {
-                st.offsets.entry(id.to_string()).or_default().extend(accepted);
+            (Effect::Commit(accepted), Ok(at)) => {
+                let at = *at;
+                st.offsets
+                    .entry(id.to_string())
+                    .or_default()
+                    .extend(accepted.into_iter().map(|(k, c)| (k, CommittedOffset { record_offset: at, ..c })));
             }
             (Effect::Commit(_), Err((code, msg))) => {
                 tracing::warn!(group = id, "storing offsets failed ({code}): {msg}");
             }
-            (Effect::Delete, Ok(())) => {
+            // Kafka's `onTxnOffsetCommitAppend`: the offsets wait for the producer's marker.
+            (Effect::TxnCommit { producer_id, offsets }, Ok(at)) => {
+                let at = *at;
+                let pending = st.pending_txn.entry(producer_id).or_default().entry(id.to_string()).or_default();
+                pending.extend(offsets.into_iter().map(|(k, c)| (k, CommittedOffset { record_offset: at, ..c })));
+            }
+            // Kafka's `failPendingTxnOffsetCommit`: nothing was written, nothing is pending.
+            (Effect::TxnCommit { producer_id, .. }, Err((code, msg))) => {
+                tracing::warn!(group = id, producer_id, "storing transactional offsets failed ({code}): {msg}");
+            }
+            (Effect::Delete, Ok(_)) => {
                 st.offsets.remove(id);
+                st.remove_pending(id, |_| true);
                 if let Some(mut g) = st.groups.remove(id) {
                     g.mark_dead(now);
                 }
@@ -682,12 +791,10 @@ impl GroupCoordinator {
             (Effect::Delete, Err((code, msg))) => {
                 tracing::warn!(group = id, "deleting the group failed ({code}): {msg}");
             }
-            (Effect::Expire { expired, delete_group }, Ok(())) => {
+            (Effect::Expire { expired, delete_group }, Ok(_)) => {
                 tracing::info!(group = id, expired = expired.len(), "expired committed offsets");
-                if let Some(m) = st.offsets.get_mut(id) {
-                    for k in &expired {
-                        m.remove(k);
-                    }
+                for k in &expired {
+                    st.remove_offset(id, k);
                 }
                 if delete_group {
                     st.offsets.remove(id);
@@ -947,6 +1054,7 @@ impl GroupCoordinator {
                     metadata,
                     commit_timestamp: if *commit_ts < 0 { now } else { *commit_ts },
                     expire_timestamp: expire,
+                    record_offset: -1,
                 };
                 match offset_record(group_id, topic, *partition, &committed) {
                     Ok(r) => {
@@ -970,34 +1078,191 @@ impl GroupCoordinator {
         self.write_op(storage, self.shard(group_id), now, compute, finish)
     }
 
+    /// Handles a TxnOffsetCommit (Kafka's `GroupCoordinator.handleTxnCommitOffsets` /
+    /// `doTxnCommitOffsets`, `GroupMetadataManager.storeOffsets` with a producer id): returns one
+    /// error code per entry, in order.
+    ///
+    /// The group is checked first: an empty group id is INVALID_GROUP_ID, then
+    /// COORDINATOR_NOT_AVAILABLE (stopping) / COORDINATOR_LOAD_IN_PROGRESS; an unknown group is
+    /// created Empty for a commit with generation -1 (a producer outside any group: Kafka 4's
+    /// "simple group"), and is ILLEGAL_GENERATION for generation >= 0 (Kafka 4's
+    /// `validateTransactionalOffsetCommit`); a known group checks the member
+    /// ([`Group::validate_txn_offset_commit`]: FENCED_INSTANCE_ID, UNKNOWN_MEMBER_ID,
+    /// ILLEGAL_GENERATION). Metadata longer than `offset.metadata.max.bytes` is
+    /// OFFSET_METADATA_TOO_LARGE for its entry. The other entries are appended to the group's
+    /// `__consumer_offsets` partition as ONE transactional batch of `producer_id` /
+    /// `producer_epoch` ([`OffsetsStorage::append_transactional`]) before the answer; once
+    /// written they are PENDING (by producer, group and partition), invisible to OffsetFetch,
+    /// until [`Self::complete_txn_offsets`] for the marker. A failed append answers its error
+    /// on every valid entry and leaves nothing pending (Kafka's `failPendingTxnOffsetCommit`).
+    ///
+    /// The transaction itself (is `producer_id` / `producer_epoch` the transactional id's, is the
+    /// group's partition in its transaction) is verified by the caller before this.
+    pub fn txn_offset_commit(
+        &self,
+        storage: &dyn OffsetsStorage,
+        group_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        member: MemberRef<'_>,
+        entries: &[OffsetCommitEntry],
+    ) -> Vec<i16> {
+        let now = now_ms();
+        let all = |code| vec![code; entries.len()];
+        let compute = |st: &mut ShardState, changes: &mut Changes| {
+            if let Err(code) = self.check(st, group_id, false) {
+                return all(code);
+            }
+            if producer_id < 0 {
+                return all(errors::INVALID_REQUEST);
+            }
+            let before = st.groups.get(group_id).map(Group::answers_made);
+            if before.is_none() {
+                if member.generation_id >= 0 {
+                    return all(errors::ILLEGAL_GENERATION);
+                }
+                st.groups.insert(group_id.to_string(), Group::new(group_id, self.config.group.clone(), now));
+            }
+            let group = st.groups.get(group_id).expect("inserted above");
+            if let Err(code) = group.validate_txn_offset_commit(member) {
+                return all(code);
+            }
+            let mut codes = Vec::with_capacity(entries.len());
+            let mut records = Vec::new();
+            let mut accepted = Vec::new();
+            for (topic, partition, offset, leader_epoch, metadata, commit_ts) in entries {
+                let metadata = metadata.clone().unwrap_or_default();
+                if metadata.len() > self.config.offset_metadata_max_bytes {
+                    codes.push(errors::OFFSET_METADATA_TOO_LARGE);
+                    continue;
+                }
+                let committed = CommittedOffset {
+                    offset: *offset,
+                    leader_epoch: *leader_epoch,
+                    metadata,
+                    commit_timestamp: if *commit_ts < 0 { now } else { *commit_ts },
+                    expire_timestamp: None,
+                    record_offset: -1,
+                };
+                match offset_record(group_id, topic, *partition, &committed) {
+                    Ok(r) => {
+                        records.push(r);
+                        accepted.push(((topic.clone(), *partition), committed));
+                        codes.push(errors::NONE);
+                    }
+                    Err(_) => codes.push(errors::INVALID_REQUEST),
+                }
+            }
+            if !records.is_empty() {
+                changes.writes.push(Write {
+                    group_id: group_id.to_string(),
+                    answers_before: before,
+                    records,
+                    txn: Some((producer_id, producer_epoch)),
+                    effect: Effect::TxnCommit { producer_id, offsets: accepted },
+                });
+            }
+            codes
+        };
+        let finish = |_: &mut ShardState, codes: Vec<i16>, results: &[StoreResult]| match results.first() {
+            Some(Err((code, _))) => codes.iter().map(|&c| if c == errors::NONE { *code } else { c }).collect(),
+            _ => codes,
+        };
+        self.write_op(storage, self.shard(group_id), now, compute, finish)
+    }
+
+    /// Completes the transactional offset commits of `producer_id` in the groups of
+    /// `__consumer_offsets-<offsets_partition>` once its COMMIT (`commit`) or ABORT marker is
+    /// in that partition (Kafka's `GroupMetadataManager.handleTxnCompletion` /
+    /// `GroupMetadata.completePendingTxnOffsetCommit`, 4's `replayEndTransactionMarker`). On
+    /// commit each pending offset becomes the group's committed offset unless the committed
+    /// one was appended after it (a higher [`CommittedOffset::record_offset`]: a plain
+    /// OffsetCommit written later wins); on abort they are dropped. Returns how many offsets
+    /// were committed. A partition out of range or a producer with nothing pending is a no-op.
+    ///
+    /// Takes the shard's write-order mutex, then its lock (a writer's order: a TxnOffsetCommit
+    /// whose append is in flight is applied first, so its offsets are completed here too). Call
+    /// it with NO log lock held (the marker's append has returned) and no lock a coordinator
+    /// writer may wait for (see the module documentation's lock order).
+    pub fn complete_txn_offsets(&self, offsets_partition: i32, producer_id: i64, commit: bool) -> usize {
+        let Some(shard) = usize::try_from(offsets_partition).ok().and_then(|i| self.shards.get(i)) else {
+            return 0;
+        };
+        let order = shard.write_order.lock().unwrap_or_else(|p| p.into_inner());
+        let mut st = shard.lock();
+        let Some(groups) = st.pending_txn.remove(&producer_id) else { return 0 };
+        let mut committed = 0;
+        if commit {
+            for (group_id, offsets) in groups {
+                for (tp, c) in offsets {
+                    let current = st.offsets.get(&group_id).and_then(|m| m.get(&tp));
+                    // Kafka's `olderThan`: only over an offset appended before it.
+                    if current.is_none_or(|old| old.record_offset < c.record_offset) {
+                        st.offsets.entry(group_id.clone()).or_default().insert(tp, c);
+                        committed += 1;
+                    }
+                }
+            }
+        }
+        drop(st);
+        drop(order);
+        committed
+    }
+
     /// Handles an OffsetFetch for one group: `partitions` `None` means every partition with a
     /// committed offset (OffsetFetch v2+ with null topics). A partition without a commit gets
-    /// offset -1 and no error, as Kafka answers. Only offsets in the log are seen. Errors:
-    /// COORDINATOR_LOAD_IN_PROGRESS, ....
+    /// offset -1 and no error, as Kafka answers. Only offsets in the log are seen; pending
+    /// transactional offsets are not. Errors: COORDINATOR_LOAD_IN_PROGRESS, ....
     #[allow(clippy::type_complexity)]
     pub fn fetch_offsets(
         &self,
         group_id: &str,
         partitions: Option<Vec<(String, Vec<i32>)>>,
     ) -> Result<Vec<(String, Vec<(i32, Option<CommittedOffset>)>)>, i16> {
+        let found = self.fetch_offsets_stable(group_id, partitions, false)?;
+        Ok(found.into_iter().map(|(t, ps)| (t, ps.into_iter().map(|(p, c, _)| (p, c)).collect())).collect())
+    }
+
+    /// [`Self::fetch_offsets`] with OffsetFetch v7+'s `require_stable` (KIP-447): each
+    /// partition comes with an error code, UNSTABLE_OFFSET_COMMIT (and no offset) for a
+    /// partition with a pending transactional offset when `require_stable` (Kafka's
+    /// `GroupMetadataManager.getOffsets`), NONE otherwise. The all-partitions form lists the
+    /// committed partitions, as Kafka does.
+    #[allow(clippy::type_complexity)]
+    pub fn fetch_offsets_stable(
+        &self,
+        group_id: &str,
+        partitions: Option<Vec<(String, Vec<i32>)>>,
+        require_stable: bool,
+    ) -> Result<Vec<(String, Vec<(i32, Option<CommittedOffset>, i16)>)>, i16> {
         let st = self.shard(group_id).lock();
         self.check(&st, group_id, true)?;
         let offsets = st.offsets.get(group_id);
+        let answer = |tp: &(String, i32), c: Option<&CommittedOffset>| {
+            if require_stable && st.has_pending_txn(group_id, tp) {
+                (tp.1, None, errors::UNSTABLE_OFFSET_COMMIT)
+            } else {
+                (tp.1, c.cloned(), errors::NONE)
+            }
+        };
         Ok(match partitions {
             Some(topics) => topics
                 .into_iter()
                 .map(|(topic, parts)| {
                     let found = parts
                         .into_iter()
-                        .map(|p| (p, offsets.and_then(|m| m.get(&(topic.clone(), p))).cloned()))
+                        .map(|p| {
+                            let tp = (topic.clone(), p);
+                            answer(&tp, offsets.and_then(|m| m.get(&tp)))
+                        })
                         .collect();
                     (topic, found)
                 })
                 .collect(),
             None => {
-                let mut by_topic: BTreeMap<String, Vec<(i32, Option<CommittedOffset>)>> = BTreeMap::new();
-                for ((topic, p), c) in offsets.into_iter().flatten() {
-                    by_topic.entry(topic.clone()).or_default().push((*p, Some(c.clone())));
+                let mut by_topic: BTreeMap<String, Vec<(i32, Option<CommittedOffset>, i16)>> = BTreeMap::new();
+                for (tp, c) in offsets.into_iter().flatten() {
+                    by_topic.entry(tp.0.clone()).or_default().push(answer(tp, Some(c)));
                 }
                 by_topic.into_iter().collect()
             }
@@ -1101,8 +1366,16 @@ impl GroupCoordinator {
                         }
                         _ => {}
                     }
+                    // Kafka 4's `deleteAllOffsets`: a tombstone for every committed offset and
+                    // for every partition with only a pending transactional one (a tombstone
+                    // removes the pending offsets of its partition, here and at replay).
+                    let mut partitions: BTreeSet<&(String, i32)> =
+                        st.offsets.get(id).into_iter().flat_map(BTreeMap::keys).collect();
+                    for groups in st.pending_txn.values() {
+                        partitions.extend(groups.get(id).into_iter().flat_map(BTreeMap::keys));
+                    }
                     let mut records: Vec<Record> = Vec::new();
-                    for (topic, p) in st.offsets.get(id).into_iter().flat_map(BTreeMap::keys) {
+                    for (topic, p) in partitions {
                         if let Ok(key) = OffsetCommitKey::new(id.clone(), topic.clone(), *p).encode() {
                             records.push((key, None));
                         }
@@ -1202,7 +1475,10 @@ impl GroupCoordinator {
     /// offsets with an explicit expiry past `now` go; the offsets of a group that is Empty (or
     /// has no group management) go `offsets.retention.minutes` after it became Empty (or after
     /// the commit). An Empty group left without offsets is deleted (tombstone). Stable groups
-    /// keep theirs. Each group's tombstones are one write; what they remove goes once written.
+    /// keep theirs. An offset with a pending transactional offset of its partition is not
+    /// expired, and a group with pending transactional offsets is not deleted (Kafka 4's
+    /// `cleanupExpiredOffsets`). Each group's tombstones are one write; what they remove goes
+    /// once written.
     fn expire_shard(&self, storage: &dyn OffsetsStorage, shard: &Shard, now: i64) {
         let retention = self.config.offsets_retention_ms;
         let compute = |st: &mut ShardState, changes: &mut Changes| {
@@ -1213,6 +1489,7 @@ impl GroupCoordinator {
                 let group_state = st.groups.get(id).map(|g| (g.state(), g.state_timestamp()));
                 let expired: Vec<(String, i32)> = offsets
                     .iter()
+                    .filter(|(tp, _)| !st.has_pending_txn(id, tp))
                     .filter(|(_, c)| match (c.expire_timestamp, group_state) {
                         (Some(t), _) => now >= t,
                         (None, Some((GroupState::Empty, since))) => now - since.max(0) >= retention,
@@ -1231,7 +1508,9 @@ impl GroupCoordinator {
                     })
                     .collect();
                 let left = offsets.len() - expired.len();
-                let delete_group = left == 0 && matches!(group_state, None | Some((GroupState::Empty, _)));
+                let delete_group = left == 0
+                    && matches!(group_state, None | Some((GroupState::Empty, _)))
+                    && !st.group_has_pending_txn(id);
                 if delete_group {
                     if let Ok(k) = GroupMetadataKey::new(id.clone()).encode() {
                         records.push((k, None));
@@ -1351,6 +1630,10 @@ mod tests {
     #[derive(Default)]
     struct MemStorage {
         records: Mutex<Appended>,
+        /// Per partition: its batches as they would be in the log (offsets assigned).
+        logs: Mutex<HashMap<i32, Vec<u8>>>,
+        /// Per partition: the next offset.
+        next: Mutex<HashMap<i32, i64>>,
         fail: Option<i16>,
         /// Yield inside each append (widens the windows of concurrent tests).
         yield_in_append: bool,
@@ -1360,6 +1643,35 @@ mod tests {
         fn records(&self) -> MutexGuard<'_, Appended> {
             self.records.lock().unwrap()
         }
+
+        /// Writes one batch (a transactional one of `producer` when given) at the partition's
+        /// next offset; returns its offset.
+        fn write(&self, partition: i32, records: Vec<Record>, producer: Option<(i64, i16)>) -> i64 {
+            let mut next = self.next.lock().unwrap();
+            let base = *next.get(&partition).unwrap_or(&0);
+            let mut b = crate::log::batch::BatchBuilder::new(base, crate::log::batch::Compression::None);
+            if let Some((id, epoch)) = producer {
+                b = b.producer(id, epoch, 0).transactional(true);
+            }
+            for (k, v) in &records {
+                b.append(1, Some(k), v.as_deref(), &[]);
+            }
+            self.logs.lock().unwrap().entry(partition).or_default().extend(b.build().unwrap());
+            next.insert(partition, base + records.len() as i64);
+            self.records().extend(records.into_iter().map(|(k, v)| (partition, k, v)));
+            base
+        }
+
+        /// Writes a COMMIT / ABORT marker of `producer_id` (what the transaction coordinator's
+        /// marker writer does); returns its offset.
+        fn marker(&self, partition: i32, producer_id: i64, commit: bool) -> i64 {
+            let mut next = self.next.lock().unwrap();
+            let base = *next.get(&partition).unwrap_or(&0);
+            let m = crate::log::txn_index::marker_batch(base, producer_id, 0, !commit, 0, 1);
+            self.logs.lock().unwrap().entry(partition).or_default().extend(m);
+            next.insert(partition, base + 1);
+            base
+        }
     }
 
     impl OffsetsStorage for MemStorage {
@@ -1368,30 +1680,46 @@ mod tests {
             partition: i32,
             records: Vec<(Vec<u8>, Option<Vec<u8>>)>,
             _now: i64,
-        ) -> Result<(), (i16, String)> {
+        ) -> Result<i64, (i16, String)> {
             if let Some(code) = self.fail {
                 return Err((code, "injected".into()));
             }
             if self.yield_in_append {
                 std::thread::yield_now();
             }
-            self.records().extend(records.into_iter().map(|(k, v)| (partition, k, v)));
+            let at = self.write(partition, records, None);
             if self.yield_in_append {
                 std::thread::yield_now();
             }
-            Ok(())
+            Ok(at)
+        }
+
+        fn append_transactional(
+            &self,
+            partition: i32,
+            producer_id: i64,
+            producer_epoch: i16,
+            records: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+            _now: i64,
+        ) -> Result<i64, (i16, String)> {
+            if let Some(code) = self.fail {
+                return Err((code, "injected".into()));
+            }
+            Ok(self.write(partition, records, Some((producer_id, producer_epoch))))
         }
     }
 
+    /// A coordinator loaded from what `storage` holds, as the broker's start-up loads
+    /// `__consumer_offsets` (markers resolved by `storage::TxnOffsets`).
     fn replay(storage: &MemStorage) -> GroupCoordinator {
         let c = GroupCoordinator::new(CoordinatorConfig::default());
-        let recs = storage.records();
+        let logs = storage.logs.lock().unwrap();
         for p in 0..50 {
-            let mine = recs
-                .iter()
-                .filter(|(q, _, _)| *q == p)
-                .map(|(_, k, v)| (Some(Bytes::from(k.clone())), v.clone().map(Bytes::from)));
-            c.load_records(p, mine, now_ms());
+            let mut t = super::super::storage::TxnOffsets::default();
+            for b in crate::log::batch::mixed::MixedBatches::new(logs.get(&p).map_or(&[][..], |l| &l[..])) {
+                t.add(b.unwrap());
+            }
+            c.load_records(p, t.finish().0, now_ms());
         }
         c.finish_loading();
         c
@@ -1577,6 +1905,147 @@ mod tests {
         assert_eq!(replay(&storage).fetch_offsets("g", None).unwrap(), vec![]);
     }
 
+    // ---- Transactional offset commits (issue 18) ----
+
+    const PID: i64 = 4000;
+
+    /// (partition, offset or -1, error) of `group`'s topic `t` partitions `parts`.
+    fn stable_offsets(c: &GroupCoordinator, group: &str, parts: &[i32], require_stable: bool) -> Vec<(i32, i64, i16)> {
+        let found = c.fetch_offsets_stable(group, Some(vec![("t".into(), parts.to_vec())]), require_stable).unwrap();
+        found[0].1.iter().map(|(p, o, e)| (*p, o.as_ref().map_or(-1, |o| o.offset), *e)).collect()
+    }
+
+    fn txn_entry(partition: i32, offset: i64) -> OffsetCommitEntry {
+        ("t".to_string(), partition, offset, -1, None, -1)
+    }
+
+    /// KIP-98 / KIP-447: a TxnOffsetCommit is one transactional batch, pending (invisible to
+    /// OffsetFetch; UNSTABLE_OFFSET_COMMIT under require_stable) until its COMMIT marker.
+    #[test]
+    fn txn_offsets_are_pending_until_the_commit_marker() {
+        let c = GroupCoordinator::new(config());
+        c.finish_loading();
+        let storage = MemStorage::default();
+        let entries = [txn_entry(0, 10), txn_entry(1, 11), ("t".to_string(), 2, 12, -1, Some("x".repeat(5000)), -1)];
+        let codes = c.txn_offset_commit(&storage, "g", PID, 3, SIMPLE, &entries);
+        assert_eq!(codes, vec![errors::NONE, errors::NONE, errors::OFFSET_METADATA_TOO_LARGE]);
+        let p = c.partition_for("g");
+        assert_eq!(storage.records().len(), 2, "one batch of the two valid entries");
+        let batch =
+            crate::log::batch::mixed::MixedBatches::new(&storage.logs.lock().unwrap()[&p]).next().unwrap().unwrap();
+        assert!(batch.is_transactional && batch.producer_id == PID && batch.producer_epoch == 3);
+        assert_eq!(stable_offsets(&c, "g", &[0, 1, 2], false), [(0, -1, 0), (1, -1, 0), (2, -1, 0)]);
+        let unstable = errors::UNSTABLE_OFFSET_COMMIT;
+        assert_eq!(stable_offsets(&c, "g", &[0, 1, 2], true), [(0, -1, unstable), (1, -1, unstable), (2, -1, 0)]);
+        assert_eq!(c.fetch_offsets("g", None).unwrap(), vec![], "nothing committed yet");
+        // Another partition's marker, another producer's: nothing.
+        assert_eq!(c.complete_txn_offsets((p + 1) % 50, PID, true), 0);
+        assert_eq!(c.complete_txn_offsets(p, PID + 1, true), 0);
+        assert_eq!(c.complete_txn_offsets(-1, PID, true), 0);
+        storage.marker(p, PID, true);
+        assert_eq!(c.complete_txn_offsets(p, PID, true), 2);
+        assert_eq!(stable_offsets(&c, "g", &[0, 1, 2], true), [(0, 10, 0), (1, 11, 0), (2, -1, 0)]);
+        assert_eq!(c.complete_txn_offsets(p, PID, true), 0, "completed once");
+        // A restart agrees.
+        assert_eq!(replay(&storage).fetch_offsets("g", None), c.fetch_offsets("g", None));
+    }
+
+    #[test]
+    fn aborted_txn_offsets_are_dropped() {
+        let c = GroupCoordinator::new(config());
+        c.finish_loading();
+        let storage = MemStorage::default();
+        let simple = SIMPLE;
+        assert_eq!(c.commit_offsets(&storage, "g", simple, -1, &[txn_entry(0, 5)]), vec![errors::NONE]);
+        assert_eq!(c.txn_offset_commit(&storage, "g", PID, 0, simple, &[txn_entry(0, 9)]), vec![errors::NONE]);
+        assert_eq!(stable_offsets(&c, "g", &[0], false), [(0, 5, 0)], "the committed offset until the marker");
+        let p = c.partition_for("g");
+        storage.marker(p, PID, false);
+        assert_eq!(c.complete_txn_offsets(p, PID, false), 0);
+        assert_eq!(stable_offsets(&c, "g", &[0], true), [(0, 5, 0)], "aborted: stable, the old offset");
+        assert_eq!(replay(&storage).fetch_offsets("g", None), c.fetch_offsets("g", None));
+    }
+
+    /// Kafka's `completePendingTxnOffsetCommit`: a transactional offset replaces a committed one
+    /// only if it was appended after it.
+    #[test]
+    fn a_later_plain_commit_wins_over_an_older_txn_commit() {
+        let c = GroupCoordinator::new(config());
+        c.finish_loading();
+        let storage = MemStorage::default();
+        let p = c.partition_for("g");
+        // Partition 0: txn 9, then plain 20 -> 20 stays. Partition 1: plain 30, then txn 31 -> 31.
+        assert_eq!(c.commit_offsets(&storage, "g", SIMPLE, -1, &[txn_entry(1, 30)]), vec![0]);
+        assert_eq!(c.txn_offset_commit(&storage, "g", PID, 0, SIMPLE, &[txn_entry(0, 9), txn_entry(1, 31)]), [0, 0]);
+        assert_eq!(c.commit_offsets(&storage, "g", SIMPLE, -1, &[txn_entry(0, 20)]), vec![0]);
+        storage.marker(p, PID, true);
+        assert_eq!(c.complete_txn_offsets(p, PID, true), 1);
+        assert_eq!(stable_offsets(&c, "g", &[0, 1], true), [(0, 20, 0), (1, 31, 0)]);
+        assert_eq!(replay(&storage).fetch_offsets("g", None), c.fetch_offsets("g", None));
+    }
+
+    #[test]
+    fn txn_commits_check_the_group_and_the_member() {
+        let c = GroupCoordinator::new(config());
+        c.finish_loading();
+        let storage = MemStorage::default();
+        let e = [txn_entry(0, 1)];
+        assert_eq!(c.txn_offset_commit(&storage, "", PID, 0, SIMPLE, &e), [errors::INVALID_GROUP_ID]);
+        let gen3 = MemberRef { member_id: "m", group_instance_id: None, generation_id: 3 };
+        assert_eq!(c.txn_offset_commit(&storage, "new", PID, 0, gen3, &e), [errors::ILLEGAL_GENERATION]);
+        let member = stable_group(&c, &storage, "grp");
+        let at = |generation_id| MemberRef { member_id: &member, group_instance_id: None, generation_id };
+        assert_eq!(c.txn_offset_commit(&storage, "grp", PID, 0, at(2), &e), [errors::ILLEGAL_GENERATION]);
+        let stranger = MemberRef { member_id: "zz", group_instance_id: None, generation_id: 1 };
+        assert_eq!(c.txn_offset_commit(&storage, "grp", PID, 0, stranger, &e), [errors::UNKNOWN_MEMBER_ID]);
+        assert_eq!(c.txn_offset_commit(&storage, "grp", PID, 0, at(1), &e), [errors::NONE]);
+        assert_eq!(c.txn_offset_commit(&storage, "grp", PID + 1, 0, SIMPLE, &e), [errors::NONE], "v0-v2: no member");
+        assert_eq!(stable_offsets(&c, "grp", &[0], true), [(0, -1, errors::UNSTABLE_OFFSET_COMMIT)]);
+        // A failed append leaves nothing pending.
+        let failing = MemStorage { fail: Some(errors::NOT_COORDINATOR), ..MemStorage::default() };
+        assert_eq!(c.txn_offset_commit(&failing, "g2", PID, 0, SIMPLE, &e), [errors::NOT_COORDINATOR]);
+        assert_eq!(stable_offsets(&c, "g2", &[0], true), [(0, -1, 0)]);
+    }
+
+    /// Kafka's loader keeps the offsets of a transaction with no marker pending; the marker
+    /// written after the restart completes them.
+    #[test]
+    fn pending_txn_offsets_stay_pending_after_a_restart() {
+        let c = GroupCoordinator::new(config());
+        c.finish_loading();
+        let storage = MemStorage::default();
+        assert_eq!(c.txn_offset_commit(&storage, "g", PID, 0, SIMPLE, &[txn_entry(0, 7)]), [0]);
+        let c2 = replay(&storage);
+        assert_eq!(stable_offsets(&c2, "g", &[0], true), [(0, -1, errors::UNSTABLE_OFFSET_COMMIT)]);
+        let p = c2.partition_for("g");
+        storage.marker(p, PID, true);
+        assert_eq!(c2.complete_txn_offsets(p, PID, true), 1);
+        assert_eq!(stable_offsets(&c2, "g", &[0], true), [(0, 7, 0)]);
+        assert_eq!(replay(&storage).fetch_offsets("g", None), c2.fetch_offsets("g", None));
+    }
+
+    /// Kafka 4's `deleteAllOffsets` / `cleanupExpiredOffsets`: DeleteGroups writes tombstones for
+    /// the pending partitions too (a later COMMIT marker applies nothing, here and at replay);
+    /// expiry keeps an offset with a pending one and the group.
+    #[test]
+    fn delete_and_expiry_with_pending_txn_offsets() {
+        let c = GroupCoordinator::new(CoordinatorConfig { offsets_retention_ms: 60_000, ..config() });
+        c.finish_loading();
+        let storage = MemStorage::default();
+        assert_eq!(c.commit_offsets(&storage, "g", SIMPLE, -1, &[txn_entry(0, 1)]), [0]);
+        assert_eq!(c.txn_offset_commit(&storage, "g", PID, 0, SIMPLE, &[txn_entry(0, 2), txn_entry(1, 3)]), [0, 0]);
+        c.expire_offsets_now(&storage, now_ms() + 120_000);
+        assert_eq!(stable_offsets(&c, "g", &[0], false), [(0, 1, 0)], "not expired: a pending offset waits");
+        assert_eq!(c.delete_groups(&storage, &["g".to_string()]), [errors::NONE]);
+        let tombstones = storage.records().iter().filter(|(_, _, v)| v.is_none()).count();
+        assert_eq!(tombstones, 3, "partitions 0 and 1 (pending only) and the group");
+        let p = c.partition_for("g");
+        storage.marker(p, PID, true);
+        assert_eq!(c.complete_txn_offsets(p, PID, true), 0);
+        assert_eq!(c.fetch_offsets("g", None).unwrap(), vec![]);
+        assert_eq!(replay(&storage).fetch_offsets("g", None).unwrap(), vec![]);
+    }
+
     // ---- Shards, write order and wakeups (issue 15) ----
 
     const SIMPLE: MemberRef<'static> = MemberRef { member_id: "", group_instance_id: None, generation_id: -1 };
@@ -1667,7 +2136,11 @@ mod tests {
     }
 
     impl OffsetsStorage for CheckingStorage<'_> {
-        fn append(&self, partition: i32, records: Vec<Record>, now: i64) -> Result<(), (i16, String)> {
+        fn append_transactional(&self, partition: i32, _: i64, _: i16, records: Vec<Record>, now: i64) -> StoreResult {
+            self.append(partition, records, now)
+        }
+
+        fn append(&self, partition: i32, records: Vec<Record>, now: i64) -> StoreResult {
             if !self.c.shard_is_free(partition) {
                 self.violations.lock().unwrap().push(format!("shard {partition}'s lock is held during its append"));
             }
@@ -1861,7 +2334,11 @@ mod tests {
     }
 
     impl OffsetsStorage for GatedFailingStorage {
-        fn append(&self, _: i32, _: Vec<Record>, _: i64) -> Result<(), (i16, String)> {
+        fn append_transactional(&self, partition: i32, _: i64, _: i16, records: Vec<Record>, now: i64) -> StoreResult {
+            self.append(partition, records, now)
+        }
+
+        fn append(&self, _: i32, _: Vec<Record>, _: i64) -> StoreResult {
             self.entered.lock().unwrap().send(()).unwrap();
             self.release.lock().unwrap().recv_timeout(Duration::from_secs(60)).unwrap();
             Err((errors::NOT_COORDINATOR, "injected".into()))

@@ -22,14 +22,15 @@ use crate::broker::response::{encode, Response};
 /// and Fetch v4-v18 (topics by name below v13, by topic id from v13, KIP-516); ListOffsets v1-v10;
 /// Metadata v0-v12; ApiVersions v0-v4; the group coordinator's APIs (FindCoordinator v0-v6, JoinGroup
 /// v0-v9, SyncGroup v0-v5, Heartbeat v0-v4, LeaveGroup v0-v5, OffsetCommit v2-v9, OffsetFetch v1-v9,
-/// ListGroups v0-v5, DescribeGroups v0-v6, DeleteGroups v0-v2: [`crate::broker::coordinator`]);
-/// CreateTopics v2-v7; OffsetForLeaderEpoch v2-v4 (KIP-320); InitProducerId v0-v5 (v6 cannot be
-/// decoded by the codec); the transaction coordinator's AddPartitionsToTxn v0-v4, AddOffsetsToTxn
-/// v0-v4 and EndTxn v0-v4 ([`crate::broker::txn_coordinator::handlers`]; v5 is KIP-890 part 2's
-/// `transaction.version` 2, not advertised); DescribeConfigs v1-v4 and
+/// TxnOffsetCommit v0-v4, ListGroups v0-v5, DescribeGroups v0-v6, DeleteGroups v0-v2:
+/// [`crate::broker::coordinator`]); CreateTopics v2-v7; OffsetForLeaderEpoch v2-v4 (KIP-320);
+/// InitProducerId v0-v5 (v6 cannot be decoded by the codec); the transaction coordinator's
+/// AddPartitionsToTxn v0-v4, AddOffsetsToTxn v0-v4 and EndTxn v0-v4
+/// ([`crate::broker::txn_coordinator::handlers`]; v5 of these and of TxnOffsetCommit is KIP-890
+/// part 2's `transaction.version` 2, not advertised); DescribeConfigs v1-v4 and
 /// IncrementalAlterConfigs v0-v1 (the dynamic broker configs: `describe_configs`,
 /// `incremental_alter_configs`).
-pub(crate) const HANDLED: [(ApiKey, i16, i16); 23] = [
+pub(crate) const HANDLED: [(ApiKey, i16, i16); 24] = [
     (ApiKey::Produce, 3, 13),
     (ApiKey::Fetch, 4, 18),
     (ApiKey::ListOffsets, 1, 10),
@@ -41,6 +42,7 @@ pub(crate) const HANDLED: [(ApiKey, i16, i16); 23] = [
     (ApiKey::LeaveGroup, 0, 5),
     (ApiKey::OffsetCommit, 2, 9),
     (ApiKey::OffsetFetch, 1, 9),
+    (ApiKey::TxnOffsetCommit, 0, 4),
     (ApiKey::ListGroups, 0, 5),
     (ApiKey::DescribeGroups, 0, 6),
     (ApiKey::DeleteGroups, 0, 2),

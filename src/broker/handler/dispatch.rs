@@ -56,6 +56,9 @@ pub(crate) fn dispatch(shared: &Arc<Shared>, request: DecodedRequest, responder:
         RequestKind::LeaveGroup(r) => ResponseKind::LeaveGroup(groups::leave_group(shared, &r, version)),
         RequestKind::OffsetCommit(r) => ResponseKind::OffsetCommit(groups::offset_commit(shared, &r, version)),
         RequestKind::OffsetFetch(r) => ResponseKind::OffsetFetch(groups::offset_fetch(shared, &r, version)),
+        RequestKind::TxnOffsetCommit(r) => {
+            ResponseKind::TxnOffsetCommit(groups::txn_offset_commit(shared, &r, version))
+        }
         RequestKind::ListGroups(r) => ResponseKind::ListGroups(groups::list_groups(shared, &r, version)),
         RequestKind::DescribeGroups(r) => ResponseKind::DescribeGroups(groups::describe_groups(shared, &r, version)),
         RequestKind::DeleteGroups(r) => ResponseKind::DeleteGroups(groups::delete_groups(shared, &r, version)),
