@@ -1,5 +1,6 @@
 //! The group coordinator (issue 5): classic consumer groups (JoinGroup / SyncGroup / Heartbeat /
-//! LeaveGroup), committed offsets, and their storage in `__consumer_offsets`.
+//! LeaveGroup), committed offsets, transactional offset commits pending until their
+//! transaction's marker (TxnOffsetCommit, issue 18), and their storage in `__consumer_offsets`.
 //!
 //! - [`group`]: one group's state machine (Kafka's `ClassicGroup` + the classic half of
 //!   `GroupMetadataManager`), pure: time is passed in, parked requests get tickets.
@@ -13,7 +14,8 @@
 //!   holding no thread (Kafka's `DelayedJoin` / `DelayedSync`), watched by its group; the
 //!   purgatory as the coordinator's [`GroupWaiters`](wakeup::GroupWaiters).
 //! - [`handlers`]: the group APIs on the wire (FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
-//!   LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups), each a
+//!   LeaveGroup, OffsetCommit, TxnOffsetCommit, OffsetFetch, ListGroups, DescribeGroups,
+//!   DeleteGroups), each a
 //!   call on the broker's [`GroupCoordinator`](runtime::GroupCoordinator).
 //! - [`storage`]: [`LogStorage`](storage::LogStorage), the coordinator's records appended to the
 //!   broker's own `__consumer_offsets` log, and their replay at start-up.

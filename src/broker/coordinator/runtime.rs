@@ -5,10 +5,10 @@
 //! ```text
 //! io thread ── partition_for(group) ──> shard N
 //!   Heartbeat, OffsetFetch, DescribeGroups:  shard lock ─> read / Group::heartbeat ─> unlock
-//!   JoinGroup, SyncGroup, LeaveGroup, OffsetCommit, DeleteGroups, timer ticks, offset expiry
-//!   (the writers):
+//!   JoinGroup, SyncGroup, LeaveGroup, OffsetCommit, TxnOffsetCommit, DeleteGroups, timer ticks,
+//!   offset expiry (the writers):
 //!     write-order mutex ─> shard lock ─> change the group, take the records to write ─> unlock
-//!                       ─> OffsetsStorage::append (no shard lock held)
+//!                       ─> OffsetsStorage::append / append_transactional (no shard lock held)
 //!                       ─> shard lock ─> apply the append's result ─> unlock
 //!     release it; wake the changed group's waiters (wakeup::GroupWaiters); tell the timer of an
 //!     earlier deadline (wakeup::TimerWakeup); answer
@@ -19,6 +19,9 @@
 //!     lock; at its deadline or when its client went away, give_up_parked
 //! timer thread ── shard by shard, one lock at a time: due groups tick (as writers); every
 //!   offsets.retention.check.interval.ms offsets expire; sleeps until the earliest deadline
+//! marker writer ── (after a COMMIT / ABORT marker is in __consumer_offsets-N, log locks
+//!   released) complete_txn_offsets(N, producer, commit): write-order mutex ─> shard lock ─>
+//!   the producer's pending offsets committed or dropped ─> unlock
 //! start-up ── load_records(records of __consumer_offsets-N): each record into its group's
 //!   shard ... finish_loading()
 //! ```
@@ -36,7 +39,18 @@
 //! `storeGroup` callbacks):
 //! - committed offsets are cached only once written: a failed append is answered to that
 //!   request with its error and nothing claims the commit (OffsetFetch never sees an offset
-//!   that is not in the log);
+//!   that is not in the log); each remembers the offset of its batch
+//!   ([`CommittedOffset::record_offset`]);
+//! - transactional offsets (TxnOffsetCommit) are one transactional batch of the producer; once
+//!   written they are PENDING by producer, group and partition (Kafka's
+//!   `pendingTransactionalOffsetCommits`): OffsetFetch does not see them, and answers
+//!   UNSTABLE_OFFSET_COMMIT for their partitions under `require_stable` (KIP-447), until
+//!   [`GroupCoordinator::complete_txn_offsets`] for the producer's marker commits them (over a
+//!   committed offset appended before them only) or drops them; a failed append leaves nothing
+//!   pending. A tombstone (DeleteGroups, expiry) removes the pending offsets of its partition
+//!   too; DeleteGroups writes tombstones for the pending-only partitions, and expiry keeps an
+//!   offset with a pending one and a group with pending ones (Kafka 4's
+//!   `OffsetMetadataManager`);
 //! - DeleteGroups and offset expiry remove the group / offsets only once their tombstones are
 //!   written;
 //! - the leader's assignment is applied by the state machine when computed (the group is
@@ -50,8 +64,15 @@
 //! - a shard lock -> nothing (a leaf: no other lock is taken while it is held, and no two shard
 //!   locks are held at once; the timer walks the shards one at a time);
 //! - a shard's write-order mutex -> that shard's lock (briefly, to compute and to apply), and
-//!   -> the log's locks inside [`OffsetsStorage::append`] (the log map lock, then the partition
-//!   lock), then the long-poll wakeup; never another shard's write-order mutex;
+//!   -> the log's locks inside [`OffsetsStorage::append`] / [`OffsetsStorage::append_transactional`]
+//!   (the log map lock, then the partition lock), then the long-poll wakeup; never another
+//!   shard's write-order mutex;
+//! - [`GroupCoordinator::complete_txn_offsets`] takes the shard's write-order mutex, then its
+//!   lock: its caller (the transaction coordinator's marker writer) must hold NO log lock (call
+//!   it after `Partition::append_txn_marker` has returned) and no lock that a coordinator writer
+//!   may wait for while holding its write-order mutex (a writer only waits for the log's locks
+//!   and the leaves below, so the transaction coordinator's own locks are fine as long as no
+//!   group writer takes them);
 //! - the wakeup registries and the timer's mutex ([`super::wakeup`]) are leaves, taken with no
 //!   shard lock held.
 //!
@@ -66,9 +87,11 @@
 //! the leader's assignment is accepted, when the group becomes Empty, and when a static member
 //! is replaced; deletions and expired offsets are tombstones. The write happens before the
 //! answer is released, so an acknowledged commit is in the log (page cache) when the client
-//! hears of it. At start-up every `__consumer_offsets` partition is replayed in offset order,
-//! the last record of a key winning, and requests get COORDINATOR_LOAD_IN_PROGRESS until the
-//! replay is done.
+//! hears of it. A TxnOffsetCommit's records are the same, in a transactional batch of the
+//! producer. At start-up every `__consumer_offsets` partition is replayed in offset order,
+//! the last record of a key winning (transactional ones resolved by their markers, those of an
+//! open transaction loaded pending: `storage::TxnOffsets`), and requests get
+//! COORDINATOR_LOAD_IN_PROGRESS until the replay is done.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
