@@ -97,28 +97,6 @@ impl<'a> TestSupport<'a> {
         topics::create(&logs.lock_topic_creation(), topic, partitions, None)
     }
 
-    /// Writes a COMMIT (`commit`) or ABORT marker of `producer_id` / `producer_epoch` to
-    /// `__consumer_offsets-<offsets_partition>` ([`crate::log::Partition::append_txn_marker`],
-    /// coordinator epoch 0), then completes the producer's pending transactional offsets there
-    /// ([`GroupCoordinator::complete_txn_offsets`], with the partition's lock released). Returns
-    /// the marker's offset and how many offsets were committed.
-    ///
-    /// Errors: those of the marker's append; `None` when the partition does not exist or the
-    /// broker is shutting down.
-    pub fn complete_txn(
-        &self,
-        offsets_partition: i32,
-        producer_id: i64,
-        producer_epoch: i16,
-        commit: bool,
-    ) -> Option<Result<(i64, usize), LogError>> {
-        let p = self.shared.logs()?.partition(crate::protocol::consumer_offsets::OFFSETS_TOPIC, offsets_partition)?;
-        let now = crate::log::partition::now_ms();
-        Some(p.append_txn_marker(producer_id, producer_epoch, 0, !commit, now).map(|(offset, _)| {
-            (offset, self.shared.coordinator().complete_txn_offsets(offsets_partition, producer_id, commit))
-        }))
-    }
-
     /// The log end offset of `topic`-`partition` (the offset the next record gets), read
     /// without the partition's lock (so also while [`Self::hold_partition_lock`] holds it);
     /// `None` when the partition does not exist or the broker is shutting down.

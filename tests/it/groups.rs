@@ -800,9 +800,16 @@ fn a_closed_members_waiting_join_is_dropped_and_its_member_expires_with_its_sess
 const UNSTABLE_OFFSET_COMMIT: i16 = 88;
 const INVALID_GROUP_ID: i16 = 24;
 
-/// TxnOffsetCommit `version` of `producer` (id, epoch) outside any generation: the error of each
-/// (partition, offset) of topic `t`, in order.
-fn txn_commit(c: &mut Client, version: i16, group: &str, producer: (i64, i16), parts: &[(i32, i64)]) -> Vec<i16> {
+/// TxnOffsetCommit `version` of transactional id `id`'s `producer` (id, epoch) outside any
+/// generation: the error of each (partition, offset) of topic `t`, in order.
+fn txn_commit(
+    c: &mut Client,
+    version: i16,
+    id: &str,
+    group: &str,
+    producer: (i64, i16),
+    parts: &[(i32, i64)],
+) -> Vec<i16> {
     use kafka_protocol::messages::txn_offset_commit_request::{
         TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
     };
@@ -811,7 +818,7 @@ fn txn_commit(c: &mut Client, version: i16, group: &str, producer: (i64, i16), p
         .map(|&(p, o)| TxnOffsetCommitRequestPartition::default().with_partition_index(p).with_committed_offset(o))
         .collect();
     let req = TxnOffsetCommitRequest::default()
-        .with_transactional_id(TransactionalId(s("tx")))
+        .with_transactional_id(TransactionalId(s(id)))
         .with_group_id(GroupId(s(group)))
         .with_producer_id(ProducerId(producer.0))
         .with_producer_epoch(producer.1)
@@ -821,6 +828,48 @@ fn txn_commit(c: &mut Client, version: i16, group: &str, producer: (i64, i16), p
         ResponseKind::TxnOffsetCommit(r) => {
             r.topics.iter().flat_map(|t| t.partitions.iter().map(|p| p.error_code)).collect()
         }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// InitProducerId v4 of transactional id `id` (timeout 60 s): its producer id and epoch.
+fn txn_init(c: &mut Client, id: &str) -> (i64, i16) {
+    let req = InitProducerIdRequest::default()
+        .with_transactional_id(Some(TransactionalId(s(id))))
+        .with_transaction_timeout_ms(60_000)
+        .with_producer_id(ProducerId(-1))
+        .with_producer_epoch(-1);
+    match c.call(ApiKey::InitProducerId, 4, RequestKind::InitProducerId(req)) {
+        ResponseKind::InitProducerId(r) => {
+            assert_eq!(r.error_code, 0, "{r:?}");
+            (r.producer_id.0, r.producer_epoch)
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// AddOffsetsToTxn v3 of `group` to the transaction of `id` / `producer`: its error.
+fn add_offsets(c: &mut Client, id: &str, producer: (i64, i16), group: &str) -> i16 {
+    let req = AddOffsetsToTxnRequest::default()
+        .with_transactional_id(TransactionalId(s(id)))
+        .with_producer_id(ProducerId(producer.0))
+        .with_producer_epoch(producer.1)
+        .with_group_id(GroupId(s(group)));
+    match c.call(ApiKey::AddOffsetsToTxn, 3, RequestKind::AddOffsetsToTxn(req)) {
+        ResponseKind::AddOffsetsToTxn(r) => r.error_code,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// EndTxn v3 of `id` / `producer`: its error (the markers are written before the answer).
+fn end_txn(c: &mut Client, id: &str, producer: (i64, i16), commit: bool) -> i16 {
+    let req = EndTxnRequest::default()
+        .with_transactional_id(TransactionalId(s(id)))
+        .with_producer_id(ProducerId(producer.0))
+        .with_producer_epoch(producer.1)
+        .with_committed(commit);
+    match c.call(ApiKey::EndTxn, 3, RequestKind::EndTxn(req)) {
+        ResponseKind::EndTxn(r) => r.error_code,
         other => panic!("{other:?}"),
     }
 }
@@ -867,24 +916,30 @@ fn fetch_stable_v7(c: &mut Client, group: &str, parts: &[i32], require_stable: b
     }
 }
 
-/// TxnOffsetCommit over the wire (KIP-98, KIP-447): the offsets are pending (OffsetFetch answers
-/// the old offset, UNSTABLE_OFFSET_COMMIT under `require_stable` in the v7 and v8 shapes) until
-/// the producer's marker in `__consumer_offsets`; a pending transaction survives a restart
-/// pending; COMMIT makes them the committed offsets, ABORT drops them; both survive a restart.
-/// The same producer commits twice in one transaction and again in the next (its batches'
-/// sequences continue in the partition).
+/// TxnOffsetCommit over the wire with the transaction coordinator (KIP-98, KIP-447): refused
+/// until AddOffsetsToTxn added the group's partition (INVALID_TXN_STATE) and for a fenced epoch;
+/// then the offsets are pending (OffsetFetch answers the old offset, UNSTABLE_OFFSET_COMMIT under
+/// `require_stable` in the v7 and v8 shapes) until EndTxn writes the producer's marker in
+/// `__consumer_offsets`; an open transaction survives a restart pending; COMMIT makes them the
+/// committed offsets, ABORT drops them; both survive a restart. The same producer commits twice
+/// in one transaction and again in the next (its batches' sequences continue in the partition).
 #[test]
 fn txn_offset_commits_wait_for_their_marker_and_survive_a_restart() {
+    const INVALID_TXN_STATE: i16 = 48;
+    const INVALID_PRODUCER_EPOCH: i16 = 47;
     let tmp = tempfile::tempdir().unwrap();
     let logs = tmp.path().join("logs");
     let group = "txo";
-    let p = partition_for(group, 50);
     let unstable = UNSTABLE_OFFSET_COMMIT;
     let broker = start_in(&logs);
     let mut c = Client::connect(broker.local_addr());
-    assert_eq!(txn_commit(&mut c, 0, "", (1000, 0), &[(0, 1)]), [INVALID_GROUP_ID]);
-    assert_eq!(txn_commit(&mut c, 3, group, (1000, 0), &[(0, 10), (1, 20)]), [0, 0]);
-    assert_eq!(txn_commit(&mut c, 0, group, (1000, 0), &[(0, 11)]), [0], "the same transaction again");
+    let p1 = txn_init(&mut c, "tx");
+    assert_eq!(txn_commit(&mut c, 0, "tx", "", p1, &[(0, 1)]), [INVALID_GROUP_ID]);
+    assert_eq!(txn_commit(&mut c, 3, "tx", group, p1, &[(0, 1)]), [INVALID_TXN_STATE], "not added to the transaction");
+    assert_eq!(add_offsets(&mut c, "tx", p1, group), 0);
+    assert_eq!(txn_commit(&mut c, 3, "tx", group, (p1.0, p1.1 + 1), &[(0, 1)]), [INVALID_PRODUCER_EPOCH]);
+    assert_eq!(txn_commit(&mut c, 3, "tx", group, p1, &[(0, 10), (1, 20)]), [0, 0]);
+    assert_eq!(txn_commit(&mut c, 0, "tx", group, p1, &[(0, 11)]), [0], "the same transaction again");
     assert_eq!(fetch_stable_v7(&mut c, group, &[0, 1, 2], false), [(0, -1, 0), (1, -1, 0), (2, -1, 0)]);
     assert_eq!(fetch_stable_v7(&mut c, group, &[0, 1, 2], true), [(0, -1, unstable), (1, -1, unstable), (2, -1, 0)]);
     drop(c);
@@ -894,17 +949,27 @@ fn txn_offset_commits_wait_for_their_marker_and_survive_a_restart() {
     let broker = start_in(&logs);
     let mut c = Client::connect(broker.local_addr());
     assert_eq!(fetch_stable_v8(&mut c, group, &[0, 1], true), [(0, -1, unstable), (1, -1, unstable)]);
-    let (_, committed) = broker.test_support().complete_txn(p, 1000, 0, true).unwrap().unwrap();
-    assert_eq!(committed, 2);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let ended = loop {
+        // COORDINATOR_LOAD_IN_PROGRESS (14) until __transaction_state is replayed.
+        match end_txn(&mut c, "tx", p1, true) {
+            14 if std::time::Instant::now() < deadline => std::thread::sleep(std::time::Duration::from_millis(20)),
+            code => break code,
+        }
+    };
+    assert_eq!(ended, 0);
     assert_eq!(fetch_stable_v8(&mut c, group, &[0, 1], true), [(0, 11, 0), (1, 20, 0)]);
     // The next transaction of the same producer, and another producer's, both aborted.
-    assert_eq!(txn_commit(&mut c, 4, group, (1000, 0), &[(1, 21)]), [0]);
-    assert_eq!(txn_commit(&mut c, 2, group, (1001, 0), &[(0, 99)]), [0]);
+    assert_eq!(add_offsets(&mut c, "tx", p1, group), 0);
+    assert_eq!(txn_commit(&mut c, 4, "tx", group, p1, &[(1, 21)]), [0]);
+    let p2 = txn_init(&mut c, "tx2");
+    assert_eq!(add_offsets(&mut c, "tx2", p2, group), 0);
+    assert_eq!(txn_commit(&mut c, 2, "tx2", group, p2, &[(0, 99)]), [0]);
     assert_eq!(fetch_stable_v8(&mut c, group, &[0, 1], false), [(0, 11, 0), (1, 20, 0)]);
     assert_eq!(fetch_stable_v8(&mut c, group, &[0, 1], true), [(0, -1, unstable), (1, -1, unstable)]);
-    assert_eq!(broker.test_support().complete_txn(p, 1000, 0, false).unwrap().unwrap().1, 0);
+    assert_eq!(end_txn(&mut c, "tx", p1, false), 0);
     assert_eq!(fetch_stable_v7(&mut c, group, &[0, 1], true), [(0, -1, unstable), (1, 20, 0)]);
-    assert_eq!(broker.test_support().complete_txn(p, 1001, 0, false).unwrap().unwrap().1, 0);
+    assert_eq!(end_txn(&mut c, "tx2", p2, false), 0);
     assert_eq!(fetch_stable_v7(&mut c, group, &[0, 1], true), [(0, 11, 0), (1, 20, 0)]);
     drop(c);
     broker.shutdown().unwrap();

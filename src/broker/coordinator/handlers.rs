@@ -49,6 +49,7 @@ use crate::broker::node::NODE_ID;
 use crate::broker::responder::Responder;
 use crate::broker::response::encode;
 use crate::broker::shared::Shared;
+use crate::protocol::consumer_offsets::OFFSETS_TOPIC;
 
 /// A member's `client_host` as Kafka reports it (`/127.0.0.1`): the peer of the connection its
 /// JoinGroup came on (the request's [`Responder`]; the io thread that runs it is any of the
@@ -333,7 +334,10 @@ pub(crate) fn offset_commit(shared: &Shared, request: &OffsetCommitRequest, vers
 /// member id, generation and `group.instance.id`, checked against the group. The errors are per
 /// partition: INVALID_GROUP_ID, COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE,
 /// ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID, OFFSET_METADATA_TOO_LARGE, and the
-/// append's, mapped as OffsetCommit maps them.
+/// append's, mapped as OffsetCommit maps them. Before all that, the transaction is verified as a
+/// transactional Produce is ([`verify_produce`](crate::broker::txn_coordinator::handlers::verify_produce)):
+/// INVALID_TXN_STATE when the group's partition was not added by AddOffsetsToTxn,
+/// INVALID_PRODUCER_EPOCH for a fenced producer, INVALID_PRODUCER_ID_MAPPING for an unknown id.
 pub(crate) fn txn_offset_commit(
     shared: &Shared,
     request: &TxnOffsetCommitRequest,
@@ -364,9 +368,30 @@ pub(crate) fn txn_offset_commit(
     } else {
         MemberRef { member_id: "", group_instance_id: None, generation_id: -1 }
     };
-    // The transaction's verification (the transactional id's producer id and epoch, the group's
-    // partition added by AddOffsetsToTxn) goes here, before the append; its error answers every
-    // partition: `return txn_offset_commit_response(request, vec![code; entries.len()]);`.
+    // The transaction's verification (KIP-890 part 1, as for a transactional Produce): the
+    // transactional id's producer id and epoch, the group's partition added by AddOffsetsToTxn.
+    // Its error answers every partition; the retriable ones as COORDINATOR_LOAD_IN_PROGRESS,
+    // which producers retry on TxnOffsetCommit (Kafka's `TxnOffsetCommitHandler`).
+    // An empty group id is the group coordinator's INVALID_GROUP_ID first (Kafka validates the
+    // group before the verification).
+    let offsets_partition = shared.coordinator().partition_for(&request.group_id);
+    let verified = if request.group_id.is_empty() {
+        Ok(())
+    } else {
+        crate::broker::txn_coordinator::handlers::verify_produce(
+            shared,
+            request.transactional_id.as_str(),
+            request.producer_id.0,
+            request.producer_epoch,
+            OFFSETS_TOPIC,
+            offsets_partition,
+        )
+    };
+    if let Err((code, why)) = verified {
+        tracing::debug!(group = request.group_id.as_str(), "TxnOffsetCommit refused: {why}");
+        let code = if code == errors::NOT_ENOUGH_REPLICAS { errors::COORDINATOR_LOAD_IN_PROGRESS } else { code };
+        return txn_offset_commit_response(request, vec![code; entries.len()]);
+    }
     let codes = shared.coordinator().txn_offset_commit(
         &LogStorage { shared },
         &request.group_id,

@@ -195,7 +195,7 @@ pub(crate) fn write_markers(shared: &Shared, mut markers: TxnMarkers) -> bool {
             Ok(_) => {
                 shared.purgatory().check_and_complete(&WatchKey::Partition(tp.0.clone(), tp.1));
                 if tp.0 == OFFSETS_TOPIC {
-                    // MERGE-B: shared.coordinator().complete_txn_offsets(tp.1, markers.producer_id, !aborted);
+                    shared.coordinator().complete_txn_offsets(tp.1, markers.producer_id, !aborted);
                 }
             }
             Err(e @ (LogError::InvalidProducerEpoch { .. } | LogError::TransactionCoordinatorFenced { .. })) => {
