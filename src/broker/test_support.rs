@@ -19,9 +19,6 @@
 //!   path (`read.path`, dynamic) and what each read path moved in Fetch responses;
 //! - [`TestSupport::hold_partition_lock`]: a partition's lock held (for writing) until the
 //!   returned guard is dropped, to show that other partitions go on meanwhile.
-//! - [`TestSupport::complete_txn`]: a transaction's COMMIT / ABORT marker written to one
-//!   `__consumer_offsets` partition and its pending transactional offsets completed, what the
-//!   transaction coordinator's marker writer does there.
 
 use std::sync::mpsc;
 use std::thread::JoinHandle;
