@@ -283,6 +283,10 @@ struct ShardState {
     /// `GroupMetadata.pendingTransactionalOffsetCommits`): invisible to OffsetFetch until
     /// [`GroupCoordinator::complete_txn_offsets`].
     pending_txn: BTreeMap<i64, PendingOffsets>,
+    /// Markers completed while the shard was loading (producer id, commit), applied when the
+    /// load ends: the transaction coordinator's start-up may write a prepared transaction's
+    /// marker while this replay runs, after it read the partition.
+    completed_while_loading: Vec<(i64, bool)>,
     /// The replay of `__consumer_offsets` has not ended yet.
     loading: bool,
     /// Groups whose records are being appended: the answers they made wait for the append's
@@ -296,6 +300,26 @@ struct ShardState {
 type PendingOffsets = BTreeMap<String, BTreeMap<(String, i32), CommittedOffset>>;
 
 impl ShardState {
+    /// Commits (over committed offsets appended before them only) or drops the producer's
+    /// pending offsets; returns how many were committed.
+    fn complete_txn(&mut self, producer_id: i64, commit: bool) -> usize {
+        let Some(groups) = self.pending_txn.remove(&producer_id) else { return 0 };
+        let mut committed = 0;
+        if commit {
+            for (group_id, offsets) in groups {
+                for (tp, c) in offsets {
+                    let current = self.offsets.get(&group_id).and_then(|m| m.get(&tp));
+                    // Kafka's `olderThan`: only over an offset appended before it.
+                    if current.is_none_or(|old| old.record_offset < c.record_offset) {
+                        self.offsets.entry(group_id.clone()).or_default().insert(tp, c);
+                        committed += 1;
+                    }
+                }
+            }
+        }
+        committed
+    }
+
     /// Whether a producer has a pending transactional offset for the group's partition (Kafka's
     /// `hasPendingTransactionalOffsets`).
     fn has_pending_txn(&self, group_id: &str, tp: &(String, i32)) -> bool {
@@ -664,6 +688,9 @@ impl GroupCoordinator {
         for shard in self.shards.iter() {
             let mut st = shard.lock();
             st.loading = false;
+            for (producer_id, commit) in std::mem::take(&mut st.completed_while_loading) {
+                st.complete_txn(producer_id, commit);
+            }
             groups += st.groups.len();
             offsets += st.offsets.values().map(BTreeMap::len).sum::<usize>();
             next = next.min(st.groups.values().filter_map(Group::next_deadline).min().unwrap_or(i64::MAX));
@@ -1202,6 +1229,9 @@ impl GroupCoordinator {
     /// one was appended after it (a higher [`CommittedOffset::record_offset`]: a plain
     /// OffsetCommit written later wins); on abort they are dropped. Returns how many offsets
     /// were committed. A partition out of range or a producer with nothing pending is a no-op.
+    /// While the shard is still loading, the completion is kept and applied when the load ends
+    /// (the replay may have read the partition before the marker; the producer's pending
+    /// offsets then are those of the transaction the marker ends).
     ///
     /// Takes the shard's write-order mutex, then its lock (a writer's order: a TxnOffsetCommit
     /// whose append is in flight is applied first, so its offsets are completed here too). Call
@@ -1213,20 +1243,11 @@ impl GroupCoordinator {
         };
         let order = shard.write_order.lock().unwrap_or_else(|p| p.into_inner());
         let mut st = shard.lock();
-        let Some(groups) = st.pending_txn.remove(&producer_id) else { return 0 };
-        let mut committed = 0;
-        if commit {
-            for (group_id, offsets) in groups {
-                for (tp, c) in offsets {
-                    let current = st.offsets.get(&group_id).and_then(|m| m.get(&tp));
-                    // Kafka's `olderThan`: only over an offset appended before it.
-                    if current.is_none_or(|old| old.record_offset < c.record_offset) {
-                        st.offsets.entry(group_id.clone()).or_default().insert(tp, c);
-                        committed += 1;
-                    }
-                }
-            }
+        if st.loading {
+            st.completed_while_loading.push((producer_id, commit));
+            return 0;
         }
+        let committed = st.complete_txn(producer_id, commit);
         drop(st);
         drop(order);
         committed
@@ -2045,6 +2066,33 @@ mod tests {
         assert_eq!(c2.complete_txn_offsets(p, PID, true), 1);
         assert_eq!(stable_offsets(&c2, "g", &[0], true), [(0, 7, 0)]);
         assert_eq!(replay(&storage).fetch_offsets("g", None), c2.fetch_offsets("g", None));
+    }
+
+    /// The transaction coordinator's start-up may write a prepared transaction's marker while
+    /// the replay runs: a completion during the load is applied when it ends.
+    #[test]
+    fn a_marker_completed_during_the_load_applies_when_it_ends() {
+        let c = GroupCoordinator::new(config());
+        c.finish_loading();
+        let storage = MemStorage::default();
+        assert_eq!(c.txn_offset_commit(&storage, "g", PID, 0, SIMPLE, &[txn_entry(0, 7)]), [0]);
+        assert_eq!(c.txn_offset_commit(&storage, "g", PID + 1, 0, SIMPLE, &[txn_entry(1, 8)]), [0]);
+        let loading = GroupCoordinator::new(CoordinatorConfig::default());
+        let p = loading.partition_for("g");
+        // The load read the partition before the markers.
+        let logs = storage.logs.lock().unwrap().clone();
+        storage.marker(p, PID, true);
+        storage.marker(p, PID + 1, false);
+        assert_eq!(loading.complete_txn_offsets(p, PID, true), 0, "loading: kept for later");
+        assert_eq!(loading.complete_txn_offsets(p, PID + 1, false), 0);
+        let mut t = super::super::storage::TxnOffsets::default();
+        for b in crate::log::batch::mixed::MixedBatches::new(&logs[&p]) {
+            t.add(b.unwrap());
+        }
+        loading.load_records(p, t.finish().0, now_ms());
+        loading.finish_loading();
+        assert_eq!(stable_offsets(&loading, "g", &[0, 1], true), [(0, 7, 0), (1, -1, 0)]);
+        assert_eq!(replay(&storage).fetch_offsets("g", None), loading.fetch_offsets("g", None));
     }
 
     /// Kafka 4's `deleteAllOffsets` / `cleanupExpiredOffsets`: DeleteGroups writes tombstones for

@@ -195,6 +195,8 @@ pub(crate) fn write_markers(shared: &Shared, mut markers: TxnMarkers) -> bool {
             Ok(_) => {
                 shared.purgatory().check_and_complete(&WatchKey::Partition(tp.0.clone(), tp.1));
                 if tp.0 == OFFSETS_TOPIC {
+                    // The marker's partition lock is released: the group coordinator may take
+                    // its write-order mutex (see its lock order).
                     shared.coordinator().complete_txn_offsets(tp.1, markers.producer_id, !aborted);
                 }
             }
