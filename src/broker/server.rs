@@ -12,7 +12,7 @@
 //! ([`IoPool`](super::io_pool::IoPool)), the purgatory's timer
 //! ([`Purgatory`](super::purgatory::Purgatory)), the log scheduler and the group coordinator's thread (replay of
 //! `__consumer_offsets`, then its timers), the transaction coordinator's thread
-//! ([`txn_coordinator::runtime`](super::txn_coordinator::runtime): replay of `__transaction_state`,
+//! ([`txn_coordinator::markers`](super::txn_coordinator::markers): replay of `__transaction_state`,
 //! then its timeout aborts), and with `metrics.listen` the metrics endpoint's
 //! thread ([`MetricsEndpoint`]).
 
@@ -31,7 +31,7 @@ use super::request_metrics::FetchLatencies;
 use super::server_model::ServerModel;
 use super::shared::Shared;
 use super::test_support::TestSupport;
-use super::txn_coordinator::runtime as txn_runtime;
+use super::txn_coordinator::markers as txn_markers;
 use super::uring::start as uring_start;
 use crate::log::manager::LogManager;
 use crate::log::scheduler::LogScheduler;
@@ -113,7 +113,7 @@ impl Broker {
             let txn_shared = Arc::clone(&shared);
             std::thread::Builder::new()
                 .name("fetchbench-txn-coordinator".into())
-                .spawn(move || txn_runtime::run(&txn_shared))
+                .spawn(move || txn_markers::run(&txn_shared))
                 .map_err(|source| BrokerError::Thread { what: "transaction coordinator", source })?;
             // Last: nothing after it can fail, so it never needs stopping here.
             let metrics = metrics_listener

@@ -19,6 +19,8 @@
 //!   call on the broker's [`GroupCoordinator`](runtime::GroupCoordinator).
 //! - [`storage`]: [`LogStorage`](storage::LogStorage), the coordinator's records appended to the
 //!   broker's own `__consumer_offsets` log, and their replay at start-up.
+//! - [`replay`]: one partition's batches turned into the records the coordinator applies
+//!   (transactional offset commits resolved by their markers).
 //!
 //! The coordinator's configuration comes from the broker's `group.*` / `offsets.*` settings
 //! ([`BrokerConfig::coordinator_config`](crate::broker::BrokerConfig::coordinator_config)).
@@ -31,6 +33,7 @@
 pub(crate) mod delayed_join;
 pub(crate) mod group;
 pub(crate) mod handlers;
+pub(crate) mod replay;
 pub(crate) mod runtime;
 pub(crate) mod storage;
 pub(crate) mod wakeup;

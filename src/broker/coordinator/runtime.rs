@@ -90,7 +90,7 @@
 //! hears of it. A TxnOffsetCommit's records are the same, in a transactional batch of the
 //! producer. At start-up every `__consumer_offsets` partition is replayed in offset order,
 //! the last record of a key winning (transactional ones resolved by their markers, those of an
-//! open transaction loaded pending: `storage::TxnOffsets`), and requests get
+//! open transaction loaded pending: `replay::TxnOffsets`), and requests get
 //! COORDINATOR_LOAD_IN_PROGRESS until the replay is done.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -98,6 +98,8 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use bytes::Bytes;
+
+use super::replay::LoadedRecord;
 
 use super::group::{
     Completion, Group, GroupConfig, GroupState, JoinRequest, JoinResult, Member, MemberRef, Reply, SyncRequest,
@@ -186,24 +188,6 @@ pub trait OffsetsStorage {
         records: Vec<(Vec<u8>, Option<Vec<u8>>)>,
         now: i64,
     ) -> Result<i64, (i16, String)>;
-}
-
-/// One record of a `__consumer_offsets` replay ([`GroupCoordinator::load_records`]), in the
-/// order the coordinator applies them (transactional commits resolved by their markers:
-/// `storage::TxnOffsets`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LoadedRecord {
-    /// The offset of the record's batch in the partition (what a committed offset's
-    /// [`CommittedOffset::record_offset`] becomes).
-    pub batch_offset: i64,
-    /// `Some(producer id)`: a transactional offset commit whose transaction has no marker in
-    /// the log yet; it is loaded pending, as Kafka's loader keeps it
-    /// (`pendingTransactionalOffsets`), until [`GroupCoordinator::complete_txn_offsets`].
-    pub pending_producer: Option<i64>,
-    /// The record's key.
-    pub key: Option<Bytes>,
-    /// The record's value (`None`: a tombstone).
-    pub value: Option<Bytes>,
 }
 
 /// An OffsetCommit partition: (topic, partition, offset, leader epoch, metadata, commit
@@ -1754,12 +1738,12 @@ mod tests {
     }
 
     /// A coordinator loaded from what `storage` holds, as the broker's start-up loads
-    /// `__consumer_offsets` (markers resolved by `storage::TxnOffsets`).
+    /// `__consumer_offsets` (markers resolved by `replay::TxnOffsets`).
     fn replay(storage: &MemStorage) -> GroupCoordinator {
         let c = GroupCoordinator::new(CoordinatorConfig::default());
         let logs = storage.logs.lock().unwrap();
         for p in 0..50 {
-            let mut t = super::super::storage::TxnOffsets::default();
+            let mut t = super::super::replay::TxnOffsets::default();
             for b in crate::log::batch::mixed::MixedBatches::new(logs.get(&p).map_or(&[][..], |l| &l[..])) {
                 t.add(b.unwrap());
             }
@@ -2085,7 +2069,7 @@ mod tests {
         storage.marker(p, PID + 1, false);
         assert_eq!(loading.complete_txn_offsets(p, PID, true), 0, "loading: kept for later");
         assert_eq!(loading.complete_txn_offsets(p, PID + 1, false), 0);
-        let mut t = super::super::storage::TxnOffsets::default();
+        let mut t = super::super::replay::TxnOffsets::default();
         for b in crate::log::batch::mixed::MixedBatches::new(&logs[&p]) {
             t.add(b.unwrap());
         }

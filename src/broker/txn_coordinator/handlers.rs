@@ -25,8 +25,8 @@ use kafka_protocol::messages::{
 };
 
 use super::decisions::{TxnApi, TxnResult};
+use super::markers::{storage, write_markers};
 use super::metadata::TopicPartition;
-use super::runtime::{storage, write_markers};
 use super::state_manager::InitProducerIdAnswer;
 use crate::broker::errors;
 use crate::broker::shared::Shared;

@@ -28,7 +28,7 @@
 //!   the transactional id expiry.
 //! - [`storage`]: [`TxnStateStorage`](storage::TxnStateStorage), one record appended to a
 //!   `__transaction_state` partition or a partition read back, and its implementation over the
-//!   broker's log ([`LogStorage`](storage::LogStorage), creating the compacted topic on the first write).
+//!   broker's log ([`LogStorage`](log_storage::LogStorage), creating the compacted topic on the first write).
 //! - [`runtime`]: [`TxnCoordinator`](runtime::TxnCoordinator), the manager over the broker's
 //!   log, the COMMIT / ABORT markers written to each partition of a transaction (before EndTxn is
 //!   answered), the coordinator's thread (start-up replay, transactions left prepared completed,
@@ -41,6 +41,8 @@
 
 pub(crate) mod decisions;
 pub(crate) mod handlers;
+pub(crate) mod log_storage;
+pub(crate) mod markers;
 pub(crate) mod metadata;
 pub(crate) mod runtime;
 pub(crate) mod state_manager;

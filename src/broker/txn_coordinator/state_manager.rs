@@ -64,7 +64,7 @@ pub(crate) const TRANSACTION_LOG_VALUE_VERSION: i16 = 0;
 pub(crate) struct TxnStateConfig {
     /// The partition count of `__transaction_state` (`transaction.state.log.num.partitions`, 50;
     /// the existing topic's count when it exists, see
-    /// [`existing_partition_count`](super::storage::existing_partition_count)). Non-positive is
+    /// [`existing_partition_count`](super::runtime::existing_partition_count)). Non-positive is
     /// taken as 1.
     pub num_partitions: i32,
     /// `transaction.max.timeout.ms` (900000): the largest `transaction.timeout.ms` accepted.
@@ -735,18 +735,18 @@ impl TransactionStateManager {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::sync::atomic::{AtomicI64, Ordering};
     use std::sync::{mpsc, Arc};
     use std::time::Duration;
 
     use super::*;
-    use crate::broker::txn_coordinator::storage::{LogStorage, MemStorage, StorageError, StoredRecord};
+    use crate::broker::txn_coordinator::storage::{MemStorage, StorageError, StoredRecord};
     use crate::protocol::transaction_state::{TransactionLogValue, TxnPartitions};
 
     const TIMEOUT: i32 = 60_000;
 
-    fn set(items: &[(&str, i32)]) -> BTreeSet<TopicPartition> {
+    pub(in crate::broker::txn_coordinator) fn set(items: &[(&str, i32)]) -> BTreeSet<TopicPartition> {
         items.iter().map(|(t, p)| (t.to_string(), *p)).collect()
     }
 
@@ -787,11 +787,16 @@ mod tests {
         }
     }
 
-    fn init(m: &TransactionStateManager, s: &dyn TxnStateStorage, id: &str, now: i64) -> (i64, i16) {
+    pub(in crate::broker::txn_coordinator) fn init(
+        m: &TransactionStateManager,
+        s: &dyn TxnStateStorage,
+        id: &str,
+        now: i64,
+    ) -> (i64, i16) {
         ready(m.init_producer_id(s, id, TIMEOUT, -1, -1, now).unwrap())
     }
 
-    fn state(m: &TransactionStateManager, id: &str) -> TransactionMetadata {
+    pub(in crate::broker::txn_coordinator) fn state(m: &TransactionStateManager, id: &str) -> TransactionMetadata {
         m.describe(id).unwrap().expect("known id")
     }
 
@@ -1233,60 +1238,5 @@ mod tests {
         assert_eq!(m.remove_expired_transactional_ids(&s, 70_000), vec!["tx".to_string()]);
         assert_eq!(s.inner.len(), 5, "Empty, Ongoing, PrepareAbort, CompleteAbort, tombstone");
         assert_eq!(*s.violations.lock().unwrap(), 0);
-    }
-
-    /// The broker's log: the topic is created compacted on the first write, and a new manager
-    /// replays it, a PrepareCommit left behind included.
-    #[test]
-    fn log_storage_creates_the_topic_and_is_replayed() {
-        use crate::broker::config::BrokerConfig;
-        use crate::broker::coordinator::runtime::GroupCoordinator;
-        use crate::broker::shared::Shared;
-        use crate::log::manager::LogManager;
-        use crate::read_path::ReadPathKind;
-
-        let dir = tempfile::tempdir().unwrap();
-        let config = BrokerConfig::new("127.0.0.1:0".parse().unwrap(), dir.path(), ReadPathKind::Copy);
-        let (logs, _) = LogManager::open(dir.path(), config.log_config.clone(), |_| None, false).unwrap();
-        let coordinator = GroupCoordinator::new(config.coordinator_config());
-        let local = config.listen;
-        let shared = Shared::new(config, local, Arc::new(logs), coordinator, 0);
-        let txn_config = TxnStateConfig { num_partitions: 3, ..Default::default() };
-        let storage = LogStorage { shared: &shared, num_partitions: 3 };
-        assert_eq!(crate::broker::txn_coordinator::storage::existing_partition_count(shared.log_manager()), None);
-
-        let m = TransactionStateManager::new(txn_config.clone(), Box::new(|| Ok(77)));
-        assert!(m.load(&storage, 0).is_empty());
-        assert_eq!(init(&m, &storage, "tx", 1), (77, 0));
-        let logs = shared.logs().unwrap();
-        assert_eq!(crate::broker::txn_coordinator::storage::existing_partition_count(shared.log_manager()), Some(3));
-        let log = logs.partition(TRANSACTION_STATE_TOPIC, m.partition_for("tx")).unwrap();
-        assert_eq!(log.config().cleanup_policy, crate::log::config::CleanupPolicy::COMPACT);
-        assert_eq!(log.config().segment_bytes, 100 * 1024 * 1024);
-        m.add_partitions(&storage, "tx", 77, 0, &set(&[("a", 0)]), 2).unwrap();
-        let markers = m.end_txn(&storage, "tx", 77, 0, TxnResult::Commit, 3).unwrap().markers.unwrap();
-        assert_eq!(log.log_end_offset(), 3);
-        // The markers fit the log's marker append (what the wiring will call per partition).
-        {
-            let creation = logs.lock_topic_creation();
-            crate::broker::topics::create(&creation, "a", 1, None).unwrap();
-        }
-        let a0 = logs.partition("a", 0).unwrap();
-        let aborted = markers.result == TxnResult::Abort;
-        let (marker_offset, _) = a0
-            .append_txn_marker(markers.producer_id, markers.producer_epoch, markers.coordinator_epoch, aborted, 4)
-            .unwrap();
-        assert_eq!(marker_offset, 0);
-
-        // A restart before the markers: the PrepareCommit is found again.
-        let again = TransactionStateManager::new(txn_config.clone(), Box::new(|| Ok(78)));
-        let pending = again.load(&storage, 10);
-        assert_eq!(pending.len(), 1);
-        assert_eq!((pending[0].result, pending[0].partitions.clone()), (TxnResult::Commit, set(&[("a", 0)])));
-        assert_eq!(pending[0].producer_id, markers.producer_id);
-        again.complete_markers(&storage, &pending[0], 11).unwrap();
-        let third = TransactionStateManager::new(txn_config, Box::new(|| Ok(79)));
-        assert!(third.load(&storage, 20).is_empty());
-        assert_eq!(state(&third, "tx").state, TransactionState::CompleteCommit);
     }
 }

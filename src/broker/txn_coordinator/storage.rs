@@ -1,8 +1,8 @@
 //! Where the transaction coordinator's records go: [`TxnStateStorage`], one record at a time to
-//! a `__transaction_state` partition, and the reads of the start-up replay; [`LogStorage`] is
-//! the broker's log (Kafka's `TransactionStateManager.appendTransactionToLog` and
-//! `loadTransactionMetadata` over its `ReplicaManager`), `MemStorage` (tests only) a vector per
-//! partition.
+//! a `__transaction_state` partition, and the reads of the start-up replay; its implementation
+//! over the broker's log is [`LogStorage`](super::log_storage::LogStorage) (Kafka's
+//! `TransactionStateManager.appendTransactionToLog` and `loadTransactionMetadata` over its
+//! `ReplicaManager`), `MemStorage` (tests only) a vector per partition.
 //!
 //! The topic is created on the first write, as Kafka creates it on the first
 //! FindCoordinator(TRANSACTION): `transaction.state.log.num.partitions` partitions (default
@@ -12,20 +12,13 @@
 //! which also sets `unclean.leader.election.enable=false` and `min.insync.replicas`, which a single
 //! node has no use for).
 
-use std::sync::Arc;
-
-use crate::broker::purgatory::WatchKey;
-use crate::broker::shared::Shared;
-use crate::broker::{errors, topics};
-use crate::log::batch::mixed::MixedBatches;
-use crate::log::batch::{BatchBuilder, Compression};
 use crate::log::config::CleanupPolicy;
-use crate::log::manager::LogManager;
-use crate::log::{FileSlice, LogConfig};
-use crate::protocol::transaction_state::TRANSACTION_STATE_TOPIC;
+use crate::log::LogConfig;
 
 #[cfg(doc)]
 use crate::protocol::transaction_state::DEFAULT_TRANSACTION_STATE_NUM_PARTITIONS;
+#[cfg(test)]
+use crate::protocol::transaction_state::TRANSACTION_STATE_TOPIC;
 
 /// Kafka's default `transaction.state.log.segment.bytes` (100 MiB).
 pub(crate) const TRANSACTION_STATE_SEGMENT_BYTES: i32 = 100 * 1024 * 1024;
@@ -68,87 +61,6 @@ pub(crate) fn transaction_state_topic_config(broker_defaults: &LogConfig) -> Log
     config.cleanup_policy = CleanupPolicy::COMPACT;
     config.segment_bytes = TRANSACTION_STATE_SEGMENT_BYTES;
     config
-}
-
-/// The number of partitions `__transaction_state` has in the broker's log, `None` when the
-/// topic does not exist. Kafka's `TransactionStateManager` takes the topic's partition count
-/// when it exists (`getTransactionTopicPartitionCount`) and `transaction.state.log.num.partitions`
-/// only to create it; the broker's coordinator is built with this count when it is `Some`.
-pub(crate) fn existing_partition_count(logs: &LogManager) -> Option<i32> {
-    let partitions = topics::partitions(logs, TRANSACTION_STATE_TOPIC);
-    let count = partitions.iter().max().map(|m| m + 1)?;
-    if usize::try_from(count).ok() != Some(partitions.len()) {
-        tracing::warn!("{TRANSACTION_STATE_TOPIC} has partitions {partitions:?}: some are missing");
-    }
-    Some(count)
-}
-
-/// Appends to and reads the broker's `__transaction_state` partitions.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct LogStorage<'a> {
-    /// The broker.
-    pub shared: &'a Shared,
-    /// How many partitions to create the topic with (`transaction.state.log.num.partitions`;
-    /// the manager's [`num_partitions`](super::state_manager::TxnStateConfig::num_partitions)).
-    pub num_partitions: i32,
-}
-
-impl TxnStateStorage for LogStorage<'_> {
-    fn append(&self, partition: i32, key: Vec<u8>, value: Option<Vec<u8>>, now_ms: i64) -> Result<(), StorageError> {
-        let mut batch = BatchBuilder::new(0, Compression::None);
-        batch.append(now_ms, Some(&key), value.as_deref(), &[]);
-        let bytes = batch.build().map_err(|e| (errors::UNKNOWN_SERVER_ERROR, e.to_string()))?;
-        let Some(logs) = self.shared.logs() else {
-            return Err((errors::NOT_LEADER_OR_FOLLOWER, "the broker is shutting down".into()));
-        };
-        if logs.partition(TRANSACTION_STATE_TOPIC, partition).is_none() {
-            let config = transaction_state_topic_config(logs.config());
-            let creation = logs.lock_topic_creation();
-            topics::create(&creation, TRANSACTION_STATE_TOPIC, self.num_partitions, Some(config)).map_err(|e| {
-                (errors::UNKNOWN_TOPIC_OR_PARTITION, format!("creating {TRANSACTION_STATE_TOPIC}: {e}"))
-            })?;
-        }
-        let log = logs.partition(TRANSACTION_STATE_TOPIC, partition).ok_or_else(|| {
-            (errors::UNKNOWN_TOPIC_OR_PARTITION, format!("{TRANSACTION_STATE_TOPIC}-{partition} does not exist"))
-        })?;
-        log.append(&bytes, now_ms).map_err(|e| (errors::log_error_code(&e), e.to_string()))?;
-        // Someone may be consuming __transaction_state (long polling): its fetches are tried.
-        self.shared
-            .purgatory()
-            .check_and_complete(&WatchKey::Partition(TRANSACTION_STATE_TOPIC.to_string(), partition));
-        Ok(())
-    }
-
-    fn read(&self, partition: i32) -> Result<Vec<StoredRecord>, StorageError> {
-        let Some(log) = self.shared.logs().and_then(|l| l.partition(TRANSACTION_STATE_TOPIC, partition)) else {
-            return Ok(Vec::new());
-        };
-        // The segments' files and sizes are taken under the partition's lock; the bytes are read
-        // after it is released (a file stays readable while its handle is held).
-        let segments: Vec<_> = log
-            .log()
-            .segments()
-            .map(|s| FileSlice { segment: Arc::clone(s.file()), position: 0, len: u64::from(s.size()) })
-            .collect();
-        let mut records = Vec::new();
-        for segment in segments {
-            let bytes = segment.read_to_vec().map_err(|e| {
-                (
-                    errors::KAFKA_STORAGE_ERROR,
-                    format!("{TRANSACTION_STATE_TOPIC}-{partition}: reading {}: {e}", segment.segment.path().display()),
-                )
-            })?;
-            for batch in MixedBatches::new(&bytes) {
-                let batch = batch
-                    .map_err(|e| (errors::CORRUPT_MESSAGE, format!("{TRANSACTION_STATE_TOPIC}-{partition}: {e}")))?;
-                if batch.is_control {
-                    continue;
-                }
-                records.extend(batch.records.into_iter().map(|r| (r.key, r.value)));
-            }
-        }
-        Ok(records)
-    }
 }
 
 /// An in-memory [`TxnStateStorage`] for tests: the records of each partition in a vector, and
