@@ -18,7 +18,7 @@
 //! [`Sender`]: super::sender::Sender
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI16, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -26,7 +26,7 @@ use bytes::Bytes;
 
 use super::config::ProducerConfig;
 use super::delivery::{BatchDelivery, DeliveryHandle};
-use super::error::ProducerError;
+use super::error::{is_fatal_batch_error, ProducerError};
 use super::partitioner::StickyPartition;
 use crate::log::batch::record::{varlong_size, write_nullable, write_varint, write_varlong};
 use crate::log::batch::{
@@ -104,8 +104,14 @@ impl OpenBatch {
         delta
     }
 
-    /// Writes header and CRC (compressing first): the batch bytes as sent.
-    pub(super) fn build(mut self, compression: Compression, producer: (i64, i16, i32)) -> Result<Bytes, ProducerError> {
+    /// Writes header and CRC (compressing first): the batch bytes as sent. `producer` is the
+    /// producer id, epoch and base sequence; `transactional` sets the transactional attribute.
+    pub(super) fn build(
+        mut self,
+        compression: Compression,
+        producer: (i64, i16, i32),
+        transactional: bool,
+    ) -> Result<Bytes, ProducerError> {
         if compression != Compression::None {
             let body = compression
                 .compress(&self.buf[HEADER_SIZE..])
@@ -119,7 +125,7 @@ impl OpenBatch {
             partition_leader_epoch: -1,
             magic: MAGIC_V2,
             crc: 0,
-            attributes: Attributes::default().with_compression(compression),
+            attributes: Attributes::default().with_compression(compression).with_transactional(transactional),
             last_offset_delta: (self.count - 1).max(0),
             base_timestamp: self.base_timestamp,
             max_timestamp: self.max_timestamp,
@@ -264,6 +270,28 @@ impl State {
         ps.queue.insert(at, Queued::Retry(s.batch));
     }
 
+    /// Takes the batches not sent yet (open and closed, not those put back for a retry: they
+    /// were sent and hold sequence numbers), as Kafka's `abortUndrainedBatches`, as (delivery,
+    /// records, reserved bytes).
+    pub(super) fn take_undrained(&mut self) -> Vec<(Arc<BatchDelivery>, i32, usize)> {
+        let mut left = Vec::new();
+        for t in &mut self.topics {
+            for p in &mut t.partitions {
+                if let Some(b) = p.open.take() {
+                    left.push((b.delivery, b.count, b.reserved));
+                }
+                p.queue.retain_mut(|q| match q {
+                    Queued::Closed(b) => {
+                        left.push((Arc::clone(&b.delivery), b.count, b.reserved));
+                        false
+                    }
+                    Queued::Retry(_) => true,
+                });
+            }
+        }
+        left
+    }
+
     /// Takes every batch not delivered (Kafka's `abortIncompleteBatches`): open, closed and
     /// retried, as (delivery, records, reserved bytes).
     pub(super) fn take_incomplete(&mut self) -> Vec<(Arc<BatchDelivery>, i32, usize)> {
@@ -286,12 +314,14 @@ impl State {
 }
 
 /// Kafka's `RecordAccumulator` and what the producer and its sender thread share besides: the
-/// configuration, the producer id and epoch, the batches ([`State`], behind one lock), the
-/// condition variables they wait on, the counters and the first delivery error.
+/// configuration, the producer id and epoch (set once: at start-up, or by `init_transactions`
+/// before any record), the batches ([`State`], behind one lock), the condition variables they
+/// wait on, the counters, the first delivery error and, for a transactional producer, the first
+/// batch error the transaction has not seen yet.
 pub(super) struct RecordAccumulator {
     pub(super) config: ProducerConfig,
-    pub(super) producer_id: i64,
-    pub(super) producer_epoch: i16,
+    pub(super) producer_id: AtomicI64,
+    pub(super) producer_epoch: AtomicI16,
     pub(super) state: Mutex<State>,
     /// The sender waits here for work.
     pub(super) wake_sender: Condvar,
@@ -299,6 +329,9 @@ pub(super) struct RecordAccumulator {
     pub(super) progress: Condvar,
     pub(super) counters: Counters,
     pub(super) first_error: Mutex<Option<ProducerError>>,
+    /// With `transactional.id`: a failed batch's error (a fatal one wins over the first), taken
+    /// by the transaction manager (a leaf lock).
+    pub(super) txn_batch_error: Mutex<Option<ProducerError>>,
 }
 
 impl RecordAccumulator {
@@ -306,13 +339,14 @@ impl RecordAccumulator {
     pub(super) fn new(config: ProducerConfig, producer_id: i64, producer_epoch: i16) -> Self {
         RecordAccumulator {
             config,
-            producer_id,
-            producer_epoch,
+            producer_id: AtomicI64::new(producer_id),
+            producer_epoch: AtomicI16::new(producer_epoch),
             state: Mutex::new(State::default()),
             wake_sender: Condvar::new(),
             progress: Condvar::new(),
             counters: Counters::default(),
             first_error: Mutex::new(None),
+            txn_batch_error: Mutex::new(None),
         }
     }
 
@@ -332,6 +366,12 @@ impl RecordAccumulator {
         counter.fetch_add(records as u64, Ordering::Relaxed);
         if let Err(e) = &result {
             self.first_error.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert_with(|| e.clone());
+            if self.config.transactional_id.is_some() {
+                let mut txn = self.txn_batch_error.lock().unwrap_or_else(|e| e.into_inner());
+                if txn.as_ref().is_none_or(|old| !is_fatal_batch_error(old) && is_fatal_batch_error(e)) {
+                    *txn = Some(e.clone());
+                }
+            }
         }
         delivery.complete(result);
         let mut st = self.lock();
@@ -339,6 +379,49 @@ impl RecordAccumulator {
         st.pending_batches = st.pending_batches.saturating_sub(1);
         drop(st);
         self.progress.notify_all();
+    }
+
+    /// Sends every batch now (ignoring `linger.ms`) and waits until every batch queued before
+    /// (and during) the call is delivered or failed, as Kafka's `flush`, up to `deadline`.
+    ///
+    /// Errors: [`ProducerError::Closed`] when the sender thread is gone with records
+    /// undelivered; [`ProducerError::Timeout`] (`what`) when `deadline` passed first.
+    pub(super) fn flush_until(&self, deadline: Option<Instant>, what: &'static str) -> Result<(), ProducerError> {
+        let mut st = self.lock();
+        st.flushing += 1;
+        self.wake_sender.notify_one();
+        let start = Instant::now();
+        let mut timed_out = false;
+        while st.pending_batches > 0 && !st.sender_dead {
+            match deadline {
+                None => st = self.progress.wait(st).unwrap_or_else(|e| e.into_inner()),
+                Some(d) => {
+                    let now = Instant::now();
+                    if now >= d {
+                        timed_out = true;
+                        break;
+                    }
+                    st = self.progress.wait_timeout(st, d - now).unwrap_or_else(|e| e.into_inner()).0;
+                }
+            }
+        }
+        st.flushing -= 1;
+        if timed_out {
+            return Err(ProducerError::Timeout { what, timeout_ms: start.elapsed().as_millis() as u64 });
+        }
+        if st.pending_batches > 0 {
+            return Err(ProducerError::Closed);
+        }
+        Ok(())
+    }
+
+    /// Fails the batches not sent yet with [`ProducerError::TransactionAborted`]
+    /// ([`State::take_undrained`]; Kafka's `abortUndrainedBatches` when a transaction aborts).
+    pub(super) fn abort_undrained(&self) {
+        let left = self.lock().take_undrained();
+        for (d, n, r) in left {
+            self.finish(&d, n, r, Err(ProducerError::TransactionAborted));
+        }
     }
 
     /// Takes, per leader `node_ready` accepts (room in flight), one sendable batch of each
@@ -354,7 +437,7 @@ impl RecordAccumulator {
         let config = &self.config;
         let linger = Duration::from_millis(config.linger_ms);
         let flush = st.flushing > 0 || st.closing;
-        let idempotent = self.producer_id >= 0;
+        let idempotent = self.producer_id.load(Ordering::Acquire) >= 0;
         let mut next_wake: Option<Instant> = None;
         let mut wake_at = |t: Instant| next_wake = Some(next_wake.map_or(t, |w: Instant| w.min(t)));
         let mut per_node: HashMap<i32, NodeWork> = HashMap::new();
@@ -461,12 +544,13 @@ mod tests {
             let mut c = OpenBatch::new(100, 0);
             c.buf.clone_from(&b.buf);
             (c.count, c.base_timestamp, c.max_timestamp) = (b.count, b.base_timestamp, b.max_timestamp);
-            let bytes = c.build(codec, (7, 1, 42)).unwrap();
+            let bytes = c.build(codec, (7, 1, 42), codec == Compression::Gzip).unwrap();
             let batch = crate::log::batch::RecordBatch::parse(&bytes).unwrap();
             batch.verify_crc().unwrap();
             let h = batch.header();
             assert_eq!((h.producer_id, h.producer_epoch, h.base_sequence, h.records_count), (7, 1, 42, 2));
             assert_eq!((h.base_timestamp, h.max_timestamp, h.last_offset_delta), (1_000, 1_000, 1));
+            assert_eq!(h.attributes.is_transactional(), codec == Compression::Gzip, "{codec}");
             let recs = batch.records().unwrap();
             let recs = recs.to_vec().unwrap();
             assert_eq!(recs[0].headers[0].key, b"h");

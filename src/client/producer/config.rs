@@ -1,8 +1,9 @@
 //! The producer's configuration (Kafka's `ProducerConfig`): [`ProducerConfig`] with Kafka's
 //! names and defaults (Kafka 4: `linger.ms=5`, `enable.idempotence=true`, `acks=all`), parsed
 //! from `key=value` pairs by Kafka's names ([`CONFIG_KEYS`]), with Kafka's rules between keys
-//! (idempotence needs `acks=all` and at most 5 requests in flight; `delivery.timeout.ms` at least
-//! `linger.ms + request.timeout.ms`) and the record size check of `KafkaProducer.ensureValidRecordSize`.
+//! (idempotence needs `acks=all` and at most 5 requests in flight; `transactional.id` needs
+//! idempotence; `delivery.timeout.ms` at least `linger.ms + request.timeout.ms`) and the record
+//! size check of `KafkaProducer.ensureValidRecordSize`.
 
 use super::error::ProducerError;
 use crate::log::batch::{Compression, HEADER_SIZE};
@@ -66,10 +67,18 @@ pub struct ProducerConfig {
     pub retries: u32,
     /// `retry.backoff.ms`: wait before a retry (default 100).
     pub retry_backoff_ms: u64,
+    /// `transactional.id` (default none): makes the producer transactional (KIP-98; the
+    /// transactional API of [`Producer`](super::Producer), `init_transactions` first). Implies
+    /// idempotence. Not empty.
+    pub transactional_id: Option<String>,
+    /// `transaction.timeout.ms`: how long the transaction coordinator lets a transaction stay
+    /// open before it aborts it (default 60000; the broker refuses a value above its
+    /// `transaction.max.timeout.ms` with `INVALID_TRANSACTION_TIMEOUT`).
+    pub transaction_timeout_ms: i32,
 }
 
 /// `ProducerConfig` keys this producer understands.
-pub const CONFIG_KEYS: [&str; 15] = [
+pub const CONFIG_KEYS: [&str; 17] = [
     "bootstrap.servers",
     "client.id",
     "acks",
@@ -85,6 +94,8 @@ pub const CONFIG_KEYS: [&str; 15] = [
     "max.request.size",
     "retries",
     "retry.backoff.ms",
+    "transactional.id",
+    "transaction.timeout.ms",
 ];
 
 impl ProducerConfig {
@@ -106,13 +117,16 @@ impl ProducerConfig {
             max_request_size: 1 << 20,
             retries: i32::MAX as u32,
             retry_backoff_ms: 100,
+            transactional_id: None,
+            transaction_timeout_ms: 60_000,
         }
     }
 
     /// Builds a config from `key=value` pairs (later pairs win) over Kafka's defaults, checked as
     /// Kafka's `ProducerConfig` does: `bootstrap.servers` is required; `enable.idempotence=true`
     /// given explicitly with `acks` other than all or more than 5 requests in flight is refused,
-    /// while the default idempotence is quietly turned off then.
+    /// while the default idempotence is quietly turned off then; a `transactional.id` without
+    /// idempotence (turned off explicitly or by that rule) is refused.
     ///
     /// Errors: [`ProducerError::Config`] naming the key for an unknown key, a bad value or a
     /// conflict.
@@ -136,7 +150,7 @@ impl ProducerConfig {
     /// Applies `key=value` pairs over this config (later pairs win), then Kafka's idempotence
     /// rule as [`ProducerConfig::from_pairs`]: an explicit `enable.idempotence=true` with `acks`
     /// other than all or more than 5 requests in flight is refused, the default one is turned
-    /// off. What `fetchbench run` does with a workload's `[producer_config]` over its own
+    /// off; a `transactional.id` without idempotence is refused. What `fetchbench run` does with a workload's `[producer_config]` over its own
     /// settings.
     ///
     /// Errors: [`ProducerError::Config`] naming the key (unknown key, bad value, conflict).
@@ -238,6 +252,11 @@ impl ProducerConfig {
             "max.request.size" => self.max_request_size = num(1)? as usize,
             "retries" => self.retries = num(0)?.min(u32::MAX as u64) as u32,
             "retry.backoff.ms" => self.retry_backoff_ms = num(0)?,
+            "transactional.id" if value.is_empty() => {
+                return Err(bad("expected a non-empty string (Kafka's NonEmptyString); leave it unset for none"))
+            }
+            "transactional.id" => self.transactional_id = Some(value.to_string()),
+            "transaction.timeout.ms" => self.transaction_timeout_ms = num(1)?.min(i32::MAX as u64) as i32,
             _ => return Err(bad(&format!("unknown producer config; known: {}", CONFIG_KEYS.join(", ")))),
         }
         Ok(())
@@ -245,6 +264,9 @@ impl ProducerConfig {
 
     /// Kafka 3+'s idempotence default: turned off when `acks` is not all or more than 5
     /// requests may be in flight, unless it was set explicitly (`explicit`): then an error.
+    /// Then, as Kafka's `ProducerConfig.postProcessAndValidateIdempotenceConfigs`, a
+    /// `transactional.id` without idempotence is refused ("Cannot set a transactional.id
+    /// without also enabling idempotence").
     fn settle_idempotence(&mut self, explicit: bool) -> Result<(), ProducerError> {
         let conflict = self.acks != Acks::All || self.max_in_flight > 5;
         if conflict && self.enable_idempotence {
@@ -257,10 +279,69 @@ impl ProducerConfig {
             }
             self.enable_idempotence = false;
         }
+        if let (Some(id), false) = (&self.transactional_id, self.enable_idempotence) {
+            return Err(ProducerError::Config {
+                key: "transactional.id".into(),
+                value: id.clone(),
+                reason: format!(
+                    "cannot set a transactional.id without also enabling idempotence ({})",
+                    if conflict {
+                        "idempotence needs acks=all and max.in.flight.requests.per.connection <= 5"
+                    } else {
+                        "enable.idempotence=false"
+                    }
+                ),
+            });
+        }
         Ok(())
     }
 }
 
 fn split_servers(s: &str) -> Vec<String> {
     s.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(pairs: &[(&str, &str)]) -> Result<ProducerConfig, ProducerError> {
+        let mut all = vec![("bootstrap.servers", "h:9092")];
+        all.extend_from_slice(pairs);
+        ProducerConfig::from_pairs(&all)
+    }
+
+    fn refused_key(r: Result<ProducerConfig, ProducerError>) -> String {
+        match r {
+            Err(ProducerError::Config { key, .. }) => key,
+            other => panic!("expected a config error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn transactional_id_implies_idempotence_as_kafka() {
+        let c = config(&[("transactional.id", "tx-1")]).unwrap();
+        assert_eq!(c.transactional_id.as_deref(), Some("tx-1"));
+        assert!(c.enable_idempotence);
+        assert_eq!(c.transaction_timeout_ms, 60_000);
+        assert_eq!(config(&[]).unwrap().transactional_id, None);
+        let c = config(&[("transactional.id", "t"), ("transaction.timeout.ms", "9000")]).unwrap();
+        assert_eq!(c.transaction_timeout_ms, 9000);
+        // "Cannot set a transactional.id without also enabling idempotence."
+        for bad in [
+            vec![("transactional.id", "t"), ("enable.idempotence", "false")],
+            vec![("transactional.id", "t"), ("acks", "1")],
+            vec![("transactional.id", "t"), ("max.in.flight.requests.per.connection", "6")],
+        ] {
+            assert_eq!(refused_key(config(&bad)), "transactional.id", "{bad:?}");
+        }
+        assert_eq!(refused_key(config(&[("transactional.id", " ")])), "transactional.id");
+        assert_eq!(refused_key(config(&[("transaction.timeout.ms", "0")])), "transaction.timeout.ms");
+        assert_eq!(refused_key(config(&[("transaction.timeout.ms", "x")])), "transaction.timeout.ms");
+        // apply_pairs applies the same rule.
+        let mut c = config(&[]).unwrap();
+        let r = c.apply_pairs(&[("transactional.id", "t"), ("acks", "1")]);
+        assert!(matches!(r, Err(ProducerError::Config { ref key, .. }) if key == "transactional.id"), "{r:?}");
+        assert!(CONFIG_KEYS.contains(&"transactional.id") && CONFIG_KEYS.contains(&"transaction.timeout.ms"));
+    }
 }

@@ -24,7 +24,16 @@
 //! Records are encoded straight into the batch buffer (no per-record allocation); a compressed
 //! batch is compressed once, by the sender thread, when it is drained.
 //!
-//! Not implemented: transactions, metadata refresh after a leader change (retriable errors are
+//! - Transactions (KIP-98, Kafka's `TransactionManager`; `transaction`), with
+//!   `transactional.id`: [`Producer::init_transactions`], [`Producer::begin_transaction`],
+//!   [`Producer::send`]s (each new partition joins the transaction with AddPartitionsToTxn
+//!   before its first record is queued), [`Producer::send_offsets_to_transaction`],
+//!   [`Producer::commit_transaction`] / [`Producer::abort_transaction`]; the state is
+//!   [`TransactionState`] (Kafka's states and transitions). Fencing and authorization errors
+//!   are fatal, a failed record makes the transaction abortable. Batches carry the
+//!   transactional attribute and Produce the transactional id.
+//!
+//! Not implemented: metadata refresh after a leader change (retriable errors are
 //! retried against the same leader), per-record callbacks (use [`DeliveryHandle`] or
 //! [`Producer::stats`]).
 
@@ -34,8 +43,10 @@ mod delivery;
 mod error;
 mod partitioner;
 mod sender;
+mod transaction;
+mod txn_state;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -56,6 +67,8 @@ pub use error::ProducerError;
 use partitioner::StickyPartition;
 pub use partitioner::{murmur2, partition_for_key};
 use sender::Sender;
+pub use transaction::{ConsumerGroupMetadata, TransactionState};
+use transaction::{Ctx, TransactionManager};
 
 /// Counters of a producer, read with [`Producer::stats`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -82,6 +95,9 @@ pub struct Producer {
     shared: Arc<RecordAccumulator>,
     metadata_conn: Mutex<KafkaConnection>,
     sender: Mutex<Option<JoinHandle<()>>>,
+    /// With `transactional.id`: the transaction state (lock order: this, `metadata_conn`, the
+    /// accumulator's state).
+    txn: Option<Mutex<TransactionManager>>,
 }
 
 impl std::fmt::Debug for Producer {
@@ -108,17 +124,20 @@ fn connect_any(servers: &[String], client_id: &str, timeout: Duration) -> Result
 impl Producer {
     /// Connects to the first of `bootstrap.servers` that answers and, with idempotence, gets a
     /// producer id (InitProducerId with a null transactional id), then starts the sender thread.
+    /// With `transactional.id` no producer id is asked for: [`Producer::init_transactions`]
+    /// does that.
     ///
     /// Errors: [`ProducerError::Client`] when no bootstrap server answers or a request fails,
     /// [`ProducerError::Kafka`] when InitProducerId is refused.
     pub fn new(config: ProducerConfig) -> Result<Self, ProducerError> {
         let timeout = Duration::from_millis(config.request_timeout_ms);
         let mut conn = connect_any(&config.bootstrap_servers, &config.client_id, timeout)?;
-        let (producer_id, producer_epoch) = if config.enable_idempotence {
+        let (producer_id, producer_epoch) = if config.enable_idempotence && config.transactional_id.is_none() {
             init_producer_id(&mut conn, config.max_block_ms)?
         } else {
             (NO_PRODUCER_ID, NO_PRODUCER_EPOCH)
         };
+        let txn = config.transactional_id.clone().map(|id| Mutex::new(TransactionManager::new(id)));
         let shared = Arc::new(RecordAccumulator::new(config, producer_id, producer_epoch));
         let for_sender = Arc::clone(&shared);
         let sender = std::thread::Builder::new()
@@ -130,7 +149,7 @@ impl Producer {
                     ClientError::Io { context: "spawning a thread".into(), source: e },
                 )
             })?;
-        Ok(Producer { shared, metadata_conn: Mutex::new(conn), sender: Mutex::new(Some(sender)) })
+        Ok(Producer { shared, metadata_conn: Mutex::new(conn), sender: Mutex::new(Some(sender)), txn })
     }
 
     /// The configuration in use (idempotence as resolved).
@@ -138,9 +157,10 @@ impl Producer {
         &self.shared.config
     }
 
-    /// The producer id and epoch from InitProducerId, `(-1, -1)` without idempotence.
+    /// The producer id and epoch from InitProducerId, `(-1, -1)` without idempotence (and
+    /// before [`Producer::init_transactions`] with `transactional.id`).
     pub fn producer_id(&self) -> (i64, i16) {
-        (self.shared.producer_id, self.shared.producer_epoch)
+        (self.shared.producer_id.load(Ordering::Acquire), self.shared.producer_epoch.load(Ordering::Acquire))
     }
 
     /// The partition count of `topic`, fetching its metadata when not known yet.
@@ -278,6 +298,9 @@ impl Producer {
         let size = record_size_upper_bound(key, value, headers);
         config.check_record_size(size)?;
         let timestamp = timestamp.unwrap_or_else(now_ms);
+        if let Some(txn) = &self.txn {
+            self.lock_txn(txn).check_send(&self.shared)?;
+        }
         let st = self.shared.lock();
         if st.closing || st.sender_dead {
             return Err(ProducerError::Closed);
@@ -319,6 +342,22 @@ impl Producer {
                 topic_state.partitions[p as usize].close_if_full(size, config.batch_size);
             }
         }
+        if let Some(txn) = &self.txn {
+            // The partition joins the transaction before its first record is queued
+            // (AddPartitionsToTxn): no batch of a partition outside the transaction is sent.
+            let mut tm = self.lock_txn(txn);
+            if !tm.has_partition(t, p) {
+                let name = Arc::clone(&st.topics[t].name);
+                drop(st);
+                let deadline = Instant::now() + Duration::from_millis(config.max_block_ms);
+                tm.add_partition(&self.ctx(), (t, &name), p, deadline)?;
+                drop(tm);
+                st = self.shared.lock();
+                if st.closing || st.sender_dead {
+                    return Err(ProducerError::Closed);
+                }
+            }
+        }
         let (handle, new_work) = st.append(t, p, timestamp, key, value, headers, size, config.batch_size);
         wake |= new_work;
         self.shared.counters.records_sent.fetch_add(1, Ordering::Relaxed);
@@ -333,17 +372,110 @@ impl Producer {
     ///
     /// Errors: [`ProducerError::Closed`] when the sender thread is gone with records undelivered.
     pub fn flush(&self) -> Result<(), ProducerError> {
-        let mut st = self.shared.lock();
-        st.flushing += 1;
-        self.shared.wake_sender.notify_one();
-        while st.pending_batches > 0 && !st.sender_dead {
-            st = self.shared.progress.wait(st).unwrap_or_else(|e| e.into_inner());
+        self.shared.flush_until(None, "flush")
+    }
+
+    fn lock_txn<'a>(&self, txn: &'a Mutex<TransactionManager>) -> MutexGuard<'a, TransactionManager> {
+        txn.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn ctx(&self) -> Ctx<'_> {
+        Ctx { shared: &self.shared, bootstrap: &self.metadata_conn }
+    }
+
+    /// The transaction manager, or `IllegalTransactionState` naming `operation` without
+    /// `transactional.id` (Kafka's "Transactional method invoked on a non-transactional
+    /// producer").
+    fn txn(&self, operation: &'static str) -> Result<MutexGuard<'_, TransactionManager>, ProducerError> {
+        match &self.txn {
+            Some(t) => Ok(self.lock_txn(t)),
+            None => Err(ProducerError::IllegalTransactionState {
+                operation,
+                state: TransactionState::Uninitialized,
+                transactional: false,
+            }),
         }
-        st.flushing -= 1;
-        if st.pending_batches > 0 {
-            return Err(ProducerError::Closed);
-        }
-        Ok(())
+    }
+
+    /// The transaction state, `None` without `transactional.id`.
+    pub fn transaction_state(&self) -> Option<TransactionState> {
+        self.txn.as_ref().map(|t| self.lock_txn(t).state())
+    }
+
+    /// Kafka's `initTransactions`: finds the transaction coordinator of `transactional.id`
+    /// (FindCoordinator, key type 1) and gets the producer id and epoch from it (InitProducerId
+    /// with the id and `transaction.timeout.ms`). The coordinator bumps the epoch, which fences
+    /// any older producer with the same id and aborts (or completes) its open transaction.
+    /// Call once, before any other transactional method; `UNINITIALIZED` -> `READY`.
+    ///
+    /// Retries `COORDINATOR_LOAD_IN_PROGRESS`, `CONCURRENT_TRANSACTIONS`, and (after a new
+    /// FindCoordinator) `NOT_COORDINATOR` / `COORDINATOR_NOT_AVAILABLE`, for up to `timeout`.
+    ///
+    /// Errors: [`ProducerError::TransactionTimeout`] (call again to resume);
+    /// [`ProducerError::TransactionalIdAuthorizationFailed`], [`ProducerError::ProducerFenced`]
+    /// and other [`ProducerError::Transaction`] errors (fatal);
+    /// [`ProducerError::IllegalTransactionState`] when called twice or without `transactional.id`.
+    pub fn init_transactions(&self, timeout: Duration) -> Result<(), ProducerError> {
+        let mut tm = self.txn("init_transactions")?;
+        tm.init(&self.ctx(), Instant::now() + timeout)
+    }
+
+    /// Kafka's `beginTransaction`: `READY` -> `IN_TRANSACTION`; no request is sent (the
+    /// partitions join the transaction as records are sent to them).
+    ///
+    /// Errors: the fatal error of a fenced producer; [`ProducerError::TransactionAbortable`]
+    /// after an error in the transaction not yet aborted; [`ProducerError::IllegalTransactionState`]
+    /// before `init_transactions` or inside a transaction.
+    pub fn begin_transaction(&self) -> Result<(), ProducerError> {
+        let mut tm = self.txn("begin_transaction")?;
+        tm.begin(&self.shared)
+    }
+
+    /// Kafka's `sendOffsetsToTransaction`: commits the consumer `offsets` (topic-partition ->
+    /// the next offset to consume) of `group` as part of the transaction: AddOffsetsToTxn to
+    /// the transaction coordinator, then TxnOffsetCommit to the group coordinator (FindCoordinator,
+    /// key type 0). The group sees the offsets only when the transaction commits. Waits up to
+    /// `max.block.ms`.
+    ///
+    /// Errors: as [`Producer::begin_transaction`] (only in `IN_TRANSACTION`);
+    /// [`ProducerError::Transaction`] for `ILLEGAL_GENERATION` / `UNKNOWN_MEMBER_ID` of a stale
+    /// group member (the transaction becomes abortable); [`ProducerError::TransactionTimeout`].
+    pub fn send_offsets_to_transaction(
+        &self,
+        offsets: &BTreeMap<(String, i32), i64>,
+        group: &ConsumerGroupMetadata,
+    ) -> Result<(), ProducerError> {
+        let mut tm = self.txn("send_offsets_to_transaction")?;
+        let deadline = Instant::now() + Duration::from_millis(self.shared.config.max_block_ms);
+        tm.send_offsets(&self.ctx(), offsets, group, deadline)
+    }
+
+    /// Kafka's `commitTransaction`: flushes every record sent, then commits the transaction
+    /// (EndTxn, committed; the coordinator writes COMMIT markers to its partitions), up to
+    /// `timeout`. `IN_TRANSACTION` -> `COMMITTING_TRANSACTION` -> `READY`. A transaction that
+    /// sent nothing ends without a request.
+    ///
+    /// Errors: [`ProducerError::TransactionAbortable`] when a record of the transaction failed
+    /// or a request was answered with an abortable error (abort it); the fatal error of a
+    /// fenced producer ([`ProducerError::ProducerFenced`], ...); [`ProducerError::Timeout`] /
+    /// [`ProducerError::TransactionTimeout`] (call again to resume the commit);
+    /// [`ProducerError::IllegalTransactionState`] outside a transaction.
+    pub fn commit_transaction(&self, timeout: Duration) -> Result<(), ProducerError> {
+        let mut tm = self.txn("commit_transaction")?;
+        tm.end(&self.ctx(), true, Instant::now() + timeout)
+    }
+
+    /// Kafka's `abortTransaction`: discards the transaction's batches not sent yet (their
+    /// records fail with [`ProducerError::TransactionAborted`]), waits for those in flight,
+    /// then aborts it (EndTxn, aborted; the coordinator writes ABORT markers), up to `timeout`.
+    /// Works from `IN_TRANSACTION` and `ABORTABLE_ERROR`; -> `READY`.
+    ///
+    /// Errors: the fatal error of a fenced producer; [`ProducerError::Timeout`] /
+    /// [`ProducerError::TransactionTimeout`] (call again to resume);
+    /// [`ProducerError::IllegalTransactionState`] outside a transaction.
+    pub fn abort_transaction(&self, timeout: Duration) -> Result<(), ProducerError> {
+        let mut tm = self.txn("abort_transaction")?;
+        tm.end(&self.ctx(), false, Instant::now() + timeout)
     }
 
     /// Delivers every record sent (as [`Producer::flush`]), then stops the sender thread and

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::{ApiKey, ProduceRequest, RequestKind, ResponseKind, TopicName};
+use kafka_protocol::messages::{ApiKey, ProduceRequest, RequestKind, ResponseKind, TopicName, TransactionalId};
 use kafka_protocol::protocol::StrBytes;
 
 use super::accumulator::{BuiltBatch, Fresh, NodeWork, RecordAccumulator, Sent};
@@ -126,7 +126,8 @@ impl Sender {
         for (topic, topic_name, partition, open, seq) in fresh {
             let (delivery, count, reserved, created) =
                 (Arc::clone(&open.delivery), open.count, open.reserved, open.created);
-            match open.build(config.compression, (shared.producer_id, shared.producer_epoch, seq)) {
+            let producer = (shared.producer_id.load(Ordering::Acquire), shared.producer_epoch.load(Ordering::Acquire));
+            match open.build(config.compression, (producer.0, producer.1, seq), config.transactional_id.is_some()) {
                 Ok(bytes) => batches.push(Sent {
                     topic,
                     topic_name,
@@ -190,6 +191,9 @@ impl Sender {
             }
         }
         let req = ProduceRequest::default()
+            .with_transactional_id(
+                config.transactional_id.as_ref().map(|id| TransactionalId(StrBytes::from_string(id.clone()))),
+            )
             .with_acks(config.acks.wire())
             .with_timeout_ms(config.request_timeout_ms.min(i32::MAX as u64) as i32)
             .with_topic_data(topic_data);
