@@ -16,6 +16,16 @@
 //! Keys (`--key-distribution`): `none` (null keys: the sticky partitioner), `sequential` (the
 //! record number in decimal ASCII, `0`, `1`, ...), `random:K` (a uniformly random number in
 //! `0..K` in decimal ASCII). Keyed records are partitioned by murmur2, as Kafka's producer does.
+//!
+//! ## Transactions
+//!
+//! With `-X transactional.id=ID` and `--transaction-records N`, the producer is transactional
+//! (`init_transactions` before the clock starts) and each group of `N` records is one
+//! transaction, committed after its last record (the last one may hold fewer). With
+//! `--abort-every K`, every `K`-th transaction (the `K`-th, `2K`-th, ...) is flushed (its
+//! records written to the log) and then aborted instead: a log of committed and aborted
+//! transactions, for `read_committed` consumers. The summary adds the transactions committed
+//! and aborted and the records of the aborted ones (they count in the records and bytes sent).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -111,6 +121,14 @@ pub struct ProduceArgs {
     /// `--compression`.
     #[arg(short = 'X', value_name = "KEY=VALUE")]
     pub overrides: Vec<String>,
+    /// Records per transaction (needs `-X transactional.id=ID`): each group of N records is one
+    /// transaction, committed after its last record.
+    #[arg(long, value_name = "N")]
+    pub transaction_records: Option<u64>,
+    /// Abort every K-th transaction (after flushing its records to the log) instead of
+    /// committing it (needs `--transaction-records`).
+    #[arg(long, value_name = "K", requires = "transaction_records")]
+    pub abort_every: Option<u64>,
 }
 
 /// What one run produced.
@@ -128,6 +146,12 @@ pub struct ProduceSummary {
     pub first_error: Option<String>,
     /// The producer's counters.
     pub stats: ProducerStats,
+    /// Transactions committed (0 without `--transaction-records`).
+    pub transactions_committed: u64,
+    /// Transactions aborted (`--abort-every`).
+    pub transactions_aborted: u64,
+    /// Records of the aborted transactions (written to the log, never committed).
+    pub records_aborted: u64,
 }
 
 impl ProduceSummary {
@@ -139,8 +163,20 @@ impl ProduceSummary {
     pub fn mb_per_second(&self) -> f64 {
         self.bytes as f64 / 1e6 / self.seconds.max(1e-9)
     }
-    /// One line: records, bytes, seconds, records/s, MB/s, errors, then batch counts.
+    /// One line: records, bytes, seconds, records/s, MB/s, errors, then batch counts; with
+    /// transactions, `, C transactions committed, A aborted (R records)` after them.
     pub fn line(&self) -> String {
+        let mut line = self.counts_line();
+        if self.transactions_committed + self.transactions_aborted > 0 {
+            line.push_str(&format!(
+                ", {} transactions committed, {} aborted ({} records)",
+                self.transactions_committed, self.transactions_aborted, self.records_aborted
+            ));
+        }
+        line
+    }
+
+    fn counts_line(&self) -> String {
         format!(
             "{} records, {} bytes in {:.3} s: {:.0} records/s, {:.2} MB/s, {} errors ({} batches, {} requests, {} batch bytes sent, {} retries)",
             self.records,
@@ -231,6 +267,24 @@ pub fn run(args: &ProduceArgs) -> Result<ProduceSummary, ProduceCmdError> {
         pairs.push((k.trim().into(), v.trim().into()));
     }
     let config = ProducerConfig::from_pairs(&pairs)?;
+    let transaction_records = match (args.transaction_records, &config.transactional_id) {
+        (Some(0), _) => return Err(ProduceCmdError::Args("--transaction-records must be at least 1".into())),
+        (Some(n), Some(_)) => Some(n),
+        (Some(_), None) => {
+            return Err(ProduceCmdError::Args(
+                "--transaction-records needs a transactional producer: -X transactional.id=ID".into(),
+            ))
+        }
+        (None, Some(id)) => {
+            return Err(ProduceCmdError::Args(format!(
+                "-X transactional.id={id} needs --transaction-records N (records per transaction)"
+            )))
+        }
+        (None, None) => None,
+    };
+    if args.abort_every == Some(0) {
+        return Err(ProduceCmdError::Args("--abort-every must be at least 1".into()));
+    }
     // Filler pool: a record's filler is a window of it starting at a moving position.
     let pool_len = (1 << 20) + record_size;
     let pool: Vec<u8> = match &args.payload_file {
@@ -247,9 +301,16 @@ pub fn run(args: &ProduceArgs) -> Result<ProduceSummary, ProduceCmdError> {
             (0..pool_len).map(|_| b'A' + (rng.next() % 26) as u8).collect()
         }
     };
+    let max_block = Duration::from_millis(config.max_block_ms);
     let producer = Producer::new(config)?;
-    // Metadata before the clock starts (as the perf test's first send would pay for it).
+    // Metadata (and the producer id of a transactional producer) before the clock starts (as
+    // the perf test's first send would pay for it).
     producer.partitions(&args.topic)?;
+    let mut txn =
+        transaction_records.map(|n| Transactions { records: n, abort_every: args.abort_every, ..Default::default() });
+    if txn.is_some() {
+        producer.init_transactions(max_block)?;
+    }
     let mut rng = Rng(0x2545_f491_4f6c_dd1d ^ records);
     let mut value = vec![0u8; record_size];
     let mut key_buf = [0u8; 20];
@@ -275,11 +336,27 @@ pub fn run(args: &ProduceArgs) -> Result<ProduceSummary, ProduceCmdError> {
             KeyDistribution::Sequential => Some(decimal(i, &mut key_buf)),
             KeyDistribution::Random(k) => Some(decimal(rng.next() % k, &mut key_buf)),
         };
+        if let Some(t) = txn.as_mut() {
+            if let Err(e) = t.before_record(&producer, max_block) {
+                first_error.get_or_insert_with(|| e.to_string());
+                break;
+            }
+        }
         let ns = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
         value[..8].copy_from_slice(&ns.to_be_bytes());
         if let Err(e) = producer.send(&args.topic, None, key, Some(&value), &[], Some((ns / 1_000_000) as i64)) {
             first_error.get_or_insert_with(|| e.to_string());
             break;
+        }
+    }
+    if let Some(t) = txn.as_mut() {
+        if first_error.is_none() {
+            if let Err(e) = t.end(&producer, max_block) {
+                first_error.get_or_insert_with(|| e.to_string());
+            }
+        } else if t.in_transaction > 0 {
+            // Best effort: do not leave the transaction open until the coordinator's timeout.
+            let _ = producer.abort_transaction(max_block);
         }
     }
     producer.flush()?;
@@ -296,11 +373,62 @@ pub fn run(args: &ProduceArgs) -> Result<ProduceSummary, ProduceCmdError> {
         errors: stats.records_failed + (stats.records_sent < records) as u64 * (records - stats.records_sent),
         first_error,
         stats,
+        transactions_committed: txn.as_ref().map_or(0, |t| t.committed),
+        transactions_aborted: txn.as_ref().map_or(0, |t| t.aborted),
+        records_aborted: txn.as_ref().map_or(0, |t| t.records_aborted),
     })
 }
 
+/// The transactions of a run with `--transaction-records`.
+#[derive(Debug, Default)]
+struct Transactions {
+    /// Records per transaction.
+    records: u64,
+    /// Abort every K-th transaction.
+    abort_every: Option<u64>,
+    /// Records sent in the open transaction (0: none open).
+    in_transaction: u64,
+    committed: u64,
+    aborted: u64,
+    records_aborted: u64,
+}
+
+impl Transactions {
+    /// Before a record: ends a full transaction, and begins one when none is open.
+    fn before_record(&mut self, producer: &Producer, timeout: Duration) -> Result<(), ProducerError> {
+        if self.in_transaction == self.records {
+            self.end(producer, timeout)?;
+        }
+        if self.in_transaction == 0 {
+            producer.begin_transaction()?;
+        }
+        self.in_transaction += 1;
+        Ok(())
+    }
+
+    /// Commits the open transaction, or (every `abort_every`-th) flushes and aborts it.
+    fn end(&mut self, producer: &Producer, timeout: Duration) -> Result<(), ProducerError> {
+        if self.in_transaction == 0 {
+            return Ok(());
+        }
+        let number = self.committed + self.aborted + 1;
+        if self.abort_every.is_some_and(|k| number.is_multiple_of(k)) {
+            producer.flush()?;
+            producer.abort_transaction(timeout)?;
+            self.aborted += 1;
+            self.records_aborted += self.in_transaction;
+        } else {
+            producer.commit_transaction(timeout)?;
+            self.committed += 1;
+        }
+        self.in_transaction = 0;
+        Ok(())
+    }
+}
+
 /// `fetchbench produce`: [`run`], then the summary on stdout. Exit 0 when every record was
-/// delivered, 1 when some failed, 2 when the run could not start.
+/// delivered (and every transaction ended as asked), 1 when some failed, 2 when the run could
+/// not start.
 pub fn main(args: ProduceArgs) -> ExitCode {
     match run(&args) {
         Ok(summary) => {
@@ -309,7 +437,7 @@ pub fn main(args: ProduceArgs) -> ExitCode {
             if let Some(e) = &summary.first_error {
                 let _ = writeln!(std::io::stderr().lock(), "first error: {e}");
             }
-            if summary.errors == 0 {
+            if summary.errors == 0 && summary.first_error.is_none() {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::from(1)

@@ -35,6 +35,7 @@ mod log_engine;
 mod log_engine_bomb;
 mod metrics_endpoint;
 mod producer;
+mod producer_txn;
 mod protocol_corpus;
 mod python_clients;
 mod read_paths;
