@@ -74,7 +74,7 @@ fn read_all(broker: &BrokerHandle, topic: &str, partitions: i32, isolation: &str
         }
     }
     let mut values: Vec<String> =
-        out.iter().map(|r| String::from_utf8(r.value.as_deref().unwrap_or_default().to_vec()).unwrap()).collect();
+        out.iter().map(|r| String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned()).collect();
     values.sort();
     values
 }
