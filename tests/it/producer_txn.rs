@@ -4,7 +4,8 @@
 //! shows); a second producer with the same `transactional.id` fences the first (its next call
 //! fails with `PRODUCER_FENCED`, its open transaction is aborted); offsets sent to a
 //! transaction are visible to the group only after the commit; the state machine refuses
-//! calls out of order; `fetchbench produce --transaction-records N --abort-every K` writes
+//! calls out of order; a record the broker refuses makes the transaction abortable (commit
+//! fails, abort works); `fetchbench produce --transaction-records N --abort-every K` writes
 //! committed and aborted transactions.
 
 use std::collections::BTreeMap;
@@ -318,5 +319,37 @@ fn produce_cli_writes_committed_and_aborted_transactions() {
         "transactional.id=x",
     ]);
     assert!(!ok && err.contains("--transaction-records"), "{err}");
+    broker.shutdown().unwrap();
+}
+
+#[test]
+fn a_failed_record_makes_the_transaction_abortable_and_abort_recovers() {
+    let (_tmp, broker) = start(1);
+    let bootstrap = broker.local_addr().to_string();
+    // A record above the broker's message.max.bytes (1 MiB) passes the producer's own
+    // max.request.size check and is refused by the broker (a non-retriable error).
+    let pairs = [
+        ("bootstrap.servers", bootstrap.as_str()),
+        ("transactional.id", "tx-abortable"),
+        ("max.request.size", "4194304"),
+        ("linger.ms", "1"),
+    ];
+    let p = Producer::new(ProducerConfig::from_pairs(&pairs).unwrap()).unwrap();
+    p.init_transactions(TIMEOUT).unwrap();
+    p.begin_transaction().unwrap();
+    send(&p, "txab", Some(0), "before-the-failure").unwrap();
+    let big = vec![b'x'; 2 << 20];
+    let handle = p.send("txab", Some(0), None, Some(&big), &[], None).unwrap();
+    assert!(handle.wait().is_err(), "the broker refuses a 2 MiB record");
+    let e = p.commit_transaction(TIMEOUT).unwrap_err();
+    assert!(matches!(e, ProducerError::TransactionAbortable { operation: "commit_transaction", .. }), "{e:?}");
+    assert_eq!(p.transaction_state(), Some(TransactionState::AbortableError));
+    assert!(matches!(p.begin_transaction(), Err(ProducerError::TransactionAbortable { .. })));
+    p.abort_transaction(TIMEOUT).unwrap();
+    assert_eq!(p.transaction_state(), Some(TransactionState::Ready));
+    p.begin_transaction().unwrap();
+    send(&p, "txab", Some(0), "after-the-abort").unwrap();
+    p.commit_transaction(TIMEOUT).unwrap();
+    assert_eq!(read_all(&broker, "txab", 1, "read_committed"), vec!["after-the-abort".to_string()]);
     broker.shutdown().unwrap();
 }

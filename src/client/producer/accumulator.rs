@@ -270,6 +270,20 @@ impl State {
         ps.queue.insert(at, Queued::Retry(s.batch));
     }
 
+    /// Gives back the sequence numbers of a batch the broker refused (it wrote nothing), when no
+    /// later batch of the partition got sequences yet (Kafka's
+    /// `TransactionManager.adjustSequencesDueToFailedBatch`, its simple case): the next batch
+    /// gets them, so it is not answered `OUT_OF_ORDER_SEQUENCE_NUMBER` for a gap.
+    pub(super) fn rewind_sequence(&mut self, topic: usize, partition: i32, base_sequence: i32, records: i32) {
+        if base_sequence < 0 {
+            return;
+        }
+        let ps = &mut self.topics[topic].partitions[partition as usize];
+        if ps.next_sequence == increment_sequence(base_sequence, records) {
+            ps.next_sequence = base_sequence;
+        }
+    }
+
     /// Takes the batches not sent yet (open and closed, not those put back for a retry: they
     /// were sent and hold sequence numbers), as Kafka's `abortUndrainedBatches`, as (delivery,
     /// records, reserved bytes).
@@ -502,7 +516,7 @@ impl RecordAccumulator {
 }
 
 /// Kafka's `DefaultRecordBatch.incrementSequence`: sequences wrap from `i32::MAX` to 0.
-fn increment_sequence(sequence: i32, increment: i32) -> i32 {
+pub(super) fn increment_sequence(sequence: i32, increment: i32) -> i32 {
     if sequence > i32::MAX - increment {
         increment - (i32::MAX - sequence) - 1
     } else {
@@ -527,6 +541,19 @@ pub(super) type NodeWork = (Vec<Sent>, Vec<Fresh>, usize);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_last_batch_gives_its_sequences_back() {
+        let mut st = State::default();
+        let partition = PartitionState { next_sequence: 15, ..Default::default() };
+        st.topics.push(TopicState { name: Arc::from("t"), partitions: vec![partition], sticky: Default::default() });
+        st.rewind_sequence(0, 0, 5, 5);
+        assert_eq!(st.topics[0].partitions[0].next_sequence, 15, "a later batch took 10..15: kept");
+        st.rewind_sequence(0, 0, 10, 5);
+        assert_eq!(st.topics[0].partitions[0].next_sequence, 10);
+        st.rewind_sequence(0, 0, -1, 5);
+        assert_eq!(st.topics[0].partitions[0].next_sequence, 10, "no sequence (not idempotent)");
+    }
 
     #[test]
     fn sequences_wrap_as_kafka() {

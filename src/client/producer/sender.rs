@@ -9,7 +9,8 @@
 //! - Retries: a retriable Kafka error or a broken connection puts the batch (and every request
 //!   in flight on that connection) back for a retry after `retry.backoff.ms`, keeping its
 //!   sequence number, until `retries` or `delivery.timeout.ms` run out. A batch answered
-//!   `DUPLICATE_SEQUENCE_NUMBER` was written before: success, as in Kafka's producer.
+//!   `DUPLICATE_SEQUENCE_NUMBER` was written before: success, as in Kafka's producer. A batch
+//!   refused with another error gives its sequences back when no later batch took any.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
@@ -252,7 +253,11 @@ impl Sender {
                     let e = kafka(c);
                     self.retry_or_fail(s, e);
                 }
-                c => shared.finish(&s.batch.delivery, s.batch.records, s.batch.reserved, Err(kafka(c))),
+                c => {
+                    // Refused, not written: its sequences go to the next batch.
+                    shared.lock().rewind_sequence(s.topic, s.partition, s.batch.base_sequence, s.batch.records);
+                    shared.finish(&s.batch.delivery, s.batch.records, s.batch.reserved, Err(kafka(c)))
+                }
             }
         }
     }
