@@ -45,5 +45,6 @@ mod serve_corpus;
 mod serve_process;
 mod transactions;
 mod two_hosts;
+mod txn_clients;
 mod txn_log;
 mod uring_model;
