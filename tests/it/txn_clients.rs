@@ -157,15 +157,16 @@ fn confluent_transactions_under_uring() {
 }
 
 /// A zombie producer is fenced by a new instance with the same transactional id: its commit
-/// fails fatally, its records (delivered before the fencing) are aborted, and a record it sends
-/// after the fencing is not appended at all (the abort marker carried the bumped epoch).
-#[test]
-fn confluent_fenced_zombie_commits_nothing() {
+/// fails fatally, its records (delivered before the fencing) are aborted. With `late_send`, it
+/// sends one more record after the fencing, which is not appended at all (the abort marker
+/// carried the bumped epoch: INVALID_PRODUCER_EPOCH); without, its EndTxn carries the old epoch.
+fn fenced_zombie(late_send: bool) {
     let Some(python) = python_with("confluent_kafka") else { return };
     let (_tmp, broker) = crate::uring_model::start_model(ReadPathKind::Sendfile, ServerModel::Threaded, |_| {});
     let bootstrap = broker.local_addr().to_string();
-    let what = "fenced zombie";
-    let summary = run_script_args(&python, "txn_confluent.py", &["zombie", &bootstrap, "ck-zombie"], what);
+    let (mode, topic) = if late_send { ("late", "ck-zombie-late") } else { ("direct", "ck-zombie-direct") };
+    let what = format!("fenced zombie ({mode})");
+    let summary = run_script_args(&python, "txn_confluent.py", &["zombie", &bootstrap, topic, mode], &what);
     eprintln!("{what}: {summary}");
     let a = &summary["a_commit"];
     let error = a["error"].as_str().unwrap();
@@ -175,17 +176,27 @@ fn confluent_fenced_zombie_commits_nothing() {
     );
     assert_eq!(a["fatal"], true, "{what}: a fenced producer's error is fatal: {summary}");
     let late = summary["a_late_delivery"].as_array().unwrap();
+    assert_eq!(late.is_empty(), !late_send, "{what}: {summary}");
     assert!(late.iter().all(|e| !e.is_null()), "{what}: the zombie's late record was delivered: {summary}");
     let b: Vec<String> = (0..5).map(|i| format!("b-{i}")).collect();
     let zombie: Vec<String> = (0..5).map(|i| format!("zombie-{i}")).collect();
     assert_eq!(values(&summary["read_committed"], 0), b, "{what}: read_committed: {summary}");
     assert_eq!(values(&summary["read_uncommitted"], 0), [zombie, b].concat(), "{what}: read_uncommitted: {summary}");
-    assert_eq!(
-        summary["read_committed"]["eof"]["0"], summary["read_uncommitted"]["high"]["0"],
-        "{what}: the last stable offset is the high watermark: {summary}"
-    );
+    // zombie 0-4, ABORT 5 (written at B's InitProducerId), b 6-10, COMMIT 11.
+    assert_eq!(summary["read_uncommitted"]["high"]["0"], 12, "{what}: {summary}");
+    assert_eq!(summary["read_committed"]["eof"]["0"], 12, "{what}: nothing open: {summary}");
     assert_eq!(broker.test_support().connection_panics(), 0);
     broker.shutdown().unwrap();
+}
+
+#[test]
+fn confluent_fenced_zombie_commits_nothing() {
+    fenced_zombie(false);
+}
+
+#[test]
+fn confluent_fenced_zombie_cannot_produce() {
+    fenced_zombie(true);
 }
 
 /// Consume-transform-produce: the group's offsets sent with `send_offsets_to_transaction` are

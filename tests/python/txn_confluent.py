@@ -11,9 +11,11 @@ Modes (each prints one JSON line; any client error it does not expect exits non-
   partition from offset 0 with read_committed and read_uncommitted consumers until each partition
   reports its end: {"read_committed": {"values": {p: [...]}, "offsets": {...}, "eof": {p: the
   offset of its end}, "high": {...}}, "read_uncommitted": {...}}.
-- `zombie BOOTSTRAP TOPIC`: producer A (transactional.id X) begins a transaction and delivers
-  `zombie-{i}` to partition 0; producer B with the same id runs init_transactions (fencing A and
-  aborting its transaction), then commits `b-{i}`; A sends `zombie-late` and tries to commit:
+- `zombie BOOTSTRAP TOPIC late|direct`: producer A (transactional.id X) begins a transaction and
+  delivers `zombie-{i}` to partition 0; producer B with the same id runs init_transactions
+  (fencing A and aborting its transaction), then commits `b-{i}`; A sends `zombie-late` (`late`;
+  the Produce with the old epoch fails) or not (`direct`: EndTxn with the old epoch), then tries
+  to commit:
   {"a_commit": {"error", "code", "fatal", ...}, "a_late_delivery": error name or null, "read_...": ...}.
 - `ctp BOOTSTRAP IN OUT GROUP PARTITIONS`: consume-transform-produce. Writes 30 records to IN
   (plain producer), a read_committed group member of GROUP consumes them, the transactional
@@ -137,7 +139,7 @@ def commit_abort(bootstrap, topic, partitions):
     print(json.dumps(out))
 
 
-def zombie(bootstrap, topic):
+def zombie(bootstrap, topic, late_send):
     create_topic(bootstrap, topic, 1)
     txid = f"ck-zombie-{topic}"
     a = txn_producer(bootstrap, txid)
@@ -153,11 +155,17 @@ def zombie(bootstrap, topic):
         b.produce(topic, value=f"b-{i}", partition=0)
     b.commit_transaction(TIMEOUT)
     late = []
-    try:
-        a.produce(topic, value="zombie-late", partition=0, on_delivery=lambda err, msg: late.append(err))
-        a.flush(TIMEOUT)
-    except KafkaException as e:
-        late.append(e.args[0])
+    if late_send == "late":
+        try:
+            a.produce(topic, value="zombie-late", partition=0, on_delivery=lambda err, msg: late.append(err))
+            a.flush(TIMEOUT)
+        except (KafkaException, SystemError) as e:
+            # The fatal fenced error is raised from flush (confluent-kafka raises it while the
+            # delivery callback runs: a SystemError whose cause is the KafkaException).
+            cause = e if isinstance(e, KafkaException) else e.__cause__
+            if not isinstance(cause, KafkaException):
+                raise
+            late.append(cause.args[0])
     a_commit = None
     try:
         a.commit_transaction(TIMEOUT)
