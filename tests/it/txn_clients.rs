@@ -91,7 +91,7 @@ fn kcat_values(bootstrap: &str, topic: &str, partition: usize, isolation: &str) 
 /// back by confluent-kafka and kcat under both isolation levels.
 fn confluent_commit_abort_on(kind: ReadPathKind, model: ServerModel) {
     let Some(python) = python_with("confluent_kafka") else { return };
-    let (_tmp, broker) = crate::uring_model::start_model(kind, model, |_| {});
+    let (tmp, broker) = crate::uring_model::start_model(kind, model, |_| {});
     let bootstrap = broker.local_addr().to_string();
     let what = format!("confluent-kafka transactions, server model {model}, read path {kind}");
     let topic = "ck-txn";
@@ -129,6 +129,23 @@ fn confluent_commit_abort_on(kind: ReadPathKind, model: ServerModel) {
     }
     assert_eq!(broker.test_support().connection_panics(), 0);
     broker.shutdown().unwrap();
+    // The log the producer wrote, in Kafka's formats: round 2 (offsets 12-16, ABORT at 17) in
+    // each partition's `.txnindex`, which `fetchbench log dump --verify` finds consistent with
+    // the markers.
+    for p in 0..PARTITIONS {
+        let index = tmp.path().join("logs").join(format!("{topic}-{p}")).join("00000000000000000000.txnindex");
+        let entries = txn_index::read(&index).unwrap().unwrap_or_default();
+        let ranges: Vec<(i64, i64, i64)> =
+            entries.iter().map(|e| (e.first_offset, e.last_offset, e.last_stable_offset)).collect();
+        assert_eq!(ranges, [(12, 17, 18)], "{what}: {}: {entries:?}", index.display());
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_fetchbench"))
+            .args(["log", "dump", "--verify"])
+            .arg(&index)
+            .output()
+            .unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success() && text.contains("1 entries, ok"), "{what}: log dump --verify: {text}");
+    }
 }
 
 #[test]
@@ -277,6 +294,28 @@ fn stored_batches(log_dir: &Path, topic: &str, partition: usize) -> Vec<(i64, bo
     out
 }
 
+/// `(offset, "COMMIT" or "ABORT", producer epoch)` of every transaction marker in
+/// `topic`-`partition`'s first segment.
+fn stored_markers(log_dir: &Path, topic: &str, partition: usize) -> Vec<(i64, &'static str, i16)> {
+    let path = log_dir.join(format!("{topic}-{partition}")).join("00000000000000000000.log");
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut rest = &bytes[..];
+    let mut out = Vec::new();
+    while let Ok(batch) = RecordBatch::parse(rest) {
+        let len = batch.as_bytes().len();
+        if batch.attributes().is_control() {
+            let kind = match txn_index::end_marker(batch.as_bytes()) {
+                Ok(Some(true)) => "ABORT",
+                Ok(Some(false)) => "COMMIT",
+                other => panic!("{}: control batch at {}: {other:?}", path.display(), batch.base_offset()),
+            };
+            out.push((batch.base_offset(), kind, batch.header().producer_epoch));
+        }
+        rest = &rest[len..];
+    }
+    out
+}
+
 fn serve_args(log_dir: &Path, extra: &[&str]) -> Vec<String> {
     let mut args = crate::serve_process::serve_args(log_dir);
     args.extend(extra.iter().map(|s| s.to_string()));
@@ -348,6 +387,15 @@ fn serve_sigkill_mid_transaction_aborts_it_after_restart() {
     second.signal(Signal::SIGTERM);
     assert_eq!(second.wait().code(), Some(0), "{}", second.stderr());
     for p in 0..PARTITIONS {
+        // The markers and their producer epochs: the commit at epoch 0; the timeout abort after
+        // the restart fenced the producer first (Kafka's `abortTimedOutTransactions`:
+        // `prepareFenceProducerEpoch`, so the ABORT marker carries epoch 1); the new instance's
+        // InitProducerId bumped it again (the COMMIT of `after-p{p}` at epoch 2).
+        assert_eq!(
+            stored_markers(&log_dir, topic, p),
+            [(5, "COMMIT", 0), (11, "ABORT", 1), (13, "COMMIT", 2)],
+            "{topic}-{p}: (offset, marker, producer epoch)"
+        );
         let dir = log_dir.join(format!("{topic}-{p}"));
         let index = txn_index::read(&dir.join("00000000000000000000.txnindex")).unwrap().unwrap_or_default();
         let ranges: Vec<(i64, i64)> = index.iter().map(|e| (e.first_offset, e.last_offset)).collect();
