@@ -87,20 +87,17 @@ fn kcat_values(bootstrap: &str, topic: &str, partition: usize, isolation: &str) 
     out.stdout_text().lines().map(str::to_string).collect()
 }
 
-/// confluent-kafka: rounds 0, 1, 3, 4 committed, 2 aborted (5 records per partition each), read
-/// back by confluent-kafka and kcat under both isolation levels.
-fn confluent_commit_abort_on(kind: ReadPathKind, model: ServerModel) {
+/// confluent-kafka (batches compressed with `codec`): rounds 0, 1, 3, 4 committed, 2 aborted (5
+/// records per partition each), read back by confluent-kafka and kcat under both isolation levels.
+fn confluent_commit_abort_on(kind: ReadPathKind, model: ServerModel, codec: &str) {
     let Some(python) = python_with("confluent_kafka") else { return };
     let (tmp, broker) = crate::uring_model::start_model(kind, model, |_| {});
     let bootstrap = broker.local_addr().to_string();
-    let what = format!("confluent-kafka transactions, server model {model}, read path {kind}");
+    let what = format!("confluent-kafka transactions ({codec}), server model {model}, read path {kind}");
     let topic = "ck-txn";
-    let summary = run_script_args(
-        &python,
-        "txn_confluent.py",
-        &["commit-abort", &bootstrap, topic, &PARTITIONS.to_string()],
-        &what,
-    );
+    let parts = PARTITIONS.to_string();
+    let summary =
+        run_script_args(&python, "txn_confluent.py", &["commit-abort", &bootstrap, topic, &parts, codec], &what);
     let committed_rounds = [0, 1, 3, 4];
     for p in 0..PARTITIONS {
         let rc = &summary["read_committed"];
@@ -145,22 +142,34 @@ fn confluent_commit_abort_on(kind: ReadPathKind, model: ServerModel) {
             .unwrap();
         let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
         assert!(out.status.success() && text.contains("1 entries, ok"), "{what}: log dump --verify: {text}");
+        let codec_id = ["none", "gzip", "snappy", "lz4", "zstd"].iter().position(|c| *c == codec).unwrap() as u8;
+        let segment = std::fs::read(index.with_extension("log")).unwrap();
+        let mut rest = &segment[..];
+        let mut data_batches = 0;
+        while let Ok(batch) = RecordBatch::parse(rest) {
+            if !batch.attributes().is_control() {
+                assert_eq!(batch.attributes().codec_id(), codec_id, "{what}: batch at {}", batch.base_offset());
+                data_batches += 1;
+            }
+            rest = &rest[batch.as_bytes().len()..];
+        }
+        assert!(data_batches >= 5, "{what}: {data_batches} data batches");
     }
 }
 
 #[test]
 fn confluent_transactions_on_copy() {
-    confluent_commit_abort_on(ReadPathKind::Copy, ServerModel::Threaded);
+    confluent_commit_abort_on(ReadPathKind::Copy, ServerModel::Threaded, "none");
 }
 
 #[test]
 fn confluent_transactions_on_sendfile() {
-    confluent_commit_abort_on(ReadPathKind::Sendfile, ServerModel::Threaded);
+    confluent_commit_abort_on(ReadPathKind::Sendfile, ServerModel::Threaded, "lz4");
 }
 
 #[test]
 fn confluent_transactions_on_mmap() {
-    confluent_commit_abort_on(ReadPathKind::Mmap, ServerModel::Threaded);
+    confluent_commit_abort_on(ReadPathKind::Mmap, ServerModel::Threaded, "zstd");
 }
 
 #[test]
@@ -170,7 +179,7 @@ fn confluent_transactions_under_uring() {
         eprintln!("SKIP: server.model=uring: {e}");
         return;
     }
-    confluent_commit_abort_on(ReadPathKind::UringSplice, ServerModel::Uring);
+    confluent_commit_abort_on(ReadPathKind::UringSplice, ServerModel::Uring, "snappy");
 }
 
 /// A zombie producer is fenced by a new instance with the same transactional id: its commit
@@ -214,6 +223,75 @@ fn confluent_fenced_zombie_commits_nothing() {
 #[test]
 fn confluent_fenced_zombie_cannot_produce() {
     fenced_zombie(true);
+}
+
+/// Three producers' transactions overlapping in every partition, committed and aborted in
+/// turn: read_committed gets exactly the committed transactions' records, in the log's order
+/// (Kafka's `collectAbortedTransactions` with overlapping aborted transactions of several
+/// producers, the consumer's aborted-producer set), and its end is the high watermark.
+fn interleaved_on(kind: ReadPathKind) {
+    let Some(python) = python_with("confluent_kafka") else { return };
+    let (_tmp, broker) = crate::uring_model::start_model(kind, ServerModel::Threaded, |_| {});
+    let bootstrap = broker.local_addr().to_string();
+    let what = format!("interleaved transactions, read path {kind}");
+    let parts = PARTITIONS.to_string();
+    let summary = run_script_args(&python, "txn_confluent.py", &["interleaved", &bootstrap, "ck-inter", &parts], &what);
+    let committed: Vec<&str> = summary["committed"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    // Producer n commits in round r when n + r is even: 6 of the 12 transactions.
+    assert_eq!(committed.len(), 6, "{what}: {summary}");
+    for p in 0..PARTITIONS {
+        let all = values(&summary["read_uncommitted"], p);
+        assert_eq!(all.len(), 3 * 4 * 3, "{what}: partition {p}: every record of every producer");
+        let is_committed = |v: &String| committed.iter().any(|c| v.starts_with(&format!("{c}-")));
+        let want: Vec<String> = all.iter().filter(|v| is_committed(v)).cloned().collect();
+        assert_eq!(values(&summary["read_committed"], p), want, "{what}: partition {p}");
+        let key = p.to_string();
+        // 36 records and 12 markers.
+        assert_eq!(summary["read_uncommitted"]["high"][&key], 48, "{what}: {summary}");
+        assert_eq!(summary["read_committed"]["eof"][&key], 48, "{what}: read_committed's end: {summary}");
+    }
+    assert_eq!(broker.test_support().connection_panics(), 0);
+    broker.shutdown().unwrap();
+}
+
+#[test]
+fn confluent_interleaved_transactions_on_sendfile() {
+    interleaved_on(ReadPathKind::Sendfile);
+}
+
+#[test]
+fn confluent_interleaved_transactions_on_copy() {
+    interleaved_on(ReadPathKind::Copy);
+}
+
+/// A transaction left open past its `transaction.timeout.ms` (2 s) is aborted by the broker (the
+/// check runs every 500 ms): the producer's later commit fails with a fatal fenced error and
+/// read_committed never sees its records.
+#[test]
+fn confluent_transaction_timeout_aborts_it() {
+    let Some(python) = python_with("confluent_kafka") else { return };
+    let (_tmp, broker) = crate::uring_model::start_model(ReadPathKind::Sendfile, ServerModel::Threaded, |c| {
+        c.transaction_abort_timed_out_transaction_cleanup_interval_ms = 500;
+    });
+    let bootstrap = broker.local_addr().to_string();
+    let what = "transaction timeout";
+    let summary = run_script_args(&python, "txn_confluent.py", &["timeout", &bootstrap, "ck-timeout"], what);
+    eprintln!("{what}: {summary}");
+    let commit = &summary["commit"];
+    assert!(!commit.is_null(), "{what}: the timed-out transaction committed: {summary}");
+    let error = commit["error"].as_str().unwrap();
+    assert!(
+        ["_FENCED", "PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH"].contains(&error),
+        "{what}: the commit failed with {error}: {summary}"
+    );
+    let late: Vec<String> = (0..5).map(|i| format!("late-{i}")).collect();
+    assert_eq!(values(&summary["read_committed"], 0), Vec::<String>::new(), "{what}: {summary}");
+    assert_eq!(values(&summary["read_uncommitted"], 0), late, "{what}: {summary}");
+    // late 0-4, ABORT 5.
+    assert_eq!(summary["read_committed"]["eof"]["0"], 6, "{what}: read_committed's end: {summary}");
+    assert_eq!(summary["read_uncommitted"]["high"]["0"], 6, "{what}: {summary}");
+    assert_eq!(broker.test_support().connection_panics(), 0);
+    broker.shutdown().unwrap();
 }
 
 /// Consume-transform-produce: the group's offsets sent with `send_offsets_to_transaction` are

@@ -5,7 +5,8 @@ Usage: txn_confluent.py MODE BOOTSTRAP TOPIC [ARGS...]
 
 Modes (each prints one JSON line; any client error it does not expect exits non-zero):
 
-- `commit-abort BOOTSTRAP TOPIC PARTITIONS`: one transactional producer, five transactions over
+- `commit-abort BOOTSTRAP TOPIC PARTITIONS CODEC`: one transactional producer (compression.type
+  CODEC), five transactions over
   every partition of TOPIC (created with PARTITIONS partitions), round 2 aborted, the others
   committed; the value of record i of round r on partition p is `r{r}-p{p}-{i}`. Then reads every
   partition from offset 0 with read_committed and read_uncommitted consumers until each partition
@@ -17,6 +18,14 @@ Modes (each prints one JSON line; any client error it does not expect exits non-
   the Produce with the old epoch fails) or not (`direct`: EndTxn with the old epoch), then tries
   to commit:
   {"a_commit": {"error", "code", "fatal", ...}, "a_late_delivery": error name or null, "read_...": ...}.
+- `interleaved BOOTSTRAP TOPIC PARTITIONS`: three transactional producers whose transactions
+  overlap in every partition (each delivers a record to every partition in turn, 3 times), four
+  rounds; producer n commits in round r when n + r is even, else aborts (ending in reverse
+  order). Prints "committed": the committed `t{n}-r{r}` prefixes, and both isolation levels'
+  reads (values `t{n}-r{r}-p{p}-{i}`).
+- `timeout BOOTSTRAP TOPIC`: a producer with transaction.timeout.ms=2000 delivers `late-{i}` to
+  partition 0 in a transaction, waits 6 s (the broker aborts it) and tries to commit: "commit"
+  is the error (null if it committed) and both isolation levels' reads.
 - `ctp BOOTSTRAP IN OUT GROUP PARTITIONS`: consume-transform-produce. Writes 30 records to IN
   (plain producer), a read_committed group member of GROUP consumes them, the transactional
   producer writes `{value upper}|round1` to OUT (same partition) and sends the member's positions
@@ -118,16 +127,18 @@ def read_both(bootstrap, topic, partitions):
     return {iso: read(bootstrap, topic, partitions, iso) for iso in ("read_committed", "read_uncommitted")}
 
 
-def commit_abort(bootstrap, topic, partitions):
+def commit_abort(bootstrap, topic, partitions, compression="none"):
     partitions = int(partitions)
     create_topic(bootstrap, topic, partitions)
-    p = txn_producer(bootstrap, f"ck-txn-{topic}")
+    p = txn_producer(bootstrap, f"ck-txn-{topic}", {"compression.type": compression})
     for r in range(ROUNDS):
         p.begin_transaction()
         # Interleaved over the partitions, so each transaction's batches go out together.
         for i in range(RECORDS):
             for part in range(partitions):
-                p.produce(topic, key=f"k{i}", value=f"r{r}-p{part}-{i}", partition=part)
+                # A long key makes every batch compressible (librdkafka sends a batch that the
+                # codec would make larger uncompressed).
+                p.produce(topic, key=f"k{i}-" + "x" * 200, value=f"r{r}-p{part}-{i}", partition=part)
         if r == ABORTED_ROUND:
             if p.flush(TIMEOUT):
                 fail("round {r}: records not delivered before the abort")
@@ -179,6 +190,46 @@ def zombie(bootstrap, topic, late_send):
         **read_both(bootstrap, topic, 1),
     }
     print(json.dumps(out))
+
+
+def interleaved(bootstrap, topic, partitions):
+    partitions = int(partitions)
+    create_topic(bootstrap, topic, partitions)
+    producers = [txn_producer(bootstrap, f"ck-inter-{topic}-{n}") for n in range(3)]
+    committed = []
+    for r in range(4):
+        for p in producers:
+            p.begin_transaction()
+        for i in range(3):
+            for n, p in enumerate(producers):
+                for part in range(partitions):
+                    p.produce(topic, value=f"t{n}-r{r}-p{part}-{i}", partition=part)
+                if p.flush(TIMEOUT):
+                    fail(f"producer {n}: records not delivered")
+        for n in reversed(range(3)):
+            if (n + r) % 2 == 0:
+                producers[n].commit_transaction(TIMEOUT)
+                committed.append(f"t{n}-r{r}")
+            else:
+                producers[n].abort_transaction(TIMEOUT)
+    print(json.dumps({"committed": committed, **read_both(bootstrap, topic, partitions)}))
+
+
+def timeout(bootstrap, topic):
+    create_topic(bootstrap, topic, 1)
+    p = txn_producer(bootstrap, f"ck-timeout-{topic}", {"transaction.timeout.ms": 2000})
+    p.begin_transaction()
+    for i in range(RECORDS):
+        p.produce(topic, value=f"late-{i}", partition=0)
+    if p.flush(TIMEOUT):
+        fail("records not delivered")
+    time.sleep(6)
+    commit = None
+    try:
+        p.commit_transaction(TIMEOUT)
+    except KafkaException as e:
+        commit = error_info(e)
+    print(json.dumps({"commit": commit, **read_both(bootstrap, topic, 1)}))
 
 
 def committed_offsets(bootstrap, admin, group, topic, partitions):
@@ -286,7 +337,7 @@ def ctp(bootstrap, in_topic, out_topic, group, partitions):
 
 def main():
     mode, args = sys.argv[1], sys.argv[2:]
-    {"commit-abort": commit_abort, "zombie": zombie, "ctp": ctp}[mode](*args)
+    {"commit-abort": commit_abort, "zombie": zombie, "interleaved": interleaved, "timeout": timeout, "ctp": ctp}[mode](*args)
 
 
 if __name__ == "__main__":
