@@ -333,7 +333,9 @@ fn confluent_consume_transform_produce_commits_offsets_with_the_transaction() {
 }
 
 /// kafka-python's transactional producer (rounds 0, 1, 3 committed, 2 aborted; 4 records per
-/// partition each) read by kafka-python consumers under both isolation levels.
+/// partition each) read by kafka-python consumers under both isolation levels; its
+/// `send_offsets_to_transaction` (a bare group id) commits offsets with a committed transaction
+/// only.
 #[test]
 fn kafka_python_transactions_read_committed() {
     let Some(python) = python_with("kafka") else { return };
@@ -349,6 +351,10 @@ fn kafka_python_transactions_read_committed() {
         assert_eq!(summary["read_committed"]["end"][p.to_string()], 20, "{what}: {summary}");
         assert_eq!(summary["read_uncommitted"]["end"][p.to_string()], 20, "{what}: {summary}");
     }
+    // send_offsets_to_transaction: 3 committed with its transaction, 7 aborted with its one.
+    let three = json!({"0": 3, "1": 3, "2": 3});
+    assert_eq!(summary["offsets"]["commit"], three, "{what}: offsets after the commit: {summary}");
+    assert_eq!(summary["offsets"]["abort"], three, "{what}: offsets after the abort: {summary}");
     assert_eq!(broker.test_support().connection_panics(), 0);
     broker.shutdown().unwrap();
 }

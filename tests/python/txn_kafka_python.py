@@ -8,14 +8,17 @@ every partition of TOPIC (created with PARTITIONS partitions): rounds 0, 1 and 3
 round 2 aborted; record i of round r on partition p has the value `r{r}-p{p}-{i}`. Then
 KafkaConsumers with isolation_level read_committed and read_uncommitted read every partition
 from the beginning until their positions reach end_offsets (for read_committed the last stable
-offset). Prints {"read_committed": {"values": {p: [...]}, "end": {p: offset}}, "read_uncommitted": ...}.
+offset). Then send_offsets_to_transaction (a bare group id) of offset 3 for every partition in a
+committed transaction and of 7 in an aborted one, each followed by a KafkaConsumer's
+committed(). Prints {"read_committed": {"values": {p: [...]}, "end": {p: offset}},
+"read_uncommitted": ..., "offsets": {"commit": {p: offset}, "abort": {p: offset}}}.
 """
 
 import json
 import sys
 import time
 
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaConsumer, KafkaProducer, OffsetAndMetadata, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import TopicAlreadyExistsError
 
@@ -72,9 +75,35 @@ def main():
             p.abort_transaction()
         else:
             p.commit_transaction()
-    p.close(timeout=10)
     out = {iso: read(bootstrap, topic, partitions, iso) for iso in ("read_committed", "read_uncommitted")}
+    out["offsets"] = send_offsets(bootstrap, p, topic, partitions)
+    p.close(timeout=10)
     print(json.dumps(out))
+
+
+def committed(bootstrap, group, topic, partitions):
+    c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    out = {p: c.committed(TopicPartition(topic, p), timeout_ms=int(TIMEOUT * 1000)) for p in range(partitions)}
+    c.close()
+    return out
+
+
+def send_offsets(bootstrap, p, topic, partitions):
+    """send_offsets_to_transaction with a bare group id: offsets 3 per partition committed, then
+    offsets 7 sent in an aborted transaction; the group's committed offsets after each."""
+    group = f"kp-txn-group-{topic}"
+    out = {}
+    for offset, commit in ((3, True), (7, False)):
+        p.begin_transaction()
+        p.send(topic, value=f"offsets-{offset}".encode(), partition=0)
+        offsets = {TopicPartition(topic, part): OffsetAndMetadata(offset, "", -1) for part in range(partitions)}
+        p.send_offsets_to_transaction(offsets, group)
+        if commit:
+            p.commit_transaction()
+        else:
+            p.abort_transaction()
+        out["commit" if commit else "abort"] = committed(bootstrap, group, topic, partitions)
+    return out
 
 
 if __name__ == "__main__":
