@@ -5,15 +5,22 @@
 //!   partitions; read_committed consumers (confluent-kafka and kcat) get exactly the committed
 //!   records in order per partition and an end (the last stable offset) equal to the high
 //!   watermark, read_uncommitted consumers get them all; on every read path (`copy`, `sendfile`,
-//!   `mmap`, and `uring-splice` under `server.model=uring`).
+//!   `mmap`, and `uring-splice` under `server.model=uring`), the batches compressed with a
+//!   different codec on each; the `.txnindex` it leaves passes `fetchbench log dump --verify`.
+//! - three producers' transactions overlapping in the same partitions, committed and aborted in
+//!   turn: read_committed gets exactly the committed ones, in log order.
 //! - a fenced zombie: a second producer with the same transactional id fences the first, whose
-//!   commit fails with a fatal fenced error and whose records are never visible to read_committed.
+//!   commit (or late Produce) fails with a fatal fenced error and whose records are never visible
+//!   to read_committed; a transaction left open past its `transaction.timeout.ms` is aborted by
+//!   the broker the same way.
 //! - consume-transform-produce with `send_offsets_to_transaction`: the group's committed offsets
 //!   move on commit only.
-//! - kafka-python's transactional producer read by kafka-python read_committed consumers.
-//! - SIGKILL of `fetchbench serve` with a transaction open (the restarted coordinator aborts it
-//!   after its `transaction.timeout.ms`: none of it is ever visible to read_committed) and right
-//!   after EndTxn(commit) was answered (all of it visible after the restart).
+//! - kafka-python's transactional producer read by kafka-python read_committed consumers, and its
+//!   `send_offsets_to_transaction`.
+//! - SIGKILL of `fetchbench serve` with a transaction open, with and without offsets sent in it
+//!   (the restarted coordinator aborts it after its `transaction.timeout.ms`: none of its records
+//!   is ever visible to read_committed, its offsets never the group's) and right after
+//!   EndTxn(commit) was answered (all of it visible after the restart).
 //! - over the wire: a transactional batch for a partition not added to the transaction is refused
 //!   with INVALID_TXN_STATE (Kafka's `ReplicaManager` transaction verification, KIP-890) and a
 //!   control batch written by a client with INVALID_RECORD (`LogValidator`); nothing of them
@@ -427,15 +434,30 @@ const SHORT_ABORT_CHECK: [&str; 2] = ["-X", "transaction.abort.timed.out.transac
 /// it stays whole, and the same transactional id commits again afterwards.
 #[test]
 fn serve_sigkill_mid_transaction_aborts_it_after_restart() {
+    sigkill_mid_transaction(false);
+}
+
+/// As [`serve_sigkill_mid_transaction_aborts_it_after_restart`], both transactions also sending
+/// the group's offsets (`send_offsets_to_transaction`): after the restart the committed one's
+/// offsets (2) are the group's, the open one's (5) are dropped by the timeout abort, and a
+/// require_stable OffsetFetch (librdkafka's committed() under read_committed) answers instead of
+/// waiting on them.
+#[test]
+fn serve_sigkill_mid_transaction_with_offsets_keeps_only_committed_offsets() {
+    sigkill_mid_transaction(true);
+}
+
+fn sigkill_mid_transaction(offsets: bool) {
     let Some(python) = python_with("confluent_kafka") else { return };
     let work = tempfile::tempdir().unwrap();
     let log_dir = work.path().join("logs");
-    let topic = "crash-open";
+    let topic = if offsets { "crash-offsets" } else { "crash-open" };
+    let (open_mode, read_mode) = if offsets { ("offsets-open", "read-offsets") } else { ("open", "read") };
     let parts = PARTITIONS.to_string();
     // Kafka's default abort check (every 10 s): the open transaction outlives this broker.
     let mut first = start_serve(work.path(), "first", &log_dir, &[]);
     let bootstrap = first.addr.to_string();
-    let summary = run_script_args(&python, "txn_crash.py", &["open", &bootstrap, topic, &parts], "open transaction");
+    let summary = run_script_args(&python, "txn_crash.py", &[open_mode, &bootstrap, topic, &parts], "open transaction");
     assert_eq!(summary["open"], true);
     sigkill(&mut first);
     for p in 0..PARTITIONS {
@@ -449,8 +471,12 @@ fn serve_sigkill_mid_transaction_aborts_it_after_restart() {
 
     let mut second = start_serve(work.path(), "second", &log_dir, &SHORT_ABORT_CHECK);
     let bootstrap = second.addr.to_string();
-    let summary = run_script_args(&python, "txn_crash.py", &["read", &bootstrap, topic, &parts], "after the restart");
+    let summary =
+        run_script_args(&python, "txn_crash.py", &[read_mode, &bootstrap, topic, &parts], "after the restart");
     eprintln!("after the restart: {summary}");
+    if offsets {
+        assert_eq!(summary["group_offsets"], json!({"0": 2, "1": 2, "2": 2}), "the group's offsets: {summary}");
+    }
     for p in 0..PARTITIONS {
         let committed: Vec<String> = (0..5).map(|i| format!("committed-p{p}-{i}")).collect();
         let open: Vec<String> = (0..5).map(|i| format!("open-p{p}-{i}")).collect();

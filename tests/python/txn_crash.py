@@ -7,12 +7,17 @@ Usage: txn_crash.py MODE BOOTSTRAP TOPIC PARTITIONS
   leaves a second one open with its records delivered (`open-p{p}-{i}`); the producer's
   transaction.timeout.ms is 3000. Prints {"open": true} and exits at once (os._exit: no
   abort, no flush on close), so the transaction stays open for the coordinator to time out.
+- `offsets-open`: as `open`, and each transaction also sends offsets of `TOPIC-in` (created
+  too) for the group `crash-group-TOPIC` with send_offsets_to_transaction: 2 per partition with
+  the committed transaction, 5 with the open one.
 - `commit`: creates TOPIC, commits one transaction (`commit-p{p}-{i}`); prints as soon as
   commit_transaction returns (EndTxn answered) and exits at once.
 - `read`: read_uncommitted reads every partition to its high watermark, then read_committed
   reads until the end it reports reaches that high watermark on every partition (the last stable
   offset passed the open transaction: it was completed), within 50 s; then a new producer
   with the same transactional.id commits `after-p{p}` and read_committed reads again.
+  `read-offsets` also reads the group's committed offsets of `TOPIC-in` (require_stable) once
+  read_committed passed the open transaction ("group_offsets").
   Prints {"read_uncommitted": {...}, "read_committed": {...}, "after": {...}} with values,
   the reported ends (`eof`) and high watermarks per partition.
 """
@@ -78,6 +83,36 @@ def open_txn(bootstrap, topic, partitions):
     exit_now({"open": True})
 
 
+def group_of(topic):
+    return f"crash-group-{topic}"
+
+
+def offsets_open(bootstrap, topic, partitions):
+    create_topic(bootstrap, topic, partitions)
+    create_topic(bootstrap, f"{topic}-in", partitions)
+    member = Consumer({"bootstrap.servers": bootstrap, "group.id": group_of(topic)})
+    meta = member.consumer_group_metadata()
+    p = producer(bootstrap, topic)
+    for prefix, offset in (("committed", 2), ("open", 5)):
+        p.begin_transaction()
+        send(p, topic, partitions, prefix)
+        offsets = [TopicPartition(f"{topic}-in", part, offset) for part in range(partitions)]
+        p.send_offsets_to_transaction(offsets, meta, TIMEOUT)
+        if prefix == "committed":
+            p.commit_transaction(TIMEOUT)
+    exit_now({"open": True})
+
+
+def committed_offsets(bootstrap, topic, partitions):
+    """The group's committed offsets of `{topic}-in` (OffsetFetch with require_stable: librdkafka
+    asks for stable offsets under read_committed, retrying UNSTABLE_OFFSET_COMMIT)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group_of(topic), "isolation.level": "read_committed"})
+    tps = [TopicPartition(f"{topic}-in", part) for part in range(partitions)]
+    out = {tp.partition: tp.offset for tp in c.committed(tps, timeout=TIMEOUT)}
+    c.close()
+    return out
+
+
 def commit_txn(bootstrap, topic, partitions):
     create_topic(bootstrap, topic, partitions)
     p = producer(bootstrap, topic)
@@ -130,19 +165,23 @@ def read(bootstrap, topic, partitions, isolation, until=None):
     return out
 
 
-def read_after(bootstrap, topic, partitions):
+def read_after(bootstrap, topic, partitions, offsets=False):
     partitions = int(partitions)
     uncommitted = read(bootstrap, topic, partitions, "read_uncommitted")
     t = time.monotonic()
     committed = read(bootstrap, topic, partitions, "read_committed", until=uncommitted["high"])
     committed["seconds"] = time.monotonic() - t
+    group_offsets = committed_offsets(bootstrap, topic, partitions) if offsets else None
     p = producer(bootstrap, topic)
     p.begin_transaction()
     for part in range(partitions):
         p.produce(topic, value=f"after-p{part}", partition=part)
     p.commit_transaction(TIMEOUT)
     after = read(bootstrap, topic, partitions, "read_committed")
-    print(json.dumps({"read_uncommitted": uncommitted, "read_committed": committed, "after": after}))
+    out = {"read_uncommitted": uncommitted, "read_committed": committed, "after": after}
+    if offsets:
+        out["group_offsets"] = group_offsets
+    print(json.dumps(out))
 
 
 def main():
@@ -151,8 +190,12 @@ def main():
         open_txn(bootstrap, topic, int(partitions))
     elif mode == "commit":
         commit_txn(bootstrap, topic, int(partitions))
+    elif mode == "offsets-open":
+        offsets_open(bootstrap, topic, int(partitions))
     elif mode == "read":
         read_after(bootstrap, topic, partitions)
+    elif mode == "read-offsets":
+        read_after(bootstrap, topic, partitions, offsets=True)
     else:
         raise SystemExit(f"unknown mode {mode}")
 
