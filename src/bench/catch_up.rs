@@ -92,10 +92,14 @@ pub(crate) struct Target<'a> {
 /// generation, every partition assigned: `rebalance_ms`), each member warms up (drains its
 /// partitions from the log start again and again for `warmup`; none when the page cache is
 /// `cold`), then every member seeks to the log start and the measured drain of the whole
-/// backlog runs. Returns the path's result and notes.
+/// backlog runs: until each group has received the backlog's records for the consumers'
+/// isolation level ([`Backlog::records_for`]: under `read_committed` the committed
+/// transactions' records; the bytes served are the same, aborted batches and markers
+/// included). Returns the path's result and notes.
 ///
 /// Errors: a consumer error, a group that does not become stable within 60 s, a record
-/// delivered twice or out of order, a drain longer than 600 s.
+/// delivered twice or out of order, more distinct records than the backlog holds for the
+/// isolation level (an aborted transaction's records delivered), a drain longer than 600 s.
 pub(crate) fn catch_up(t: &Target<'_>) -> anyhow::Result<(PathResult, Vec<String>)> {
     catch_up_with(t, &())
 }
@@ -137,7 +141,7 @@ pub(crate) fn catch_up_with(t: &Target<'_>, hooks: &dyn DrainHooks) -> anyhow::R
     let partitions_total: usize = backlog.topics.iter().map(|(_, p)| *p as usize).sum();
     let shared = Arc::new(Shared {
         consumed: AtomicU64::new(0),
-        target: backlog.records * groups as u64,
+        target: backlog.records_for(w) * groups as u64,
         deliveries: (0..groups).map(|_| Mutex::new(GroupDeliveries::new(backlog.dense_offsets))).collect(),
         generations: (0..groups).map(|_| (AtomicI32::new(-1), AtomicI32::new(-1))).collect(),
         members: Mutex::new(vec![(usize::MAX, -1, 0); members]),
@@ -283,6 +287,18 @@ pub(crate) fn catch_up_with(t: &Target<'_>, hooks: &dyn DrainHooks) -> anyhow::R
     let stopped = shared.stop.load(Ordering::SeqCst);
     if !stopped && shared.consumed.load(Ordering::SeqCst) < shared.target {
         bail!("the drain did not finish within {} s", DRAIN_TIMEOUT.as_secs());
+    }
+    // First deliveries are distinct records: more than the backlog holds for the isolation
+    // level means records the consumers should not have got (an aborted transaction's under
+    // read_committed).
+    if shared.consumed.load(Ordering::SeqCst) > shared.target {
+        bail!(
+            "the groups received {} distinct records, the backlog holds {} for {groups} group(s) with \
+             isolation.level={}: records of aborted transactions were delivered",
+            shared.consumed.load(Ordering::SeqCst),
+            shared.target,
+            w.isolation_level()
+        );
     }
     let (t0, proc0) = (start, proc_start);
     let mut consumer = heartbeats;

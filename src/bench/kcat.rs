@@ -513,7 +513,9 @@ fn drain_reader(m: usize, group: usize, stdout: ChildStdout, d: &Drain) -> anyho
 ///
 /// Each record is checked: per group and partition, the offset ranges the members delivered
 /// must not overlap (see [`Delivered`]: a duplicate), each member's offsets of a partition
-/// must grow, and each group must receive exactly `backlog.records` (with no duplicate,
+/// must grow, and each group must receive exactly the backlog's records for its isolation level
+/// ([`Backlog::records_for`](super::backlog::Backlog::records_for): librdkafka reads
+/// `read_committed` unless `consumer_config` says otherwise) (with no duplicate,
 /// every offset of a generated, dense backlog); members stop (SIGTERM) once their group has the
 /// whole backlog (a member without partitions never reaches an end).
 ///
@@ -541,7 +543,7 @@ pub(crate) fn catch_up(t: &Target<'_>) -> anyhow::Result<(PathResult, Vec<String
     let ms = Arc::new(Membership::new(groups, per_group, partitions_total));
     let d = Arc::new(Drain {
         consumed: (0..groups).map(|_| AtomicU64::new(0)).collect(),
-        target: backlog.records,
+        target: backlog.records_for(w),
         delivered: (0..groups).map(|_| Mutex::new(HashMap::new())).collect(),
         boundary: AtomicBool::new(false),
         failed: AtomicBool::new(false),
@@ -688,9 +690,11 @@ pub(crate) fn catch_up(t: &Target<'_>) -> anyhow::Result<(PathResult, Vec<String
     // Records that came after the last one counted (a partition read again after a rebalance).
     if let Some(g) = (0..groups).find(|&g| d.consumed[g].load(Ordering::SeqCst) > d.target) {
         bail!(
-            "group {g} received {} records, the backlog holds {}: duplicates",
+            "group {g} received {} records, the backlog holds {} for isolation.level={}: duplicates, or \
+             records of aborted transactions",
             d.consumed[g].load(Ordering::SeqCst),
-            d.target
+            d.target,
+            w.isolation_level()
         );
     }
     let boundary = boundary.filter(|b| b.2 != u64::MAX);

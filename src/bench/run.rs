@@ -358,6 +358,14 @@ pub fn run_one(args: &RunArgs, w: &Workload, command: &[String]) -> anyhow::Resu
                     b.topics.iter().map(|(t, p)| format!("{t} x{p}")).collect::<Vec<_>>().join(", "),
                     b.disk_bytes
                 ));
+                if b.committed_records != b.records {
+                    notes.push(format!(
+                        "backlog: {} of its records are read_committed (the others are of aborted or open \
+                         transactions); the consumers read with isolation.level={}",
+                        b.committed_records,
+                        w.isolation_level()
+                    ));
+                }
                 b
             }
             None => {
@@ -374,6 +382,9 @@ pub fn run_one(args: &RunArgs, w: &Workload, command: &[String]) -> anyhow::Resu
                     b.disk_bytes,
                     fill_start.elapsed().as_secs_f64()
                 ));
+                if gen.transaction_records > 0 {
+                    notes.push(transactions_note(&gen, &b));
+                }
                 b
             }
         };
@@ -832,6 +843,12 @@ fn check_supported(w: &Workload, args: &RunArgs) -> anyhow::Result<()> {
     if args.bootstrap.is_some() && w.log_dir.is_some() {
         bail!("log_dir: cannot be served by an external cluster (--bootstrap); drop one of them");
     }
+    if w.transaction_records > 0 && (args.bootstrap.is_some() || w.log_dir.is_some()) {
+        bail!(
+            "transaction_records: a transactional backlog is generated into the embedded broker's log \
+             (not produced to an external cluster, --bootstrap, nor with --log-dir); set it to 0 or drop the flag"
+        );
+    }
     if args.bootstrap.is_some() && args.metrics.is_none() && w.server_models != [ServerModel::Threaded] {
         bail!(
             "server_models: an external cluster (--bootstrap) runs its own server, not fetchbench's models \
@@ -857,6 +874,21 @@ fn check_supported(w: &Workload, args: &RunArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The note on a transactional backlog `b` of `w`: its transactions, how many were aborted and
+/// what the consumers receive at their isolation level.
+fn transactions_note(w: &Workload, b: &Backlog) -> String {
+    format!(
+        "backlog: transactions of {} records per partition ({} of them aborted): {} records committed, {} \
+         aborted; the consumers read with isolation.level={} and receive {} per group",
+        w.transaction_records,
+        w.aborted_transactions,
+        b.committed_records,
+        b.records - b.committed_records,
+        w.isolation_level(),
+        b.records_for(w),
+    )
 }
 
 /// The CPUs this process could use at start (before any pinning).
@@ -934,7 +966,14 @@ fn external_backlog(w: &Workload, bootstrap: &str) -> anyhow::Result<Backlog> {
     }
     let stats = producer.stats();
     producer.close()?;
-    Ok(Backlog { topics, records, disk_bytes: stats.batch_bytes_sent, segment_files: Vec::new(), dense_offsets: true })
+    Ok(Backlog {
+        topics,
+        records,
+        committed_records: records,
+        disk_bytes: stats.batch_bytes_sent,
+        segment_files: Vec::new(),
+        dense_offsets: true,
+    })
 }
 
 /// Arguments of `fetchbench sweep`.

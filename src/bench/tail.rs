@@ -208,7 +208,14 @@ pub(crate) fn tail_backlog(t: &Target<'_>) -> anyhow::Result<Backlog> {
     let tail_topics: Vec<(String, i32)> =
         t.backlog.topics.iter().map(|(name, p)| (format!("fetchbench-tail-{name}"), *p)).collect();
     create_if_missing(&t.bootstrap, &tail_topics)?;
-    Ok(Backlog { topics: tail_topics, records: 0, disk_bytes: 0, segment_files: Vec::new(), dense_offsets: true })
+    Ok(Backlog {
+        topics: tail_topics,
+        records: 0,
+        committed_records: 0,
+        disk_bytes: 0,
+        segment_files: Vec::new(),
+        dense_offsets: true,
+    })
 }
 
 /// `t` with another backlog and group-id prefix.

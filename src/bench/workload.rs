@@ -26,6 +26,8 @@
 //! | `phases` | what is measured, in order: `catch_up` (read the backlog from the log start), `tail` (read behind the producers), `mixed` (both at once: the producers at `rate` with consumers at the head while the groups drain the backlog, see [`super::mixed`]) | list | `["catch_up", "tail"]` |
 //! | `backlog` | bytes of records written before measuring; `0` = none; ignored when `log_dir` is set | bytes, or a size string | `"1GiB"` |
 //! | `log_dir` | an existing Kafka log directory served as the backlog, as it is | path | none |
+//! | `transaction_records` | the generated backlog is written in transactions (KIP-98) of this many records per partition, each ended by a COMMIT or ABORT marker, so a `read_committed` consumer's Fetches carry aborted transactions (see [`super::backlog`]); `0` = no transactions; not with `log_dir` | records | `0` |
+//! | `aborted_transactions` | the share of those transactions aborted, from 0 to 1, spread evenly over each partition (`0.1`: the 10th, 20th, ... of each partition); needs `transaction_records` | fraction | `0` |
 //! | `warmup` | run time before measuring starts | seconds, or a duration string | `"2s"` |
 //! | `duration` | measured time of the tail phase (the catch-up phase ends at the backlog's end) | seconds, or a duration string | `"10s"` |
 //! | `read_paths` | read paths compared in the run, each one measured in turn (see [`ReadPathKind::name`]) | list | `["copy", "mmap", "sendfile", "uring-splice"]` |
@@ -127,7 +129,7 @@ pub enum WorkloadError {
 }
 
 /// The top-level keys, in the documented order (also the order sweep axes vary in).
-pub const KEYS: [&str; 25] = [
+pub const KEYS: [&str; 27] = [
     "name",
     "topics",
     "partitions",
@@ -142,6 +144,8 @@ pub const KEYS: [&str; 25] = [
     "phases",
     "backlog",
     "log_dir",
+    "transaction_records",
+    "aborted_transactions",
     "warmup",
     "duration",
     "read_paths",
@@ -343,6 +347,12 @@ pub struct Workload {
     pub backlog_bytes: u64,
     /// `log_dir`.
     pub log_dir: Option<PathBuf>,
+    /// `transaction_records`: records per transaction in each partition of the generated
+    /// backlog; 0 = no transactions.
+    pub transaction_records: u64,
+    /// `aborted_transactions`: the share of the backlog's transactions aborted, 0 to 1
+    /// (see [`Workload::is_aborted`]).
+    pub aborted_transactions: f64,
     /// `warmup` (whole milliseconds).
     pub warmup: Duration,
     /// `duration` (whole milliseconds).
@@ -387,6 +397,8 @@ impl Default for Workload {
             phases: vec![Phase::CatchUp, Phase::Tail],
             backlog_bytes: 1 << 30,
             log_dir: None,
+            transaction_records: 0,
+            aborted_transactions: 0.0,
             warmup: Duration::from_secs(2),
             duration: Duration::from_secs(10),
             read_paths: vec![ReadPathKind::Copy, ReadPathKind::Mmap, ReadPathKind::Sendfile, ReadPathKind::UringSplice],
@@ -531,6 +543,22 @@ impl Workload {
             }
             "backlog" => self.backlog_bytes = size(key, v)?,
             "log_dir" => self.log_dir = Some(path(key, v)?),
+            "transaction_records" => {
+                self.transaction_records = v
+                    .as_integer()
+                    .and_then(|i| u64::try_from(i).ok())
+                    .ok_or_else(|| invalid(key, "an integer >= 0 (records per transaction; 0 = none)", v))?;
+            }
+            "aborted_transactions" => {
+                let share = match v {
+                    Value::Float(f) => Some(*f),
+                    Value::Integer(i @ (0 | 1)) => Some(*i as f64),
+                    _ => None,
+                };
+                self.aborted_transactions = share.filter(|f| (0.0..=1.0).contains(f)).ok_or_else(|| {
+                    invalid(key, "a share of the transactions from 0 to 1 (0.1 = one in ten aborted)", v)
+                })?;
+            }
             "warmup" => self.warmup = duration(key, v, false)?,
             "duration" => self.duration = duration(key, v, true)?,
             "read_paths" => {
@@ -636,6 +664,21 @@ impl Workload {
                 "phases",
                 "no mixed with client = \"librdkafka\" (the mixed phase runs the native client)",
                 "[\"mixed\"]".into(),
+            );
+        }
+        if self.transaction_records > 0 && self.log_dir.is_some() {
+            return bad(
+                "transaction_records",
+                "0 with log_dir (a log_dir backlog is served as it is; only a generated backlog is written in \
+                 transactions)",
+                self.transaction_records.to_string(),
+            );
+        }
+        if self.aborted_transactions > 0.0 && self.transaction_records == 0 {
+            return bad(
+                "aborted_transactions",
+                "0 when transaction_records is 0 (the backlog has no transactions to abort)",
+                self.aborted_transactions.to_string(),
             );
         }
         self.check_producer_config()?;
@@ -800,6 +843,39 @@ impl Workload {
         Ok(pc)
     }
 
+    /// Whether the workload's consumers read with `isolation.level=read_committed`: the
+    /// `[consumer_config]` entry when given, else the client's default (`read_uncommitted` for
+    /// fetchbench's consumer, as Kafka's Java consumer; `read_committed` for librdkafka).
+    pub fn read_committed(&self) -> bool {
+        match self.consumer_config.get("isolation.level") {
+            Some(level) => level == "read_committed",
+            None => self.client == Client::Librdkafka,
+        }
+    }
+
+    /// The consumers' isolation level by its Kafka name: `read_committed` or `read_uncommitted`
+    /// (see [`Workload::read_committed`]).
+    pub fn isolation_level(&self) -> &'static str {
+        if self.read_committed() {
+            "read_committed"
+        } else {
+            "read_uncommitted"
+        }
+    }
+
+    /// Whether transaction `k` (0-based, counted per partition) of the generated backlog is
+    /// aborted: `aborted_transactions` spread evenly, the `k`-th being aborted when
+    /// `floor((k + 1) * share) > floor(k * share)`, computed in parts per million (so `0.1`
+    /// aborts transactions 9, 19, 29, ... and `n` transactions hold `floor(n * share)` aborted
+    /// ones). Always false without transactions.
+    pub fn is_aborted(&self, k: u64) -> bool {
+        if self.transaction_records == 0 {
+            return false;
+        }
+        let ppm = (self.aborted_transactions * 1e6).round() as u128;
+        (u128::from(k) + 1) * ppm / 1_000_000 > u128::from(k) * ppm / 1_000_000
+    }
+
     /// Whether this workload has no sweep axes (it describes one run).
     pub fn is_resolved(&self) -> bool {
         self.sweep.is_empty()
@@ -835,6 +911,8 @@ impl Workload {
         if let Some(p) = &self.log_dir {
             t.insert("log_dir".into(), s(&p.to_string_lossy()));
         }
+        t.insert("transaction_records".into(), Value::Integer(self.transaction_records as i64));
+        t.insert("aborted_transactions".into(), Value::Float(self.aborted_transactions));
         t.insert("warmup".into(), s(&duration_string(self.warmup)));
         t.insert("duration".into(), s(&duration_string(self.duration)));
         t.insert("read_paths".into(), Value::Array(self.read_paths.iter().map(|k| s(k.name())).collect()));
@@ -1217,6 +1295,78 @@ mod tests {
         let e = err("repeat = 0");
         assert!(e.starts_with("repeat: expected an integer from 1"), "{e}");
         assert!(err("repeat = \"3\"").starts_with("repeat: expected an integer from 1"));
+    }
+
+    #[test]
+    fn transactional_backlog_keys() {
+        let w = Workload::default();
+        assert_eq!((w.transaction_records, w.aborted_transactions), (0, 0.0));
+        assert!(!(0..100).any(|k| w.is_aborted(k)), "no transactions, none aborted");
+        let w = Workload::parse("transaction_records = 100\naborted_transactions = 0.1").unwrap();
+        assert_eq!((w.transaction_records, w.aborted_transactions), (100, 0.1));
+        assert_eq!(Workload::parse(&w.to_toml()).unwrap(), w, "round trip");
+        let aborted: Vec<u64> = (0..40).filter(|&k| w.is_aborted(k)).collect();
+        assert_eq!(aborted, [9, 19, 29, 39], "spread evenly");
+        assert_eq!((0..1000).filter(|&k| w.is_aborted(k)).count(), 100);
+        // Shares that are not exact in binary floating point still give floor(n * share).
+        let w = Workload::parse("transaction_records = 1\naborted_transactions = 0.29").unwrap();
+        assert_eq!((0..100).filter(|&k| w.is_aborted(k)).count(), 29);
+        let all = Workload::parse("transaction_records = 5\naborted_transactions = 1").unwrap();
+        assert!((0..10).all(|k| all.is_aborted(k)));
+        let none = Workload::parse("transaction_records = 5\naborted_transactions = 0").unwrap();
+        assert!(!(0..10).any(|k| none.is_aborted(k)));
+        // A sweep over the share.
+        let swept = Workload::parse("transaction_records = 10\naborted_transactions = [0.0, 0.5]").unwrap();
+        let points = expand_sweep(&swept);
+        assert_eq!(points.len(), 2);
+        assert_eq!(points[1].label, ["aborted_transactions=0.5"]);
+        // Bad values and combinations.
+        for bad in ["-1", "\"100\"", "1.5"] {
+            let e = err(&format!("transaction_records = {bad}"));
+            assert!(e.starts_with("transaction_records: expected an integer >= 0 (records per transaction"), "{e}");
+        }
+        for bad in ["1.5", "-0.1", "2", "\"10%\"", "nan"] {
+            let e = err(&format!("transaction_records = 10\naborted_transactions = {bad}"));
+            assert!(e.starts_with("aborted_transactions: expected a share of the transactions from 0 to 1"), "{e}");
+            assert!(e.ends_with(&format!("found {bad}")), "{e}");
+        }
+        let e = err("aborted_transactions = 0.1");
+        assert_eq!(
+            e,
+            "aborted_transactions: expected 0 when transaction_records is 0 (the backlog has no transactions to \
+             abort), found 0.1"
+        );
+        let e = err("transaction_records = 10\nlog_dir = \"/data/kafka\"");
+        assert!(e.starts_with("transaction_records: expected 0 with log_dir"), "{e}");
+        let e = err("transaction_records = 10\naborted_transactions = [0.5, 3]");
+        assert!(e.starts_with("aborted_transactions[1]: expected a share"), "{e}");
+    }
+
+    #[test]
+    fn isolation_level_is_the_consumer_config_or_the_clients_default() {
+        let w = Workload::default();
+        assert!(!w.read_committed(), "fetchbench's consumer: read_uncommitted, as Kafka's Java consumer");
+        assert_eq!(w.isolation_level(), "read_uncommitted");
+        let w = Workload::parse("client = \"librdkafka\"").unwrap();
+        assert!(w.read_committed(), "librdkafka's default is read_committed");
+        let w =
+            Workload::parse("client = \"librdkafka\"\n[consumer_config]\n\"isolation.level\" = \"read_uncommitted\"")
+                .unwrap();
+        assert_eq!(w.isolation_level(), "read_uncommitted");
+        let w = Workload::parse("[consumer_config]\n\"isolation.level\" = \"read_committed\"").unwrap();
+        assert_eq!(w.isolation_level(), "read_committed");
+        // Swept: one grid point per level, the first value in the fields.
+        let w = Workload::parse(
+            "transaction_records = 10\n[consumer_config]\n\"isolation.level\" = [\"read_uncommitted\", \"read_committed\"]",
+        )
+        .unwrap();
+        let levels: Vec<&str> = expand_sweep(&w).iter().map(Workload::isolation_level).collect();
+        assert_eq!(levels, ["read_uncommitted", "read_committed"]);
+        let e = err("[consumer_config]\n\"isolation.level\" = [\"read_committed\", \"serializable\"]");
+        assert_eq!(
+            e,
+            "consumer_config.isolation.level: expected read_committed or read_uncommitted, found \"serializable\""
+        );
     }
 
     #[test]
