@@ -77,6 +77,11 @@ pub(crate) struct Backlog {
     /// offset arrives exactly once; otherwise (a real log, compacted or with control batches)
     /// that offsets only grow.
     pub dense_offsets: bool,
+    /// The generated backlog's aborted transactions per partition, `(first offset, ABORT marker
+    /// offset)` in offset order: every offset in such a range is a record a `read_committed`
+    /// consumer must not receive (each partition has one producer). Empty for other backlogs
+    /// (a copied log dir's partitions may interleave producers).
+    pub aborted_ranges: BTreeMap<(String, i32), Vec<(i64, i64)>>,
 }
 
 impl Backlog {
@@ -238,8 +243,14 @@ pub(crate) fn generate(w: &Workload, dir: &Path) -> anyhow::Result<Backlog> {
     };
     let mut disk_bytes = 0;
     let mut segment_files = Vec::new();
+    let mut aborted_ranges = BTreeMap::new();
     for log in logs.partitions() {
         disk_bytes += log.log().size_in_bytes();
+        let ranges: Vec<(i64, i64)> =
+            log.log().aborted_txns().iter().map(|a| (a.first_offset, a.last_offset)).collect();
+        if !ranges.is_empty() {
+            aborted_ranges.insert((log.topic().to_string(), log.partition()), ranges);
+        }
         for entry in fs::read_dir(log.dir())? {
             let p = entry?.path();
             if p.extension().is_some_and(|e| e == "log") {
@@ -250,7 +261,15 @@ pub(crate) fn generate(w: &Workload, dir: &Path) -> anyhow::Result<Backlog> {
     logs.shutdown()?;
     let topics = topics.into_iter().map(|t| (t, w.partitions as i32)).collect();
     // Markers take offsets: a transactional backlog's records are not dense.
-    Ok(Backlog { topics, records: total, committed_records, disk_bytes, segment_files, dense_offsets: !transactional })
+    Ok(Backlog {
+        topics,
+        records: total,
+        committed_records,
+        disk_bytes,
+        segment_files,
+        dense_offsets: !transactional,
+        aborted_ranges,
+    })
 }
 
 /// The bytes of `payload_file`, handed out as consecutive value-sized slices (wrapping around).
@@ -440,7 +459,15 @@ fn describe_copy(src: &Path, dst: &Path) -> anyhow::Result<Backlog> {
             names.join(", ")
         );
     }
-    Ok(Backlog { topics, records, committed_records, disk_bytes, segment_files, dense_offsets: false })
+    Ok(Backlog {
+        topics,
+        records,
+        committed_records,
+        disk_bytes,
+        segment_files,
+        dense_offsets: false,
+        aborted_ranges: BTreeMap::new(),
+    })
 }
 
 /// What [`count_from_start`] counts in one partition.
@@ -935,6 +962,8 @@ mod tests {
             disk_bytes += counted.bytes;
         }
         assert_eq!(disk_bytes, b.disk_bytes);
+        let ranges = |p: i32| b.aborted_ranges.get(&("bench-0".to_string(), p)).cloned();
+        assert_eq!((ranges(0), ranges(1)), (Some(vec![(22, 32), (44, 54)]), Some(vec![(22, 32), (44, 54)])));
         drop(logs);
         // Transactions of several batches (16 records of 1000 B fill one), sequences continuing
         // across them; a last, shorter transaction.

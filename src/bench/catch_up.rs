@@ -39,6 +39,9 @@ struct Shared {
     /// Records delivered for the first time (all groups); redeliveries are not counted.
     consumed: AtomicU64,
     target: u64,
+    /// Under `read_committed`: the backlog's aborted transactions (see
+    /// [`Backlog::aborted_ranges`]); a record in one is an error. Empty otherwise.
+    aborted: std::collections::BTreeMap<(String, i32), Vec<(i64, i64)>>,
     /// Per group: the exactly-once / at-least-once check of its deliveries.
     deliveries: Vec<Mutex<GroupDeliveries>>,
     /// Per group: (the generation the measured drain started in, the highest one a member
@@ -142,6 +145,7 @@ pub(crate) fn catch_up_with(t: &Target<'_>, hooks: &dyn DrainHooks) -> anyhow::R
     let shared = Arc::new(Shared {
         consumed: AtomicU64::new(0),
         target: backlog.records_for(w) * groups as u64,
+        aborted: if w.read_committed() { backlog.aborted_ranges.clone() } else { Default::default() },
         deliveries: (0..groups).map(|_| Mutex::new(GroupDeliveries::new(backlog.dense_offsets))).collect(),
         generations: (0..groups).map(|_| (AtomicI32::new(-1), AtomicI32::new(-1))).collect(),
         members: Mutex::new(vec![(usize::MAX, -1, 0); members]),
@@ -498,6 +502,11 @@ fn drain(c: &mut Consumer, group: usize, generation: i32, polls: &mut Latency, s
         }
         polls.record_ns(ns);
         let mut new = 0u64;
+        if !sh.aborted.is_empty() {
+            for r in &recs {
+                check_not_aborted(&sh.aborted, &r.topic, r.partition, r.offset)?;
+            }
+        }
         {
             let mut d = sh.deliveries[group].lock().expect("not poisoned");
             for r in &recs {
@@ -510,6 +519,26 @@ fn drain(c: &mut Consumer, group: usize, generation: i32, polls: &mut Latency, s
         if before < sh.target && before + new >= sh.target {
             *sh.done_at.lock().expect("not poisoned") = Some(Instant::now());
         }
+    }
+    Ok(())
+}
+
+/// Errors when `offset` of `topic`-`partition` lies in one of its aborted transactions
+/// (`aborted`: `(first offset, ABORT marker offset)` per partition, in offset order): a
+/// `read_committed` consumer must never deliver it (Kafka's `CompletedFetch` drops it).
+fn check_not_aborted(
+    aborted: &std::collections::BTreeMap<(String, i32), Vec<(i64, i64)>>,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+) -> anyhow::Result<()> {
+    let Some(ranges) = aborted.get(&(topic.to_string(), partition)) else { return Ok(()) };
+    let i = ranges.partition_point(|&(_, marker)| marker < offset);
+    if let Some(&(first, marker)) = ranges.get(i).filter(|&&(first, _)| first <= offset) {
+        bail!(
+            "{topic}-{partition}: offset {offset} delivered under isolation.level=read_committed, but it is a \
+             record of the aborted transaction at offsets {first}..{marker}"
+        );
     }
     Ok(())
 }
@@ -925,6 +954,19 @@ mod tests {
         // Also on a real log (offsets only grow).
         let (out, _) = run(false, &[(0, 10, 5), (0, 12, 5), (0, 11, 5)]);
         assert!(out[2].as_ref().unwrap_err().contains("without a rebalance"), "{out:?}");
+    }
+
+    #[test]
+    fn records_of_aborted_transactions_are_refused() {
+        let aborted = std::collections::BTreeMap::from([(("t".to_string(), 0), vec![(10, 15), (30, 31)])]);
+        for ok in [0, 9, 16, 29, 32] {
+            assert!(check_not_aborted(&aborted, "t", 0, ok).is_ok(), "{ok}");
+        }
+        assert!(check_not_aborted(&aborted, "t", 1, 12).is_ok(), "another partition");
+        for bad in [10, 12, 14, 30] {
+            let e = check_not_aborted(&aborted, "t", 0, bad).unwrap_err().to_string();
+            assert!(e.starts_with(&format!("t-0: offset {bad} delivered under isolation.level=read_committed")), "{e}");
+        }
     }
 
     #[test]

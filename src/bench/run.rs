@@ -973,6 +973,7 @@ fn external_backlog(w: &Workload, bootstrap: &str) -> anyhow::Result<Backlog> {
         disk_bytes: stats.batch_bytes_sent,
         segment_files: Vec::new(),
         dense_offsets: true,
+        aborted_ranges: Default::default(),
     })
 }
 

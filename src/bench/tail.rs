@@ -215,6 +215,7 @@ pub(crate) fn tail_backlog(t: &Target<'_>) -> anyhow::Result<Backlog> {
         disk_bytes: 0,
         segment_files: Vec::new(),
         dense_offsets: true,
+        aborted_ranges: Default::default(),
     })
 }
 

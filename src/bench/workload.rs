@@ -1608,6 +1608,12 @@ mod tests {
         let points = expand_sweep(&models);
         assert_eq!(points.len(), 2, "1 KiB and 100 B records");
         assert!(points.iter().all(|w| w.server_models.len() == 2 && w.read_paths.len() == 8));
+        let rc = Workload::from_file(&fixture("read-committed.toml")).unwrap();
+        let points = expand_sweep(&rc);
+        let levels: Vec<&str> = points.iter().map(Workload::isolation_level).collect();
+        assert_eq!(levels, ["read_uncommitted", "read_committed"], "one point per isolation level");
+        assert!(points.iter().all(|w| w.transaction_records > 0 && w.aborted_transactions > 0.0));
+        assert!(points.iter().all(|w| w.phases == [Phase::CatchUp] && w.read_paths.len() == 9));
         let e = Workload::from_file(&fixture("missing.toml")).unwrap_err().to_string();
         assert!(e.starts_with("reading ") && e.contains("missing.toml"), "{e}");
     }
