@@ -820,3 +820,64 @@ server_models = ["threaded", "uring"]
     assert!(solo.paths.iter().all(|p| p.server_model.as_deref() == Some("threaded")), "{:?}", solo.paths);
     assert!(solo.notes.iter().all(|n| !n.contains("uring/")), "{:?}", solo.notes);
 }
+
+/// Issue 18: `fixtures/workloads/read-committed.toml` shrunk to a tiny backlog (its sweep over
+/// `isolation.level` kept): a transactional backlog of 2 partitions x 1024 records in
+/// transactions of 64, one in four aborted, drained on two read paths. read_uncommitted
+/// consumers receive all 2048 records; read_committed ones exactly the 1536 committed ones (12
+/// committed transactions of 64 per partition) and no more (the run fails when a consumer
+/// delivers a record of an aborted transaction, or more records than the committed ones); both
+/// fetch the same bytes.
+#[test]
+fn read_committed_consumers_receive_the_committed_records_of_a_transactional_backlog() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/workloads/read-committed.toml");
+    let mut w = Workload::from_file(&fixture).unwrap();
+    assert_eq!(w.sweep.len(), 1, "the fixture sweeps the isolation level: {:?}", w.sweep);
+    w.name = "rc".into();
+    w.partitions = 2;
+    w.backlog_bytes = 2 << 20;
+    w.transaction_records = 64;
+    w.aborted_transactions = 0.25;
+    w.consumers_per_group = 2;
+    w.warmup = Duration::from_millis(300);
+    w.read_paths = vec![fetchbench::read_path::ReadPathKind::Copy, fetchbench::read_path::ReadPathKind::Sendfile];
+    let dir = tempfile::tempdir().unwrap();
+    let workload = write_workload(dir.path(), &w.to_toml());
+    let results_dir = dir.path().join("results");
+    let out = fetchbench()
+        .args(["sweep", "--no-limits", "--quiet", "--results-dir"])
+        .arg(&results_dir)
+        .arg(&workload)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let mut got = Vec::new();
+    for j in files(&results_dir, "json") {
+        let r = Results::from_json(&std::fs::read_to_string(&j).unwrap()).unwrap();
+        let w = r.workload().unwrap();
+        assert_eq!((w.transaction_records, w.aborted_transactions), (64, 0.25), "the results name the backlog");
+        assert!(
+            r.notes.iter().any(|n| n.contains("transactions of 64 records per partition")
+                && n.contains("1536 records committed, 512 aborted")),
+            "{:?}",
+            r.notes
+        );
+        let entries: Vec<(String, String, u64, u64)> =
+            r.paths.iter().map(|p| (p.read_path.clone(), p.phase.clone(), p.records, p.bytes)).collect();
+        got.push((w.isolation_level().to_string(), entries));
+    }
+    got.sort();
+    assert_eq!(got.len(), 2, "{got:?}");
+    let (committed, uncommitted) = (&got[0], &got[1]);
+    assert_eq!(committed.0, "read_committed");
+    assert_eq!(uncommitted.0, "read_uncommitted");
+    for (level, entries) in [committed, uncommitted] {
+        let records = if level == "read_committed" { 1536 } else { 2048 };
+        let paths: Vec<(&str, &str, u64)> = entries.iter().map(|e| (e.0.as_str(), e.1.as_str(), e.2)).collect();
+        assert_eq!(paths, [("copy", "catch_up", records), ("sendfile", "catch_up", records)], "{level}");
+    }
+    // The same bytes served at both levels (the aborted batches and the markers included).
+    let bytes = |entries: &[(String, String, u64, u64)]| entries.iter().map(|e| e.3).collect::<Vec<_>>();
+    assert_eq!(bytes(&committed.1), bytes(&uncommitted.1));
+    assert!(committed.1.iter().all(|e| e.3 > 2 << 20), "{committed:?}");
+}
