@@ -100,7 +100,11 @@
 //! `loopback` `null`; 2 to 4: `server_model` `threaded` in every entry and summary of an
 //! embedded run, the only model there was, `null` for an external cluster and a `read-paths`
 //! document; 2 to 5: `broker` `null`, as it was not recorded); [`validate`] takes version 6 only; any other version is refused rather than
-//! guessed at.
+//! guessed at. A workload key added since (`transaction_records`, `aborted_transactions`: a
+//! transactional backlog) is absent from the `workload` of older files and reads as its
+//! default, which is what those runs had (no transactions); the consumers' isolation level is
+//! `consumer_config."isolation.level"` when set, else the client's default
+//! ([`Workload::read_committed`]).
 
 use std::fmt;
 use std::io::{self, Write};
