@@ -771,13 +771,17 @@ impl Workload {
                 Err(_) => return bad("compression.type", "one of none, gzip, snappy, lz4, zstd", value),
             }
         }
-        let known: Vec<&str> =
-            CONFIG_KEYS.iter().copied().filter(|k| !["bootstrap.servers", "client.id"].contains(k)).collect();
+        // The harness's producers (tail, mixed) write outside transactions; a transactional
+        // backlog is written by the harness itself (`transaction_records`).
+        let harness_only = ["bootstrap.servers", "client.id", "transactional.id", "transaction.timeout.ms"];
+        let known: Vec<&str> = CONFIG_KEYS.iter().copied().filter(|k| !harness_only.contains(k)).collect();
         if let Some((name, value)) = self.producer_config.iter().find(|(k, _)| !known.contains(&k.as_str())) {
             // The error names the unknown key, not its value.
-            let expected = if name == "transactional.id" {
-                "no transactional.id: transactions are not supported by fetchbench's producer yet (it writes \
-                 with a null transactional id, InitProducerId for idempotence only)"
+            let expected = if name.starts_with("transaction") {
+                "no transactional.id / transaction.timeout.ms: the harness's producers write outside \
+                 transactions (a transactional backlog is the workload's transaction_records and \
+                 aborted_transactions; `fetchbench produce -X transactional.id=... --transaction-records N` \
+                 writes transactions to a broker)"
                     .to_string()
             } else {
                 format!("a Kafka producer config name fetchbench's producer has: {}", known.join(", "))
@@ -1446,7 +1450,9 @@ mod tests {
         let e = err("[producer_config]\n\"transactional.id\" = \"tx1\"");
         assert!(
             e.starts_with(
-                "producer_config.transactional.id: expected no transactional.id: transactions are not supported"
+                "producer_config.transactional.id: expected no transactional.id / transaction.timeout.ms: the \
+                 harness's producers write outside transactions (a transactional backlog is the workload's \
+                 transaction_records"
             ),
             "{e}"
         );
