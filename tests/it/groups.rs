@@ -981,3 +981,79 @@ fn txn_offset_commits_wait_for_their_marker_and_survive_a_restart() {
     drop(c);
     broker.shutdown().unwrap();
 }
+
+/// AddPartitionsToTxn over the wire: v3 (what producers send) adds the partitions, or answers
+/// UNKNOWN_TOPIC_OR_PARTITION for one that does not exist and OPERATION_NOT_ATTEMPTED for the
+/// others (nothing added); v4 (KIP-890, a batch of transactions) with `verify_only` answers NONE
+/// for an added partition and TRANSACTION_ABORTABLE for one that is not, PRODUCER_FENCED for
+/// another epoch, and adds nothing.
+#[test]
+fn add_partitions_to_txn_adds_refuses_and_verifies() {
+    use kafka_protocol::messages::add_partitions_to_txn_request::{
+        AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction,
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let broker = start_in(&tmp.path().join("logs"));
+    broker.test_support().create_topic("ap", 2).unwrap();
+    let mut c = Client::connect(broker.local_addr());
+    let p = txn_init(&mut c, "tx-ap");
+    let topics = |parts: &[(&str, &[i32])]| -> Vec<AddPartitionsToTxnTopic> {
+        parts
+            .iter()
+            .map(|(t, ps)| AddPartitionsToTxnTopic::default().with_name(name(t)).with_partitions(ps.to_vec()))
+            .collect()
+    };
+    let v3 = |c: &mut Client, parts: &[(&str, &[i32])]| -> Vec<(String, i32, i16)> {
+        let req = AddPartitionsToTxnRequest::default()
+            .with_v3_and_below_transactional_id(TransactionalId(s("tx-ap")))
+            .with_v3_and_below_producer_id(ProducerId(p.0))
+            .with_v3_and_below_producer_epoch(p.1)
+            .with_v3_and_below_topics(topics(parts));
+        let ResponseKind::AddPartitionsToTxn(r) =
+            c.call(ApiKey::AddPartitionsToTxn, 3, RequestKind::AddPartitionsToTxn(req))
+        else {
+            panic!()
+        };
+        r.results_by_topic_v3_and_below
+            .iter()
+            .flat_map(|t| {
+                t.results_by_partition.iter().map(|p| (t.name.to_string(), p.partition_index, p.partition_error_code))
+            })
+            .collect()
+    };
+    let verify = |c: &mut Client, epoch: i16, parts: &[(&str, &[i32])]| -> Vec<(i32, i16)> {
+        let txn = AddPartitionsToTxnTransaction::default()
+            .with_transactional_id(TransactionalId(s("tx-ap")))
+            .with_producer_id(ProducerId(p.0))
+            .with_producer_epoch(epoch)
+            .with_verify_only(true)
+            .with_topics(topics(parts));
+        let req = AddPartitionsToTxnRequest::default().with_transactions(vec![txn]);
+        let ResponseKind::AddPartitionsToTxn(r) =
+            c.call(ApiKey::AddPartitionsToTxn, 4, RequestKind::AddPartitionsToTxn(req))
+        else {
+            panic!()
+        };
+        assert_eq!(r.error_code, 0);
+        r.results_by_transaction[0]
+            .topic_results
+            .iter()
+            .flat_map(|t| t.results_by_partition.iter().map(|p| (p.partition_index, p.partition_error_code)))
+            .collect()
+    };
+    const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+    const OPERATION_NOT_ATTEMPTED: i16 = 55;
+    const TRANSACTION_ABORTABLE: i16 = 120;
+    const PRODUCER_FENCED: i16 = 90;
+    assert_eq!(
+        v3(&mut c, &[("ap", &[0, 7])]),
+        [("ap".into(), 0, OPERATION_NOT_ATTEMPTED), ("ap".into(), 7, UNKNOWN_TOPIC_OR_PARTITION)]
+    );
+    assert_eq!(verify(&mut c, p.1, &[("ap", &[0])]), [(0, TRANSACTION_ABORTABLE)], "nothing was added");
+    assert_eq!(v3(&mut c, &[("ap", &[0])]), [("ap".into(), 0, 0)]);
+    assert_eq!(verify(&mut c, p.1, &[("ap", &[0, 1])]), [(0, 0), (1, TRANSACTION_ABORTABLE)]);
+    assert_eq!(verify(&mut c, p.1, &[("ap", &[1])]), [(1, TRANSACTION_ABORTABLE)], "verify_only adds nothing");
+    assert_eq!(verify(&mut c, p.1 + 1, &[("ap", &[0])]), [(0, PRODUCER_FENCED)]);
+    drop(c);
+    broker.shutdown().unwrap();
+}

@@ -1073,32 +1073,7 @@ impl GroupCoordinator {
             }
             changes.wakes.note(st, group_id, before);
             let expire = (retention_time_ms >= 0).then(|| now.saturating_add(retention_time_ms));
-            let mut codes = Vec::with_capacity(entries.len());
-            let mut records = Vec::new();
-            let mut accepted = Vec::new();
-            for (topic, partition, offset, leader_epoch, metadata, commit_ts) in entries {
-                let metadata = metadata.clone().unwrap_or_default();
-                if metadata.len() > self.config.offset_metadata_max_bytes {
-                    codes.push(errors::OFFSET_METADATA_TOO_LARGE);
-                    continue;
-                }
-                let committed = CommittedOffset {
-                    offset: *offset,
-                    leader_epoch: *leader_epoch,
-                    metadata,
-                    commit_timestamp: if *commit_ts < 0 { now } else { *commit_ts },
-                    expire_timestamp: expire,
-                    record_offset: -1,
-                };
-                match offset_record(group_id, topic, *partition, &committed) {
-                    Ok(r) => {
-                        records.push(r);
-                        accepted.push(((topic.clone(), *partition), committed));
-                        codes.push(errors::NONE);
-                    }
-                    Err(_) => codes.push(errors::INVALID_REQUEST),
-                }
-            }
+            let (codes, records, accepted) = self.offset_records(group_id, entries, now, expire);
             if !records.is_empty() {
                 let answers = st.groups.get(group_id).map(Group::answers_made);
                 changes.write(group_id, answers, records, Effect::Commit(accepted));
@@ -1161,32 +1136,7 @@ impl GroupCoordinator {
             if let Err(code) = group.validate_txn_offset_commit(member) {
                 return all(code);
             }
-            let mut codes = Vec::with_capacity(entries.len());
-            let mut records = Vec::new();
-            let mut accepted = Vec::new();
-            for (topic, partition, offset, leader_epoch, metadata, commit_ts) in entries {
-                let metadata = metadata.clone().unwrap_or_default();
-                if metadata.len() > self.config.offset_metadata_max_bytes {
-                    codes.push(errors::OFFSET_METADATA_TOO_LARGE);
-                    continue;
-                }
-                let committed = CommittedOffset {
-                    offset: *offset,
-                    leader_epoch: *leader_epoch,
-                    metadata,
-                    commit_timestamp: if *commit_ts < 0 { now } else { *commit_ts },
-                    expire_timestamp: None,
-                    record_offset: -1,
-                };
-                match offset_record(group_id, topic, *partition, &committed) {
-                    Ok(r) => {
-                        records.push(r);
-                        accepted.push(((topic.clone(), *partition), committed));
-                        codes.push(errors::NONE);
-                    }
-                    Err(_) => codes.push(errors::INVALID_REQUEST),
-                }
-            }
+            let (codes, records, accepted) = self.offset_records(group_id, entries, now, None);
             if !records.is_empty() {
                 changes.writes.push(Write {
                     group_id: group_id.to_string(),
@@ -1203,6 +1153,48 @@ impl GroupCoordinator {
             _ => codes,
         };
         self.write_op(storage, self.shard(group_id), now, compute, finish)
+    }
+
+    /// The records of an OffsetCommit / TxnOffsetCommit's `entries` for `group_id`: the error
+    /// of each entry in order (`OFFSET_METADATA_TOO_LARGE` past `offset.metadata.max.bytes`,
+    /// `INVALID_REQUEST` for an unencodable record, else `NONE`), the records to append, and the
+    /// accepted offsets with their partitions (committed at `now` unless the entry has its own
+    /// timestamp, expiring at `expire`).
+    #[allow(clippy::type_complexity)]
+    fn offset_records(
+        &self,
+        group_id: &str,
+        entries: &[OffsetCommitEntry],
+        now: i64,
+        expire: Option<i64>,
+    ) -> (Vec<i16>, Vec<(Vec<u8>, Option<Vec<u8>>)>, Vec<((String, i32), CommittedOffset)>) {
+        let mut codes = Vec::with_capacity(entries.len());
+        let mut records = Vec::new();
+        let mut accepted = Vec::new();
+        for (topic, partition, offset, leader_epoch, metadata, commit_ts) in entries {
+            let metadata = metadata.clone().unwrap_or_default();
+            if metadata.len() > self.config.offset_metadata_max_bytes {
+                codes.push(errors::OFFSET_METADATA_TOO_LARGE);
+                continue;
+            }
+            let committed = CommittedOffset {
+                offset: *offset,
+                leader_epoch: *leader_epoch,
+                metadata,
+                commit_timestamp: if *commit_ts < 0 { now } else { *commit_ts },
+                expire_timestamp: expire,
+                record_offset: -1,
+            };
+            match offset_record(group_id, topic, *partition, &committed) {
+                Ok(r) => {
+                    records.push(r);
+                    accepted.push(((topic.clone(), *partition), committed));
+                    codes.push(errors::NONE);
+                }
+                Err(_) => codes.push(errors::INVALID_REQUEST),
+            }
+        }
+        (codes, records, accepted)
     }
 
     /// Completes the transactional offset commits of `producer_id` in the groups of

@@ -95,8 +95,8 @@ pub(crate) fn init_producer_id(
 
 /// The partitions of `topics` that exist here, and an answer for each partition (Kafka's
 /// `handleAddPartitionsToTxnRequest`): when one does not exist it is
-/// `UNKNOWN_TOPIC_OR_PARTITION` and every other one `OPERATION_NOT_ATTEMPTED` (`None` is
-/// returned then: nothing is added).
+/// `UNKNOWN_TOPIC_OR_PARTITION` and every other one `OPERATION_NOT_ATTEMPTED` (the `Err`
+/// answers: nothing is added).
 fn known_partitions(
     shared: &Shared,
     topics: &[AddPartitionsToTxnTopic],
@@ -106,28 +106,20 @@ fn known_partitions(
     if all_known {
         return Ok(topics.iter().flat_map(|t| t.partitions.iter().map(|&p| (t.name.0.to_string(), p))).collect());
     }
-    Err(topics
-        .iter()
-        .map(|t| {
-            let results = t
-                .partitions
-                .iter()
-                .map(|&p| {
-                    let code = if exists(t.name.0.as_str(), p) {
-                        errors::OPERATION_NOT_ATTEMPTED
-                    } else {
-                        errors::UNKNOWN_TOPIC_OR_PARTITION
-                    };
-                    AddPartitionsToTxnPartitionResult::default().with_partition_index(p).with_partition_error_code(code)
-                })
-                .collect();
-            AddPartitionsToTxnTopicResult::default().with_name(t.name.clone()).with_results_by_partition(results)
-        })
-        .collect())
+    Err(answer_each(topics, |name, p| {
+        if exists(name, p) {
+            errors::OPERATION_NOT_ATTEMPTED
+        } else {
+            errors::UNKNOWN_TOPIC_OR_PARTITION
+        }
+    }))
 }
 
-/// Every partition of `topics` answered `code`.
-fn all_partitions(topics: &[AddPartitionsToTxnTopic], code: i16) -> Vec<AddPartitionsToTxnTopicResult> {
+/// Each partition of `topics` answered `code_of(topic, partition)`, in the request's order.
+fn answer_each(
+    topics: &[AddPartitionsToTxnTopic],
+    code_of: impl Fn(&str, i32) -> i16,
+) -> Vec<AddPartitionsToTxnTopicResult> {
     topics
         .iter()
         .map(|t| {
@@ -135,12 +127,19 @@ fn all_partitions(topics: &[AddPartitionsToTxnTopic], code: i16) -> Vec<AddParti
                 .partitions
                 .iter()
                 .map(|&p| {
-                    AddPartitionsToTxnPartitionResult::default().with_partition_index(p).with_partition_error_code(code)
+                    AddPartitionsToTxnPartitionResult::default()
+                        .with_partition_index(p)
+                        .with_partition_error_code(code_of(t.name.0.as_str(), p))
                 })
                 .collect();
             AddPartitionsToTxnTopicResult::default().with_name(t.name.clone()).with_results_by_partition(results)
         })
         .collect()
+}
+
+/// Every partition of `topics` answered `code`.
+fn all_partitions(topics: &[AddPartitionsToTxnTopic], code: i16) -> Vec<AddPartitionsToTxnTopicResult> {
+    answer_each(topics, |_, _| code)
 }
 
 /// One transaction of AddPartitionsToTxn: added (or, `verify_only`, checked), answered per
@@ -165,23 +164,7 @@ fn add_partitions_one(
                 let code_of = |name: &str, p: i32| {
                     codes.iter().find(|((t, q), _)| t == name && *q == p).map_or(errors::NONE, |(_, c)| *c)
                 };
-                topics
-                    .iter()
-                    .map(|t| {
-                        let results = t
-                            .partitions
-                            .iter()
-                            .map(|&p| {
-                                AddPartitionsToTxnPartitionResult::default()
-                                    .with_partition_index(p)
-                                    .with_partition_error_code(code_of(t.name.0.as_str(), p))
-                            })
-                            .collect();
-                        AddPartitionsToTxnTopicResult::default()
-                            .with_name(t.name.clone())
-                            .with_results_by_partition(results)
-                    })
-                    .collect()
+                answer_each(topics, code_of)
             }
             Err(e) => all_partitions(topics, e.code_for(TxnApi::AddPartitionsToTxn, version)),
         };
