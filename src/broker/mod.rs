@@ -188,14 +188,16 @@
 //! reset by [`BrokerHandle::take_fetch_latency`].
 //!
 //! Not here: fetch sessions (KIP-227: every Fetch is a full fetch, see [`handler::fetch`]),
-//! producing transactions (InitProducerId serves idempotent producers only; [`txn_coordinator`]
-//! holds the transaction coordinator's state machine, not yet wired; a log holding transactions
-//! is served with read_committed, the last stable offset and aborted transactions), the KIP-848 consumer group
-//! protocol, replication, and any listener but PLAINTEXT.
+//! KIP-890 part 2 transactions (`transaction.version` 2; [`txn_coordinator`] serves the
+//! KIP-98 protocol, AddPartitionsToTxn / EndTxn / TxnOffsetCommit up to v4), the KIP-848 consumer
+//! group protocol, replication, and any listener but PLAINTEXT.
 //!
 //! Tested with real clients: kcat (librdkafka 2.0.2) lists, produces (uncompressed, gzip, snappy, lz4,
 //! zstd) and consumes over every read path (`tests/it/kcat.rs`); kcat, confluent-kafka and
-//! kafka-python consume in groups (`tests/it/group_clients.rs`).
+//! kafka-python consume in groups (`tests/it/group_clients.rs`); confluent-kafka and kafka-python
+//! run transactions (commit, abort, fencing, `send_offsets_to_transaction`, a SIGKILL of the
+//! broker mid-transaction) read back with read_committed by them and by kcat
+//! (`tests/it/txn_clients.rs`).
 
 pub(crate) mod config;
 pub(crate) mod conn_handle;

@@ -16,8 +16,8 @@
 //! [`consumer_protocol`] is the consumer protocol's Subscription and Assignment (on
 //! `kafka-protocol`'s messages), [`consumer_offsets`] the `__consumer_offsets` record schemas
 //! (written and replayed by the broker's group coordinator, read by the admin client and by
-//! `log dump`), [`transaction_state`] the `__transaction_state` record schemas (for the broker's
-//! transaction coordinator; not yet written by the broker). [`primitives`] is the
+//! `log dump`), [`transaction_state`] the `__transaction_state` record schemas (written and replayed
+//! by the broker's transaction coordinator). [`primitives`] is the
 //! crate's one codec of Kafka's primitives (lengths, varints, strings) for what `kafka-protocol`
 //! does not do: those records, the sticky assignor's user data, and [`fetch_response`], the Fetch
 //! response framed by hand so that record bytes stay in their files.
