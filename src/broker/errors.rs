@@ -64,6 +64,9 @@ pub const INVALID_TXN_STATE: i16 = 48;
 /// `TRANSACTION_COORDINATOR_FENCED`: a transaction marker from a coordinator epoch older than
 /// the one the partition last saw for its producer (Kafka's `TransactionCoordinatorFencedException`).
 pub const TRANSACTION_COORDINATOR_FENCED: i16 = 52;
+/// `TOPIC_AUTHORIZATION_FAILED`: AddPartitionsToTxn of an internal topic (a client's transaction
+/// may not hold the coordinators' topics).
+pub const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
 /// `OPERATION_NOT_ATTEMPTED`: AddPartitionsToTxn did not add this partition because another of
 /// the request's partitions was refused.
 pub const OPERATION_NOT_ATTEMPTED: i16 = 55;

@@ -48,6 +48,12 @@ pub(crate) fn exists(logs: &LogManager, topic: &str) -> bool {
     logs.topic_exists(topic)
 }
 
+/// The coordinators' topics, written only by the broker: a Produce to one is
+/// `INVALID_TOPIC_EXCEPTION` and AddPartitionsToTxn of one `TOPIC_AUTHORIZATION_FAILED`, as Kafka
+/// answers for its internal topics (`Topic.isInternal`).
+pub(crate) const INTERNAL_TOPICS: [&str; 2] =
+    [crate::protocol::consumer_offsets::OFFSETS_TOPIC, crate::protocol::transaction_state::TRANSACTION_STATE_TOPIC];
+
 /// The partition indexes of `topic`, ascending (empty when it does not exist).
 pub(crate) fn partitions(logs: &LogManager, topic: &str) -> Vec<i32> {
     logs.partition_numbers(topic)

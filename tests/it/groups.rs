@@ -1057,3 +1057,54 @@ fn add_partitions_to_txn_adds_refuses_and_verifies() {
     drop(c);
     broker.shutdown().unwrap();
 }
+
+/// The coordinators' topics are the broker's: a Produce to `__consumer_offsets` or
+/// `__transaction_state` is INVALID_TOPIC_EXCEPTION and writes nothing (a forged offset commit or
+/// a tombstone of a transactional id's state would otherwise be replayed at the next start), and
+/// AddPartitionsToTxn of one is TOPIC_AUTHORIZATION_FAILED (the others OPERATION_NOT_ATTEMPTED),
+/// as Kafka answers for its internal topics.
+#[test]
+fn clients_cannot_write_the_coordinators_topics() {
+    use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    let tmp = tempfile::tempdir().unwrap();
+    let broker = start_in(&tmp.path().join("logs"));
+    broker.test_support().create_topic("plain", 1).unwrap();
+    let mut c = Client::connect(broker.local_addr());
+    // Both topics exist: a group commit creates one, a transactional id the other.
+    let p = txn_init(&mut c, "tx-int");
+    assert_eq!(add_offsets(&mut c, "tx-int", p, "g-int"), 0);
+    assert_eq!(txn_commit(&mut c, 3, "tx-int", "g-int", p, &[(0, 1)]), [0]);
+    for topic in ["__consumer_offsets", "__transaction_state"] {
+        let before = broker.test_support().log_end_offset(topic, 0);
+        assert!(before.is_some(), "{topic} exists");
+        let mut b = fetchbench::log::batch::BatchBuilder::new(0, fetchbench::log::batch::Compression::None);
+        b.append(0, Some(b"forged"), None, &[]);
+        let req = ProduceRequest::default().with_acks(-1).with_timeout_ms(5000).with_topic_data(vec![
+            TopicProduceData::default().with_name(name(topic)).with_partition_data(vec![
+                PartitionProduceData::default().with_index(0).with_records(Some(b.build().unwrap().into())),
+            ]),
+        ]);
+        let ResponseKind::Produce(r) = c.call(ApiKey::Produce, 9, RequestKind::Produce(req)) else { panic!() };
+        assert_eq!(r.responses[0].partition_responses[0].error_code, 17, "{topic}: INVALID_TOPIC_EXCEPTION");
+        assert_eq!(broker.test_support().log_end_offset(topic, 0), before, "{topic}: nothing written");
+    }
+    let req = AddPartitionsToTxnRequest::default()
+        .with_v3_and_below_transactional_id(TransactionalId(s("tx-int")))
+        .with_v3_and_below_producer_id(ProducerId(p.0))
+        .with_v3_and_below_producer_epoch(p.1)
+        .with_v3_and_below_topics(vec![
+            AddPartitionsToTxnTopic::default().with_name(name("__consumer_offsets")).with_partitions(vec![0]),
+            AddPartitionsToTxnTopic::default().with_name(name("plain")).with_partitions(vec![0]),
+        ]);
+    let ResponseKind::AddPartitionsToTxn(r) =
+        c.call(ApiKey::AddPartitionsToTxn, 3, RequestKind::AddPartitionsToTxn(req))
+    else {
+        panic!()
+    };
+    let codes: Vec<i16> =
+        r.results_by_topic_v3_and_below.iter().map(|t| t.results_by_partition[0].partition_error_code).collect();
+    assert_eq!(codes, [29, 55], "TOPIC_AUTHORIZATION_FAILED, OPERATION_NOT_ATTEMPTED");
+    drop(c);
+    broker.shutdown().unwrap();
+}

@@ -374,6 +374,12 @@ pub(crate) fn txn_offset_commit(
     // which producers retry on TxnOffsetCommit (Kafka's `TxnOffsetCommitHandler`).
     // An empty group id is the group coordinator's INVALID_GROUP_ID first (Kafka validates the
     // group before the verification).
+    // Held from the verification to the append (see `TxnCoordinator::append_lock`).
+    let _txn_appends = shared
+        .txn_coordinator()
+        .append_lock(request.transactional_id.as_str())
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let offsets_partition = shared.coordinator().partition_for(&request.group_id);
     let verified = if request.group_id.is_empty() {
         Ok(())

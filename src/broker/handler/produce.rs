@@ -25,7 +25,11 @@
 //! `INVALID_TXN_STATE` for a partition not added); then
 //! [`Partition::append_validated_transactional`] opens the producer's transaction in the
 //! partition (the last stable offset stays at its first offset until the coordinator's marker).
-//! Control batches are refused (`INVALID_RECORD`: only the coordinator writes markers).
+//! Control batches are refused (`INVALID_RECORD`: only the coordinator writes markers). The
+//! request holds its transactional id's append lock from the verification to the append, so the
+//! transaction's markers never land between them (Kafka's KIP-890 verification guard closes the
+//! same window). The coordinators' topics (`__consumer_offsets`, `__transaction_state`) are
+//! never written by a Produce: `INVALID_TOPIC_EXCEPTION`, as Kafka answers.
 //!
 //! Idempotent produce (batches with a producer id, from InitProducerId): the log checks each
 //! producer's epoch and sequence before writing (`OUT_OF_ORDER_SEQUENCE_NUMBER`,
@@ -82,6 +86,11 @@ pub(crate) fn handle(shared: &Shared, request: &ProduceRequest, version: i16) ->
         if !(-1..=1).contains(&acks) { Some((errors::INVALID_REQUIRED_ACKS, "acks must be 0, 1 or -1")) } else { None };
     let now = now_ms();
     let logs = shared.logs();
+    // A transactional request holds its id's append lock from the verification to the append,
+    // so the transaction's markers cannot land in between (`TxnCoordinator::append_lock`).
+    let _txn_appends = request.transactional_id.as_ref().map(|id| {
+        shared.txn_coordinator().append_lock(id.0.as_str()).read().unwrap_or_else(std::sync::PoisonError::into_inner)
+    });
     // Phase 1, no lock held: resolve and validate every partition's records.
     let prepared: Vec<(String, Vec<Prepared>)> = request
         .topic_data
@@ -101,6 +110,14 @@ pub(crate) fn handle(shared: &Shared, request: &ProduceRequest, version: i16) ->
                     // retries until the broker is back, instead of failing the record for good.
                     let shutting_down = || (errors::NOT_LEADER_OR_FOLLOWER, "broker is shutting down".to_string());
                     let Some(logs) = logs else { return Err(shutting_down()) };
+                    // Kafka's `ReplicaManager.appendToLocalLog`: clients never write the
+                    // coordinators' topics.
+                    if crate::broker::topics::INTERNAL_TOPICS.contains(&name.as_str()) {
+                        return Err((
+                            errors::INVALID_TOPIC_EXCEPTION,
+                            format!("cannot append to internal topic {name}"),
+                        ));
+                    }
                     let Some(partition) = logs.partition(&name, data.index) else {
                         return Err(if logs.is_shut_down() {
                             shutting_down()

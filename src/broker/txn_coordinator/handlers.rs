@@ -95,13 +95,26 @@ pub(crate) fn init_producer_id(
 
 /// The partitions of `topics` that exist here, and an answer for each partition (Kafka's
 /// `handleAddPartitionsToTxnRequest`): when one does not exist it is
-/// `UNKNOWN_TOPIC_OR_PARTITION` and every other one `OPERATION_NOT_ATTEMPTED` (the `Err`
+/// `UNKNOWN_TOPIC_OR_PARTITION` and every other one `OPERATION_NOT_ATTEMPTED`; an internal topic
+/// (`__consumer_offsets`, `__transaction_state`) is `TOPIC_AUTHORIZATION_FAILED` (the `Err`
 /// answers: nothing is added).
 fn known_partitions(
     shared: &Shared,
     topics: &[AddPartitionsToTxnTopic],
 ) -> Result<BTreeSet<TopicPartition>, Vec<AddPartitionsToTxnTopicResult>> {
     let exists = |name: &str, p: i32| shared.logs().is_some_and(|logs| logs.partition(name, p).is_some());
+    // The coordinators' topics are not a client's to write (Kafka's
+    // `handleAddPartitionsToTxnRequest`: TOPIC_AUTHORIZATION_FAILED for an internal topic).
+    let internal = |name: &str| crate::broker::topics::INTERNAL_TOPICS.contains(&name);
+    if topics.iter().any(|t| internal(t.name.0.as_str())) {
+        return Err(answer_each(topics, |name, _| {
+            if internal(name) {
+                errors::TOPIC_AUTHORIZATION_FAILED
+            } else {
+                errors::OPERATION_NOT_ATTEMPTED
+            }
+        }));
+    }
     let all_known = topics.iter().all(|t| t.partitions.iter().all(|&p| exists(t.name.0.as_str(), p)));
     if all_known {
         return Ok(topics.iter().flat_map(|t| t.partitions.iter().map(|&p| (t.name.0.to_string(), p))).collect());

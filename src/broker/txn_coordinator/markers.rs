@@ -77,6 +77,13 @@ pub(crate) fn write_markers(shared: &Shared, mut markers: TxnMarkers) -> bool {
         // Shutting down: the replay at the next start writes them.
         return false;
     };
+    // No transactional Produce / TxnOffsetCommit of this id between its verification and its
+    // append while the markers are written (see `TxnCoordinator::append_lock`).
+    let _appends = shared
+        .txn_coordinator()
+        .append_lock(&markers.transactional_id)
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let partitions = std::mem::take(&mut markers.partitions);
     let mut left = std::collections::BTreeSet::new();
     for tp in partitions {
@@ -326,6 +333,44 @@ mod tests {
         // The producer's epoch was bumped by the abort: its EndTxn is fenced.
         let fenced = m.end_txn(&st, "slow", p.producer_id, p.epoch, TxnResult::Commit, now_ms()).unwrap_err();
         assert_eq!(fenced.code(), errors::PRODUCER_FENCED);
+        shared.log_manager().shutdown().unwrap();
+    }
+
+    /// The append lock: while a transactional Produce of the id holds it (between its
+    /// verification and its append), the transaction's markers wait; they are written once it
+    /// is released, so a verified batch is never appended after the marker that ends its
+    /// transaction.
+    #[test]
+    fn markers_wait_for_a_verified_append_of_their_id() {
+        let dir = tempfile::tempdir().unwrap();
+        let tp: BTreeSet<_> = [("a".to_string(), 0)].into();
+        let shared = shared_on(dir.path(), &[]);
+        assert!(run_until(&shared, || true));
+        let logs = shared.logs().unwrap();
+        topics::create(&logs.lock_topic_creation(), "a", 1, None).unwrap();
+        let a0 = logs.partition("a", 0).unwrap();
+        let m = shared.txn_coordinator().manager();
+        let st = storage(&shared);
+        let InitProducerIdAnswer::Ready(p) = m.init_producer_id(&st, "tx", 60_000, -1, -1, now_ms()).unwrap() else {
+            panic!()
+        };
+        m.add_partitions(&st, "tx", p.producer_id, p.epoch, &tp, now_ms()).unwrap();
+        a0.append_transactional(&txn_batch(p.producer_id, p.epoch, 0), now_ms()).unwrap();
+        // A second batch verified, its append not done yet: it holds the id's lock.
+        let verified = shared.txn_coordinator().append_lock("tx").read().unwrap();
+        let markers = m.end_txn(&st, "tx", p.producer_id, p.epoch, TxnResult::Commit, now_ms()).unwrap().markers;
+        let writer = {
+            let shared = Arc::clone(&shared);
+            std::thread::spawn(move || write_markers(&shared, markers.unwrap()))
+        };
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(a0.log_end_offset(), 1, "no marker while the verified append is in flight");
+        a0.append_transactional(&txn_batch(p.producer_id, p.epoch, 1), now_ms()).unwrap();
+        drop(verified);
+        assert!(writer.join().unwrap());
+        assert_eq!((a0.log_end_offset(), a0.last_stable_offset()), (3, 3), "data, data, COMMIT");
+        let (_, aborted) = a0.read_committed(0, 1 << 20, true).unwrap();
+        assert!(aborted.is_empty());
         shared.log_manager().shutdown().unwrap();
     }
 }

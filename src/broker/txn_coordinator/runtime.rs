@@ -7,9 +7,12 @@
 //! ## Locks
 //!
 //! The manager's shard locks (see [`state_manager`](super::state_manager)); the retry queue and
-//! the thread's mutex are leaves.
+//! the thread's mutex are leaves. An append lock ([`TxnCoordinator::append_lock`]) comes before
+//! every other lock: a transactional Produce / TxnOffsetCommit (read) then the partition's or the
+//! group coordinator's locks; the marker writer (write) then the partitions' locks, then the
+//! group coordinator's.
 
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
 use super::decisions::TxnError;
@@ -25,6 +28,8 @@ pub(crate) struct TxnCoordinator {
     manager: TransactionStateManager,
     /// Markers not written yet (a partition's append failed): the coordinator thread retries.
     pub(super) retry: Mutex<Vec<TxnMarkers>>,
+    /// [`Self::append_lock`]'s stripes.
+    append_locks: Vec<RwLock<()>>,
     /// Set by [`Self::shutdown`]; the coordinator thread's wait is on [`Self::wakeup`].
     stopping: Mutex<bool>,
     wakeup: Condvar,
@@ -37,6 +42,9 @@ impl std::fmt::Debug for TxnCoordinator {
         f.debug_struct("TxnCoordinator").field("manager", &self.manager).finish_non_exhaustive()
     }
 }
+
+/// How many append locks the transactional ids share ([`TxnCoordinator::append_lock`]).
+pub(crate) const APPEND_LOCK_STRIPES: usize = 256;
 
 pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -75,6 +83,7 @@ impl TxnCoordinator {
         TxnCoordinator {
             manager: TransactionStateManager::new(state, generate),
             retry: Mutex::new(Vec::new()),
+            append_locks: (0..APPEND_LOCK_STRIPES).map(|_| RwLock::new(())).collect(),
             stopping: Mutex::new(false),
             wakeup: Condvar::new(),
             abort_interval: millis(config.transaction_abort_timed_out_transaction_cleanup_interval_ms),
@@ -85,6 +94,21 @@ impl TxnCoordinator {
     /// The transactional ids' state.
     pub(crate) fn manager(&self) -> &TransactionStateManager {
         &self.manager
+    }
+
+    /// The append lock of `transactional_id` (one of [`APPEND_LOCK_STRIPES`], by the id's hash):
+    /// a transactional Produce or TxnOffsetCommit holds it for reading from its verification to
+    /// its append, the marker writer for writing while it writes the transaction's markers. So a
+    /// batch verified while the transaction was ongoing is in the log before the marker that
+    /// ends it, never after (where it would open a transaction no coordinator knows of, and hold
+    /// the partition's last stable offset for ever). Kafka closes the same window with KIP-890's
+    /// `VerificationGuard` in the partition's producer state. Taken before any log or group
+    /// coordinator lock, never with a shard lock held.
+    pub(crate) fn append_lock(&self, transactional_id: &str) -> &RwLock<()> {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        transactional_id.hash(&mut h);
+        &self.append_locks[(h.finish() % APPEND_LOCK_STRIPES as u64) as usize]
     }
 
     /// Ends the coordinator thread's loop (it returns at its next wake, at once).
