@@ -175,7 +175,7 @@ pub(crate) fn mixed(t: &Target<'_>, dir: Option<&Path>) -> anyhow::Result<(PathR
         read_path: t.read_path.clone(),
         remote: Mutex::new((None, None, Vec::new())),
     };
-    let drained = catch_up_with(&tail::retarget(t, t.backlog, prefix), &hooks);
+    let drained = catch_up_with(&tail::retarget(t, t.backlog, prefix), &hooks, None);
     let marks = *hooks.marks.lock().expect("not poisoned");
     let (drain, mut notes) = match drained {
         Ok(d) => d,

@@ -29,7 +29,8 @@
 //! | `transaction_records` | the generated backlog is written in transactions (KIP-98) of this many records per partition, each ended by a COMMIT or ABORT marker, so a `read_committed` consumer's Fetches carry aborted transactions (see [`super::backlog`]); `0` = no transactions; not with `log_dir` | records | `0` |
 //! | `aborted_transactions` | the share of those transactions aborted, from 0 to 1, spread evenly over each partition (`0.1`: the 10th, 20th, ... of each partition); needs `transaction_records` | fraction | `0` |
 //! | `warmup` | run time before measuring starts | seconds, or a duration string | `"2s"` |
-//! | `duration` | measured time of the tail phase (the catch-up phase ends at the backlog's end) | seconds, or a duration string | `"10s"` |
+//! | `duration` | measured time of the tail phase | seconds, or a duration string | `"10s"` |
+//! | `catch_up_duration` | measured time of the catch-up phase: the groups read the backlog from the log start and, at a partition's end, from its start again, for this long (see [`super::catch_up`]); `0` = one drain of the backlog, timed to its end (what a page cache `cold` run always does: a second pass would read pages the first one cached) | seconds, or a duration string | `"5s"` |
 //! | `read_paths` | read paths compared in the run, each one measured in turn (see [`ReadPathKind::name`]) | list | `["copy", "mmap", "sendfile", "uring-splice"]` |
 //! | `server_models` | server models compared in the run (`threaded`, `uring`: see [`ServerModel`]): every read path is measured under every model, model by model; a combination that cannot run here (the model's probe, [`ServerModel::supports`], the path's probe, or the broker refusing to start with the model) is skipped with a note, never swapped; `--server-model` wins over it | list | `["threaded"]` |
 //! | `page_cache` | `hot` (the backlog is in the page cache) or `cold` (dropped before each path) | | `"hot"` |
@@ -129,7 +130,7 @@ pub enum WorkloadError {
 }
 
 /// The top-level keys, in the documented order (also the order sweep axes vary in).
-pub const KEYS: [&str; 27] = [
+pub const KEYS: [&str; 28] = [
     "name",
     "topics",
     "partitions",
@@ -148,6 +149,7 @@ pub const KEYS: [&str; 27] = [
     "aborted_transactions",
     "warmup",
     "duration",
+    "catch_up_duration",
     "read_paths",
     "server_models",
     "page_cache",
@@ -357,6 +359,8 @@ pub struct Workload {
     pub warmup: Duration,
     /// `duration` (whole milliseconds).
     pub duration: Duration,
+    /// `catch_up_duration` (whole milliseconds); zero: one drain of the backlog.
+    pub catch_up_duration: Duration,
     /// `read_paths`, in order.
     pub read_paths: Vec<ReadPathKind>,
     /// `server_models`, in order: the broker's front ends every read path is measured under.
@@ -401,6 +405,7 @@ impl Default for Workload {
             aborted_transactions: 0.0,
             warmup: Duration::from_secs(2),
             duration: Duration::from_secs(10),
+            catch_up_duration: Duration::from_secs(5),
             read_paths: vec![ReadPathKind::Copy, ReadPathKind::Mmap, ReadPathKind::Sendfile, ReadPathKind::UringSplice],
             server_models: vec![ServerModel::Threaded],
             page_cache: PageCache::Hot,
@@ -561,6 +566,7 @@ impl Workload {
             }
             "warmup" => self.warmup = duration(key, v, false)?,
             "duration" => self.duration = duration(key, v, true)?,
+            "catch_up_duration" => self.catch_up_duration = duration(key, v, false)?,
             "read_paths" => {
                 let names: Vec<&str> = ReadPathKind::ALL.iter().map(|k| k.name()).collect();
                 let expected = format!("a non-empty list of distinct read paths from {}", names.join(", "));
@@ -919,6 +925,7 @@ impl Workload {
         t.insert("aborted_transactions".into(), Value::Float(self.aborted_transactions));
         t.insert("warmup".into(), s(&duration_string(self.warmup)));
         t.insert("duration".into(), s(&duration_string(self.duration)));
+        t.insert("catch_up_duration".into(), s(&duration_string(self.catch_up_duration)));
         t.insert("read_paths".into(), Value::Array(self.read_paths.iter().map(|k| s(k.name())).collect()));
         t.insert("server_models".into(), Value::Array(self.server_models.iter().map(|m| s(m.name())).collect()));
         t.insert(

@@ -18,6 +18,7 @@ fn a_parked_warmup_fetch_does_not_leak_into_the_drain() {
         dir.path(),
         r#"
 name = "warm-leak"
+catch_up_duration = 0
 partitions = 2
 record_size = "1KiB"
 backlog = "2MiB"
@@ -51,6 +52,7 @@ fn ten_drains_with_a_short_max_wait_all_finish() {
         dir.path(),
         r#"
 name = "end-of-drain"
+catch_up_duration = 0
 partitions = 8
 record_size = "1KiB"
 backlog = "16MiB"
@@ -87,6 +89,7 @@ fn a_rebalance_during_the_warmup_does_not_abort_the_run() {
         dir.path(),
         r#"
 name = "warm-rebalance"
+catch_up_duration = 0
 partitions = 4
 record_size = "1KiB"
 backlog = "16MiB"

@@ -22,6 +22,7 @@ fn kcat_consumers_catch_up_and_tail() {
         &workload,
         r#"
 name = "kcat-tiny"
+catch_up_duration = 0
 client = "librdkafka"
 partitions = 2
 record_size = "1KiB"
@@ -72,6 +73,7 @@ fn a_second_read_path_counts_only_the_backlog() {
         &workload,
         r#"
 name = "kcat-two-paths"
+catch_up_duration = 0
 client = "librdkafka"
 partitions = 2
 record_size = "1KiB"

@@ -43,6 +43,7 @@ fn producer_config_shapes_the_batches_in_the_log() {
         dir.path(),
         r#"
 name = "batches"
+catch_up_duration = 0
 partitions = 1
 record_size = 512
 consumers_per_group = 1
@@ -86,6 +87,7 @@ fn a_mixed_phase_drains_the_backlog_while_producing() {
         dir.path(),
         r#"
 name = "mixed"
+catch_up_duration = 0
 partitions = 2
 record_size = "1KiB"
 backlog = "8MiB"

@@ -71,6 +71,7 @@ fn tiny_workload_catch_up_and_tail_writes_json_csv_and_svg() {
         dir.path(),
         r#"
 name = "tiny"
+catch_up_duration = 0
 partitions = 2
 record_size = "1KiB"
 backlog = "4MiB"
@@ -123,6 +124,48 @@ read_paths = ["copy", "sendfile"]
     assert_eq!(csv.lines().count(), 5, "{csv}");
 }
 
+/// Issue 29: the catch-up measured by time. With `catch_up_duration = "2s"` over a 4 MiB
+/// backlog the groups read every partition again and again (staggered starts, back to the log
+/// start at the end) for exactly the window; each pass is checked exact (a gap or a duplicate
+/// fails the run), the records counted are those of polls inside the window (more than one
+/// read of the backlog), and the bytes are their record-batch bytes.
+#[test]
+fn a_windowed_catch_up_reads_the_backlog_again_for_the_whole_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let workload = write_workload(
+        dir.path(),
+        r#"
+name = "window"
+catch_up_duration = "2s"
+partitions = 3
+record_size = "1KiB"
+backlog = "4MiB"
+consumers_per_group = 2
+warmup = "300ms"
+phases = ["catch_up"]
+read_paths = ["copy", "sendfile"]
+"#,
+    );
+    let results_dir = dir.path().join("results");
+    let out =
+        fetchbench().args(["run", "--no-limits", "--results-dir"]).arg(&results_dir).arg(&workload).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let results = only_results(&results_dir);
+    assert_eq!(results.workload().unwrap().catch_up_duration, Duration::from_secs(2));
+    assert_eq!(results.paths.len(), 2, "{:?}", results.paths);
+    for p in &results.paths {
+        assert!((p.seconds - 2.0).abs() < 1e-6, "the window is the clock: {p:?}");
+        assert!(p.records > 4096, "more than one read of the 4096 records in 2 s: {p:?}");
+        let per_record = p.bytes as f64 / p.records as f64;
+        assert!((1024.0..1200.0).contains(&per_record), "record-batch bytes per 1 KiB record: {p:?}");
+    }
+    assert!(
+        results.notes.iter().any(|n| n.contains("catch-up measured for 2.0 s") && n.contains("passes per partition")),
+        "{:?}",
+        results.notes
+    );
+}
+
 /// `--repeat 3` (over the workload's `repeat = 2`: the flag wins): every read path measured 3
 /// times in a rotated order over one backlog, each entry with its repetition; a summary per
 /// path whose 95% intervals hold their means, the means those of the entries; the summary CSV
@@ -134,6 +177,7 @@ fn repeats_give_rotated_entries_and_intervals_around_the_means() {
         dir.path(),
         r#"
 name = "repeats"
+catch_up_duration = 0
 partitions = 2
 record_size = "1KiB"
 backlog = "1MiB"
@@ -206,6 +250,7 @@ fn a_stalled_producer_shows_in_the_corrected_histogram_only() {
         dir.path(),
         r#"
 name = "stall"
+catch_up_duration = 0
 partitions = 2
 record_size = 100
 consumers_per_group = 1
@@ -240,6 +285,7 @@ fn a_sweep_runs_every_grid_point() {
         dir.path(),
         r#"
 name = "grid"
+catch_up_duration = 0
 partitions = [1, 2]
 record_size = ["512B", "1KiB"]
 backlog = "1MiB"
@@ -312,6 +358,7 @@ fn an_external_cluster_by_bootstrap() {
         dir.path(),
         r#"
 name = "external"
+catch_up_duration = 0
 partitions = 2
 backlog = "2MiB"
 consumers_per_group = 2
@@ -341,6 +388,7 @@ fn ctrl_c_writes_what_was_measured() {
         dir.path(),
         r#"
 name = "interrupted"
+catch_up_duration = 0
 partitions = 2
 backlog = "2MiB"
 consumers_per_group = 1
@@ -404,6 +452,7 @@ fn a_copy_of_a_real_kafka_log_dir_is_the_backlog() {
         dir.path(),
         r#"
 name = "real"
+catch_up_duration = 0
 consumers_per_group = 1
 rate = 500
 warmup = 0
@@ -474,6 +523,7 @@ fn tail_phase_uses_the_payload_file() {
         &format!(
             r#"
 name = "payload"
+catch_up_duration = 0
 partitions = 2
 record_size = 1024
 payload_file = "{}"
@@ -530,6 +580,7 @@ fn results_git_is_not_the_working_directorys_repository() {
         dir.path(),
         r#"
 name = "git"
+catch_up_duration = 0
 partitions = 1
 record_size = 64
 rate = 200
@@ -568,6 +619,7 @@ fn quiet_run_prints_nothing_on_success() {
         dir.path(),
         r#"
 name = "quiet"
+catch_up_duration = 0
 partitions = 2
 record_size = 256
 rate = 500
@@ -604,6 +656,7 @@ fn ctrl_c_in_tail_warmup_reports_no_cost_over_zero_bytes() {
         dir.path(),
         r#"
 name = "int"
+catch_up_duration = 0
 partitions = 1
 record_size = 256
 rate = 500
@@ -686,6 +739,7 @@ fn runs_in_the_same_second_do_not_overwrite_each_other() {
         dir.path(),
         r#"
 name = "same-second"
+catch_up_duration = 0
 partitions = 1
 record_size = 64
 backlog = "64KiB"
@@ -747,6 +801,7 @@ fn server_models_times_read_paths_in_one_run() {
         dir.path(),
         r#"
 name = "models"
+catch_up_duration = 0
 partitions = 2
 record_size = "1KiB"
 backlog = "1MiB"
@@ -838,6 +893,7 @@ fn read_committed_consumers_receive_the_committed_records_of_a_transactional_bac
     w.backlog_bytes = 2 << 20;
     w.transaction_records = 64;
     w.aborted_transactions = 0.25;
+    w.catch_up_duration = Duration::ZERO; // one drain: the counts below are one read of the backlog
     w.consumers_per_group = 2;
     w.warmup = Duration::from_millis(300);
     w.read_paths = vec![fetchbench::read_path::ReadPathKind::Copy, fetchbench::read_path::ReadPathKind::Sendfile];

@@ -38,6 +38,7 @@ fn start_model(kind: ReadPathKind, model: ServerModel) -> (tempfile::TempDir, Br
 
 const WORKLOAD: &str = r#"
 name = "remote"
+catch_up_duration = 0
 partitions = 2
 backlog = "2MiB"
 consumers_per_group = 2

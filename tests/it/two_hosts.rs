@@ -75,6 +75,7 @@ fn wait_output(child: Child, limit: Duration) -> Output {
 
 const TINY: &str = r#"
 name = "two-hosts"
+catch_up_duration = 0
 partitions = 2
 record_size = "1KiB"
 backlog = "4MiB"
