@@ -388,6 +388,19 @@ pub fn run_one(args: &RunArgs, w: &Workload, command: &[String]) -> anyhow::Resu
                 b
             }
         };
+        // A planted cost (scripts/gate-calibration.sh): from the environment only, and said.
+        let planted = match std::env::var(crate::broker::planted::ENV) {
+            Ok(v) => crate::broker::planted::parse_env_value(&v).map_err(|e| anyhow::anyhow!(e))?,
+            Err(_) => 0,
+        };
+        if planted > 0 {
+            notes.push(format!(
+                "PLANTED COST: the broker busy-spins {:.3} us per MiB of record bytes after each Fetch \
+                 response ({}): a calibration of a performance gate, not a measurement of a read path",
+                planted as f64 / 1e3,
+                crate::broker::planted::ENV
+            ));
+        }
         // Notes name the model only when the run compares models (module docs).
         let qualified = w.server_models.iter().any(|m| *m != ServerModel::Threaded);
         // `read path copy: skipped: ...` as ever in a run of `threaded` alone.
@@ -416,6 +429,7 @@ pub fn run_one(args: &RunArgs, w: &Workload, command: &[String]) -> anyhow::Resu
             let mut config = BrokerConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)), dir.path(), kind);
             config.server_model = model;
             config.group_initial_rebalance_delay_ms = 0;
+            config.planted_fetch_cost_ns_per_mib = planted;
             // The broker's threads inherit this thread's CPU mask.
             if let Some((b, _)) = &pinning {
                 pin_current_thread(b)?;

@@ -70,6 +70,11 @@ pub struct BrokerConfig {
     /// request and no response in flight for this long is closed, one stuck inside a frame too;
     /// `None` (a negative value) never closes one, as in Kafka.
     pub connections_max_idle_ms: Option<u64>,
+    /// Test-only, not a Kafka config and no `-X` key: a busy spin of this many nanoseconds per
+    /// MiB of record bytes after each Fetch response ([`crate::broker::planted`]), the known cost
+    /// a CI gate is calibrated against. 0 (the default): none. Set only by `fetchbench run` from
+    /// [`crate::broker::planted::ENV`].
+    pub planted_fetch_cost_ns_per_mib: u64,
     /// `group.initial.rebalance.delay.ms` (Kafka default 3000): how long the group coordinator
     /// waits for more members before the first rebalance of an empty group.
     pub group_initial_rebalance_delay_ms: i32,
@@ -196,6 +201,7 @@ impl BrokerConfig {
             num_io_threads: 8,
             queued_max_requests: 500,
             connections_max_idle_ms: Some(600_000),
+            planted_fetch_cost_ns_per_mib: 0,
             group_initial_rebalance_delay_ms: 3000,
             group_min_session_timeout_ms: 6000,
             group_max_session_timeout_ms: 1_800_000,

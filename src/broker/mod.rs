@@ -84,6 +84,8 @@
 //!   threads' read paths.
 //! - [`response`]: [`Response`](response::Response), what a handler answers, and the `encode` /
 //!   `fetch` framing helpers.
+//! - [`planted`]: a test-only busy spin per MiB after each Fetch response, under both models,
+//!   the known cost `scripts/gate-calibration.sh` calibrates the CI gate against.
 //! - [`write_deadline`]: [`WriteDeadlines`](write_deadline::WriteDeadlines), the bound on one
 //!   whole response write (a watchdog closes a connection whose write passed `SEND_TIMEOUT`).
 //! - [`purgatory`]: [`Purgatory`](purgatory::Purgatory), requests that wait holding no thread
@@ -214,6 +216,7 @@ pub(crate) mod metrics_endpoint;
 pub(crate) mod metrics_registry;
 pub(crate) mod network;
 pub(crate) mod node;
+pub mod planted;
 pub(crate) mod purgatory;
 pub(crate) mod request_handler;
 pub(crate) mod request_metrics;

@@ -309,7 +309,9 @@ fn write_response(shared: &Shared, conn: &Connection, response: Response) -> Res
             let path = path.as_mut().expect("created above");
             let written = frame.write_to(conn.fd(), path);
             // What the path moved, also of a write that failed part way.
-            shared.metrics().record_transfers(path.name(), &path.take_stats());
+            let stats = path.take_stats();
+            shared.metrics().record_transfers(path.name(), &stats);
+            crate::broker::planted::spin(shared.config.planted_fetch_cost_ns_per_mib, stats.bytes);
             written.map(|_| ()).map_err(|e| WriteEnd::Io(timed_out(e)))
         }),
     }

@@ -505,6 +505,7 @@ impl Core {
                 record_sets,
                 record_bytes,
             );
+            crate::broker::planted::spin(self.shared.config.planted_fetch_cost_ns_per_mib, record_bytes);
             if transfer.engine() == Engine::Splice && self.engine != Engine::Splice {
                 // A uring-splice transfer that outlived a switch: its pipe is not kept.
                 self.io.pipes.close_idle();
