@@ -8,10 +8,11 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail};
 use nix::sys::resource::UsageWho;
 
+use super::attribution::{Roles, Sampler};
 use super::backlog::Backlog;
 use super::histogram::LatencyRecorder;
 use super::remote::{MetricsEndpoint, RemoteWindow};
-use super::results::{CpuPerGb, EndToEnd, LatencyResult, PathResult};
+use super::results::{Attribution, CpuPerGb, EndToEnd, LatencyResult, PathResult};
 use super::usage::{pin_current_thread, residency, threads_usage, Usage};
 use super::workload::{PageCache, Phase, Workload};
 use crate::broker::server_model::ServerModel;
@@ -38,6 +39,9 @@ struct MemberReport {
 struct Shared {
     /// Records delivered for the first time (all groups); redeliveries are not counted.
     consumed: AtomicU64,
+    /// Bytes of those records (`bytes_per_record` each): the attribution sampler's counter.
+    delivered_bytes: Arc<AtomicU64>,
+    bytes_per_record: f64,
     target: u64,
     /// Under `read_committed`: the backlog's aborted transactions (see
     /// [`Backlog::aborted_ranges`]); a record in one is an error. Empty otherwise.
@@ -144,6 +148,8 @@ pub(crate) fn catch_up_with(t: &Target<'_>, hooks: &dyn DrainHooks) -> anyhow::R
     let partitions_total: usize = backlog.topics.iter().map(|(_, p)| *p as usize).sum();
     let shared = Arc::new(Shared {
         consumed: AtomicU64::new(0),
+        delivered_bytes: Arc::new(AtomicU64::new(0)),
+        bytes_per_record: backlog.disk_bytes as f64 / backlog.records_for(w).max(1) as f64,
         target: backlog.records_for(w) * groups as u64,
         aborted: if w.read_committed() { backlog.aborted_ranges.clone() } else { Default::default() },
         deliveries: (0..groups).map(|_| Mutex::new(GroupDeliveries::new(backlog.dense_offsets))).collect(),
@@ -233,6 +239,8 @@ pub(crate) fn catch_up_with(t: &Target<'_>, hooks: &dyn DrainHooks) -> anyhow::R
         let _ = b.take_fetch_latencies(); // the warmup's fetches are not measured
     }
     let heartbeats_start = threads_usage(&["heartbeat-"]);
+    let sampler =
+        Sampler::start(Roles::of(t.pin_clients.as_deref(), t.broker.is_some()), shared.delivered_bytes.clone());
     let start = Instant::now();
     if let Err(e) = shared.go.wait(&shared.failed) {
         return Err(join_error(threads, e));
@@ -264,6 +272,7 @@ pub(crate) fn catch_up_with(t: &Target<'_>, hooks: &dyn DrainHooks) -> anyhow::R
         // Counted as broker CPU: a coarse poll (the drain's end is stamped by the consumers).
         std::thread::sleep(Duration::from_millis(5));
     }
+    let sampled = sampler.finish();
     // Before the consumers close, as the embedded broker's fetch latencies above.
     let remote = remote.close(t.metrics, &t.read_path, &mut notes);
     // The consumers' heartbeat threads are clients too (taken before the consumers close).
@@ -363,6 +372,7 @@ pub(crate) fn catch_up_with(t: &Target<'_>, hooks: &dyn DrainHooks) -> anyhow::R
         end_to_end: LatencyRecorder::new(),
         rebalance_ms: Some(rebalance_ms),
         broker_rss_bytes,
+        attribution: Some(sampled.into_attribution(bytes)),
     }
     .result(t);
     Ok((result, notes))
@@ -515,6 +525,7 @@ fn drain(c: &mut Consumer, group: usize, generation: i32, polls: &mut Latency, s
                 }
             }
         }
+        sh.delivered_bytes.fetch_add((new as f64 * sh.bytes_per_record) as u64, Ordering::Relaxed);
         let before = sh.consumed.fetch_add(new, Ordering::SeqCst);
         if before < sh.target && before + new >= sh.target {
             *sh.done_at.lock().expect("not poisoned") = Some(Instant::now());
@@ -668,6 +679,9 @@ pub(crate) struct Measured {
     /// An external broker's RSS at the end, from its endpoint (`None`: the embedded broker's
     /// is read by [`Measured::result`], or not measured).
     pub broker_rss_bytes: Option<u64>,
+    /// What the attribution sampler saw over the interval (`bound_by` is decided by the run,
+    /// [`super::attribution::attribute`], once the limits are known); `None`: not sampled.
+    pub attribution: Option<Attribution>,
 }
 
 impl Measured {
@@ -710,6 +724,8 @@ impl Measured {
             rebalance_ms: self.rebalance_ms,
             ratio_to_limits: Vec::new(),
             loopback: None,
+            bound_by: None,
+            attribution: self.attribution.clone(),
         }
     }
 }
