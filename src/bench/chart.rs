@@ -1024,6 +1024,20 @@ fn draw_latency(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_client_bound_bar_is_marked_with_its_legend_line() {
+        let r = crate::bench::results::tests::example_attributed();
+        let svg = render_svg(&r).unwrap();
+        assert_eq!(
+            svg.matches("bound by the clients&apos;").count() + svg.matches("bound by the clients'").count(),
+            1,
+            "one legend line"
+        );
+        assert!(svg.contains(" !"), "the client-bound value is marked");
+        let plain = render_svg(&crate::bench::results::example(1.0)).unwrap();
+        assert!(!plain.contains("bound by the clients"), "no mark without a client-bound entry");
+    }
     use crate::bench::results::{example, example_repeated, example_with_uring, LatencyResult};
 
     fn empty_latency() -> LatencyResult {
