@@ -33,10 +33,11 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail};
 use nix::sys::resource::UsageWho;
 
+use super::attribution::{Roles, Sampler};
 use super::backlog::Backlog;
 use super::histogram::LatencyRecorder;
 use super::remote::{MetricsEndpoint, RemoteWindow};
-use super::results::{CpuPerGb, EndToEnd, LatencyResult, PathResult};
+use super::results::{Attribution, CpuPerGb, EndToEnd, LatencyResult, PathResult};
 use super::usage::{pin_current_thread, residency, threads_usage, Usage};
 use super::workload::{PageCache, Phase, Workload};
 use crate::broker::server_model::ServerModel;
@@ -88,8 +89,9 @@ struct Shared {
     /// Record-batch bytes per delivered record (the backlog's bytes over its records for the
     /// isolation level).
     bytes_per_record: f64,
-    /// Record-batch bytes of the records counted in `consumed`.
-    delivered_bytes: AtomicU64,
+    /// Record-batch bytes of the records counted in `consumed` (`bytes_per_record` each): also
+    /// the attribution sampler's counter.
+    delivered_bytes: Arc<AtomicU64>,
     /// Records delivered for the first time (all groups); redeliveries are not counted.
     consumed: AtomicU64,
     target: u64,
@@ -223,7 +225,7 @@ pub(crate) fn catch_up_with(
         },
         window_end: std::sync::OnceLock::new(),
         bytes_per_record: backlog.disk_bytes as f64 / records_per_group as f64,
-        delivered_bytes: AtomicU64::new(0),
+        delivered_bytes: Arc::new(AtomicU64::new(0)),
         consumed: AtomicU64::new(0),
         target: backlog.records_for(w) * groups as u64,
         aborted: if w.read_committed() { backlog.aborted_ranges.clone() } else { Default::default() },
@@ -319,6 +321,8 @@ pub(crate) fn catch_up_with(
         let _ = b.take_fetch_latencies(); // the warmup's fetches are not measured
     }
     let heartbeats_start = threads_usage(&["heartbeat-"]);
+    let sampler =
+        Sampler::start(Roles::of(t.pin_clients.as_deref(), t.broker.is_some()), shared.delivered_bytes.clone());
     let start = Instant::now();
     if let Some(window) = window {
         let _ = shared.window_end.set(start + window);
@@ -357,6 +361,7 @@ pub(crate) fn catch_up_with(
         // Counted as broker CPU: a coarse poll (the drain's end is stamped by the consumers).
         std::thread::sleep(Duration::from_millis(5));
     }
+    let sampled = sampler.finish();
     // Before the consumers close, as the embedded broker's fetch latencies above.
     let remote = remote.close(t.metrics, &t.read_path, &mut notes);
     // The consumers' heartbeat threads are clients too (taken before the consumers close).
@@ -477,6 +482,7 @@ pub(crate) fn catch_up_with(
         end_to_end: LatencyRecorder::new(),
         rebalance_ms: Some(rebalance_ms),
         broker_rss_bytes,
+        attribution: Some(sampled.into_attribution(bytes)),
     }
     .result(t);
     Ok((result, notes))
@@ -918,6 +924,9 @@ pub(crate) struct Measured {
     /// An external broker's RSS at the end, from its endpoint (`None`: the embedded broker's
     /// is read by [`Measured::result`], or not measured).
     pub broker_rss_bytes: Option<u64>,
+    /// What the attribution sampler saw over the interval (`bound_by` is decided by the run,
+    /// [`super::attribution::attribute`], once the limits are known); `None`: not sampled.
+    pub attribution: Option<Attribution>,
 }
 
 impl Measured {
@@ -960,6 +969,8 @@ impl Measured {
             rebalance_ms: self.rebalance_ms,
             ratio_to_limits: Vec::new(),
             loopback: None,
+            bound_by: None,
+            attribution: self.attribution.clone(),
         }
     }
 }

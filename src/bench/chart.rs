@@ -516,6 +516,9 @@ struct Bar {
     cpu_sys: f64,
     /// Their sum (`broker_cpu_s_per_gb`), with its interval.
     cpu: BarValue,
+    /// Some entry of the bar was bound by the clients' CPU ([`crate::bench::attribution`]):
+    /// its value is labelled `!` and the panel says what that means.
+    client_bound: bool,
 }
 
 impl Bar {
@@ -552,6 +555,7 @@ fn bars(results: &Results) -> Vec<Bar> {
                     series,
                     phase: phase.to_string(),
                     samples: 1,
+                    client_bound: p.bound_by == Some(crate::bench::results::BoundBy::ClientCpu),
                     mb_per_sec: BarValue::one(p.mb_per_sec),
                     cpu_user: user,
                     cpu_sys: sys,
@@ -576,6 +580,7 @@ fn bars(results: &Results) -> Vec<Bar> {
                     series,
                     phase: phase.to_string(),
                     samples: n,
+                    client_bound: entries.iter().any(|p| p.bound_by == Some(crate::bench::results::BoundBy::ClientCpu)),
                     mb_per_sec: BarValue::of(figure("mb_per_sec")),
                     cpu_user: BarValue::of(figure("broker_cpu_user_s_per_gb")).mean,
                     cpu_sys: BarValue::of(figure("broker_cpu_sys_s_per_gb")).mean,
@@ -680,10 +685,26 @@ fn draw_throughput(area: &DrawingArea<SVGBackend, Shift>, bars: &[Bar], colors: 
     }
     let label = ("sans-serif", 14).into_font().color(&BLACK).pos(Pos::new(HPos::Center, VPos::Bottom));
     chart
-        .draw_series(values.iter().enumerate().map(|(i, v)| {
-            Text::new(format_value(v.mean, Quantity::Throughput), (i as f64, v.top() / size), label.clone())
+        .draw_series(values.iter().zip(bars).enumerate().map(|(i, (v, b))| {
+            let mark = if b.client_bound { " !" } else { "" };
+            Text::new(
+                format!("{}{mark}", format_value(v.mean, Quantity::Throughput)),
+                (i as f64, v.top() / size),
+                label.clone(),
+            )
         }))
         .map_err(draw_err)?;
+    if bars.iter().any(|b| b.client_bound) {
+        // The legend line of the mark: a client-bound bar measures the consumers.
+        let note = ("sans-serif", 13).into_font().color(&RED).pos(Pos::new(HPos::Left, VPos::Top));
+        chart
+            .draw_series(std::iter::once(Text::new(
+                "! bound by the clients' CPU: measures the consumers, not the read path".to_string(),
+                (-0.45, top * 0.98),
+                note,
+            )))
+            .map_err(draw_err)?;
+    }
     if legend.is_some() {
         draw_legend(&mut chart, SeriesLabelPosition::UpperRight)?;
     }
@@ -1003,6 +1024,20 @@ fn draw_latency(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_client_bound_bar_is_marked_with_its_legend_line() {
+        let r = crate::bench::results::tests::example_attributed();
+        let svg = render_svg(&r).unwrap();
+        assert_eq!(
+            svg.matches("bound by the clients&apos;").count() + svg.matches("bound by the clients'").count(),
+            1,
+            "one legend line"
+        );
+        assert!(svg.contains(" !"), "the client-bound value is marked");
+        let plain = render_svg(&crate::bench::results::example(1.0)).unwrap();
+        assert!(!plain.contains("bound by the clients"), "no mark without a client-bound entry");
+    }
     use crate::bench::results::{example, example_repeated, example_with_uring, LatencyResult};
 
     fn empty_latency() -> LatencyResult {

@@ -728,7 +728,7 @@ mod tests {
         let e = load(&garbage).unwrap_err().to_string();
         assert!(
             e.contains(
-                "garbage.json: not a valid fetchbench-results v6 document: not JSON: expected ident at line 1 column 2"
+                "garbage.json: not a valid fetchbench-results v7 document: not JSON: expected ident at line 1 column 2"
             ),
             "{e}"
         );
@@ -928,7 +928,7 @@ mod tests {
         let text = e.to_string();
         assert!(text.contains("read-paths-v1.json: a fetchbench-read-paths v1 document"), "{text}");
         assert!(text.contains("re-run `fetchbench read-paths --json`"), "{text}");
-        assert!(text.contains("fetchbench-results v6"), "{text}");
+        assert!(text.contains("fetchbench-results v7"), "{text}");
     }
 
     /// `example(speed)` with its `sendfile` entries also run under `uring` as `uring-splice`,

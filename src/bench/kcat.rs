@@ -33,6 +33,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail};
 use nix::sys::resource::UsageWho;
 
+use super::attribution::{Roles, Sampler};
 use super::catch_up::{Measured, Target};
 use super::histogram::LatencyRecorder;
 use super::remote::RemoteWindow;
@@ -444,6 +445,8 @@ fn stderr_reader(
 struct Drain {
     /// Records read per group.
     consumed: Vec<AtomicU64>,
+    /// Records read (all groups): the attribution sampler's counter (scaled to bytes there).
+    records_read: Arc<AtomicU64>,
     /// Records per group to read.
     target: u64,
     /// Per group: the offset ranges delivered.
@@ -482,6 +485,7 @@ fn drain_reader(m: usize, group: usize, stdout: ChildStdout, d: &Drain) -> anyho
             bail!("kcat member {m}: an unexpected output line {line:?}");
         };
         runs.record(&d.delivered[group], topic, partition, offset)?;
+        d.records_read.fetch_add(1, Ordering::Relaxed);
         let n = d.consumed[group].fetch_add(1, Ordering::SeqCst) + 1;
         if n == d.target && d.groups_done.fetch_add(1, Ordering::SeqCst) + 1 == d.consumed.len() {
             *d.done_at.lock().expect("not poisoned") = Some(Instant::now());
@@ -543,6 +547,7 @@ pub(crate) fn catch_up(t: &Target<'_>) -> anyhow::Result<(PathResult, Vec<String
     let ms = Arc::new(Membership::new(groups, per_group, partitions_total));
     let d = Arc::new(Drain {
         consumed: (0..groups).map(|_| AtomicU64::new(0)).collect(),
+        records_read: Arc::new(AtomicU64::new(0)),
         target: backlog.records_for(w),
         delivered: (0..groups).map(|_| Mutex::new(HashMap::new())).collect(),
         boundary: AtomicBool::new(false),
@@ -552,6 +557,9 @@ pub(crate) fn catch_up(t: &Target<'_>) -> anyhow::Result<(PathResult, Vec<String
     });
     let mut remote = RemoteWindow::open(t.metrics);
     let proc_start = Usage::now(UsageWho::RUSAGE_SELF);
+    // From the spawn; started again at the warmup boundary, where the clock then starts.
+    let roles = Roles::of(t.pin_clients.as_deref(), t.broker.is_some());
+    let mut sampler = Sampler::start(roles.clone(), d.records_read.clone());
     let spawned = Instant::now();
     let mut procs = Vec::new();
     let mut readers = Vec::new();
@@ -649,6 +657,7 @@ pub(crate) fn catch_up(t: &Target<'_>) -> anyhow::Result<(PathResult, Vec<String
                 Some(c) => {
                     let children = c.into_iter().fold(Usage::default(), Usage::plus);
                     remote = RemoteWindow::open(t.metrics);
+                    sampler = Sampler::start(roles.clone(), d.records_read.clone());
                     boundary = Some((Instant::now(), Usage::now(UsageWho::RUSAGE_SELF), consumed(), children));
                     d.boundary.store(true, Ordering::SeqCst);
                     if let Some(b) = t.broker {
@@ -663,6 +672,7 @@ pub(crate) fn catch_up(t: &Target<'_>) -> anyhow::Result<(PathResult, Vec<String
         std::thread::sleep(Duration::from_millis(1));
     }
     let end = d.done_at.lock().expect("not poisoned").unwrap_or_else(Instant::now);
+    let sampled = sampler.finish();
     for p in &mut procs {
         p.stop();
     }
@@ -760,6 +770,7 @@ pub(crate) fn catch_up(t: &Target<'_>) -> anyhow::Result<(PathResult, Vec<String
         end_to_end: LatencyRecorder::new(),
         rebalance_ms,
         broker_rss_bytes,
+        attribution: Some(sampled.into_attribution(bytes)),
     }
     .result(t);
     Ok((result, notes))
@@ -919,6 +930,7 @@ fn tail_reader(
             report.window_records += 1;
             report.window_value_bytes += size.parse::<u64>().unwrap_or(0);
         }
+        sh.delivered_bytes.fetch_add(size.parse::<u64>().unwrap_or(0), Ordering::Relaxed);
         sh.received[group].fetch_add(1, Ordering::SeqCst);
     }
     runs.finish(&next[group])?;

@@ -247,6 +247,7 @@ pub(crate) fn mixed(t: &Target<'_>, dir: Option<&Path>) -> anyhow::Result<(PathR
         end_to_end: out.latency,
         rebalance_ms: drain.rebalance_ms,
         broker_rss_bytes: remote.map(|r| r.rss_bytes),
+        attribution: None, // the drain's, below
     }
     .result(t);
     let result = PathResult {
@@ -262,6 +263,8 @@ pub(crate) fn mixed(t: &Target<'_>, dir: Option<&Path>) -> anyhow::Result<(PathR
         fetch_long_poll_latency: drain.fetch_long_poll_latency,
         fetches_in_flight_at_start: drain.fetches_in_flight_at_start,
         poll_latency: drain.poll_latency,
+        // The drain's sampler covered the interval (drain start to end), the tail's clients too.
+        attribution: drain.attribution,
         ..per_gb
     };
     // An interrupted run drops an entry that measured nothing: no note about its window then.

@@ -6,7 +6,10 @@
 //! ([`catch_up`]), the tail phase with end-to-end latency ([`tail`]; what its threads share,
 //! whichever client: [`tail_shared`]), both at once ([`mixed`]), librdkafka consumers as kcat
 //! processes ([`kcat`]), resource accounting and the page cache ([`usage`]), this machine's
-//! limits ([`limits`]), the broker behind `--bootstrap` and its metrics endpoint ([`remote`]).
+//! limits ([`limits`]), the broker behind `--bootstrap` and its metrics endpoint ([`remote`]),
+//! and what limited each measured interval ([`attribution`]: a sampler of per-CPU and per-role
+//! CPU beside every measured interval, `bound_by` per results entry, the warning a
+//! client-bound figure carries).
 //!
 //! `fetchbench read-paths` ([`read_paths`]) is the harness's loopback mode: each read path
 //! alone moving a file to an in-process loopback receiver ([`loopback`]), no broker, reported
@@ -17,6 +20,7 @@
 //! self-contained HTML page of any number of results files: the runs side by side, their
 //! tables, ratios to `copy` and charts.
 
+pub mod attribution;
 pub(crate) mod backlog;
 pub(crate) mod catch_up;
 pub(crate) mod chart;

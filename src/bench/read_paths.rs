@@ -518,6 +518,8 @@ fn entry(m: &Measurement, limits: &LimitsResult) -> PathResult {
             resident_fraction_max: finite(m.resident_fraction_max).min(1.0),
             cold_cache_effective: m.cold_cache && m.resident_fraction_max <= NOT_COLD_FRACTION,
         }),
+        bound_by: None,
+        attribution: None,
     }
 }
 

@@ -642,10 +642,18 @@ fn run_section(h: &mut Html, i: usize, run: &Run) -> Result<(), ReportError> {
         "poll p50 / p99 / p99.9",
         "e2e (corrected) p50 / p99 / p99.9 / max",
         "rebalance",
+        "bound by",
     ]
     .map(String::from)
     .to_vec();
-    let rows: Vec<Vec<Cell>> = r.paths.iter().map(entry_row).collect();
+    let qualified = r.compares_models();
+    let shown: Vec<crate::bench::attribution::Shown> =
+        r.paths.iter().map(|p| crate::bench::attribution::show_mb_per_sec(p, 1, qualified)).collect();
+    // A client-bound figure is never shown without its warning.
+    for w in shown.iter().filter_map(|s| s.warning.as_deref()) {
+        h.el("<div class=\"warning\" role=\"alert\"><strong>", w, "</strong></div>\n");
+    }
+    let rows: Vec<Vec<Cell>> = r.paths.iter().zip(&shown).map(|(p, s)| entry_row(p, s)).collect();
     h.table(&header, &rows);
     h.el("<h3>", "Chart", "</h3>\n");
     if !r.paths.iter().any(|p| CHART_PHASES.contains(&p.phase.as_str())) {
@@ -667,14 +675,18 @@ fn run_section(h: &mut Html, i: usize, run: &Run) -> Result<(), ReportError> {
 /// The phases [`render_svg`] draws (bars, curves); a run with none of them gets no chart.
 const CHART_PHASES: [&str; 3] = ["catch_up", "tail", "mixed"];
 
-/// The cells of one entry.
-fn entry_row(p: &PathResult) -> Vec<Cell> {
+/// The cells of one entry; its MB/s and bound as `shown` renders them (with their warning mark).
+fn entry_row(p: &PathResult, shown: &crate::bench::attribution::Shown) -> Vec<Cell> {
     vec![
         Cell::text(p.server_model.as_deref().unwrap_or("-")),
         Cell::text(&p.read_path),
         Cell::text(&p.phase),
         Cell::num(p.repetition.to_string()),
-        Cell::num(Unit::MbPerSec.format(p.mb_per_sec)),
+        Cell::num(format!(
+            "{}{}",
+            Unit::MbPerSec.format(p.mb_per_sec),
+            if shown.warning.is_some() { " !" } else { "" }
+        )),
         Cell::num(Unit::PerSec.format(p.records_per_sec)),
         Cell::num(Unit::CpuPerGb.format(p.broker_cpu.user_s_per_gb + p.broker_cpu.sys_s_per_gb)),
         Cell::num(Unit::CpuPerGb.format(p.broker_cpu.user_s_per_gb)),
@@ -688,6 +700,7 @@ fn entry_row(p: &PathResult) -> Vec<Cell> {
         Cell::num(percentiles(&p.poll_latency.summary, false)),
         Cell::num(percentiles(&p.end_to_end_latency.corrected.summary, true)),
         Cell::num(p.rebalance_ms.map_or("-".into(), |ms| Unit::Millis.format(ms))),
+        Cell::text(&shown.bound),
     ]
 }
 

@@ -30,7 +30,15 @@
 //!             loopback {requested, passes, transfers, syscalls, syscalls_per_mb,
 //!                       cpu_user_seconds, cpu_system_seconds, receiver_cpu_seconds,
 //!                       sender_cpu_seconds_per_gb, resident_fraction_min,
-//!                       resident_fraction_max, cold_cache_effective} | null } ],
+//!                       resident_fraction_max, cold_cache_effective} | null,
+//!             bound_by,
+//!             attribution {method, broker_cpus [..], client_cpus [..], broker_busy, client_busy,
+//!                          cpus_busy, broker_split {user, system, softirq, irq, iowait, steal} | null,
+//!                          client_split {..}, broker_threads_cpus, client_threads_cpus,
+//!                          steal, steal_max, steal_flagged, network_fraction, reason,
+//!                          samples [ {t_s, seconds, mb_per_sec, broker_busy, client_busy, steal} ],
+//!                          summary {samples, median_mb_per_sec, min_mb_per_sec, max_mb_per_sec, cv}}
+//!                         | null } ],
 //!   summary [ { server_model, read_path, phase, samples,
 //!               figures [ {metric, samples, mean, stddev, ci95_low, ci95_high, cv} ],
 //!               ratio_to_copy [ {metric, samples, mean, stddev, ci95_low, ci95_high, cv} ] } ] }
@@ -94,13 +102,17 @@
 //! and per-entry `loopback`, phase `loopback`, `workload` `null` there; before, `read-paths`
 //! wrote its own `fetchbench-read-paths` version 1 document, which nothing reads any more);
 //! 5 (`server_model` in every entry and summary, the workload key `server_models`,
-//! entries keyed by (server model, read path, phase, repetition)); 6 (this one: `broker`).
-//! [`Results::from_json`] reads version 2, 3, 4 and 5 files too, converted (version 2: every entry
+//! entries keyed by (server model, read path, phase, repetition)); 6 (`broker`); 7 (this one:
+//! `bound_by` and `attribution` per entry, see [`super::attribution`]; `null` in phase
+//! `loopback`; an entry bound by `client_cpu` has its warning in `notes`).
+//! [`Results::from_json`] reads version 2, 3, 4, 5 and 6 files too, converted (version 2: every entry
 //! repetition 0, the version 3 path fields empty or `null`, an empty `summary`; 2 and 3: every
 //! `loopback` `null`; 2 to 4: `server_model` `threaded` in every entry and summary of an
 //! embedded run, the only model there was, `null` for an external cluster and a `read-paths`
-//! document; 2 to 5: `broker` `null`, as it was not recorded); [`validate`] takes version 6 only; any other version is refused rather than
-//! guessed at. A workload key added since (`transaction_records`, `aborted_transactions`: a
+//! document; 2 to 5: `broker` `null`, as it was not recorded; 2 to 6: `bound_by` and
+//! `attribution` `null` in every entry, not measured then, and the workload key
+//! `catch_up_duration` `"0s"` where absent: those runs read the backlog once); [`validate`]
+//! takes version 7 only; any other version is refused rather than guessed at. A workload key added since (`transaction_records`, `aborted_transactions`: a
 //! transactional backlog) is absent from the `workload` of older files and reads as its
 //! default, which is what those runs had (no transactions); the consumers' isolation level is
 //! `consumer_config."isolation.level"` when set, else the client's default
@@ -122,10 +134,10 @@ use crate::metrics::{Latency, Summary};
 pub const SCHEMA: &str = "fetchbench-results";
 
 /// Version of the results schema; bumped on any incompatible change.
-pub const SCHEMA_VERSION: u32 = 6;
+pub const SCHEMA_VERSION: u32 = 7;
 
 /// The older versions [`Results::from_json`] still reads (converted to [`SCHEMA_VERSION`]).
-pub const READABLE_OLD_VERSIONS: [u32; 4] = [2, 3, 4, 5];
+pub const READABLE_OLD_VERSIONS: [u32; 5] = [2, 3, 4, 5, 6];
 
 /// One results file: a run of one resolved workload over its read paths, or a `fetchbench
 /// read-paths` run (see the [module docs](self)).
@@ -602,6 +614,166 @@ pub struct PathResult {
     /// The read path's own figures of phase `loopback` (`fetchbench read-paths`); `null` in the
     /// other phases (and in a file read from version 2 or 3).
     pub loopback: Option<LoopbackFigures>,
+    /// What limited this entry's figures ([`super::attribution`]): `broker_cpu`, `client_cpu`,
+    /// `network`, `disk`, `producer_rate` or `none`; `null` in phase `loopback` and in a file
+    /// read from version 2 to 6 (not measured then).
+    #[serde(default)]
+    pub bound_by: Option<BoundBy>,
+    /// The utilisations and per-interval throughput samples `bound_by` was decided from;
+    /// `null` where `bound_by` is.
+    #[serde(default)]
+    pub attribution: Option<Attribution>,
+}
+
+/// What limited a measured interval ([`PathResult::bound_by`]; decided by
+/// [`super::attribution::classify`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BoundBy {
+    /// The broker's CPUs were saturated (>= [`super::attribution::SATURATED`] busy).
+    BrokerCpu,
+    /// The clients' (consumers', producers') CPUs were saturated: the figure measures the
+    /// clients, not the read path.
+    ClientCpu,
+    /// Throughput at >= [`super::attribution::NETWORK_FRACTION`] of the measured loopback TCP
+    /// limit (iperf3).
+    Network,
+    /// A cold page cache with the broker's CPUs waiting on I/O, or throughput at the fio
+    /// O_DIRECT limit.
+    Disk,
+    /// A rate-limited tail that kept up with its producers' rate.
+    ProducerRate,
+    /// Nothing saturated.
+    #[serde(rename = "none")]
+    Nothing,
+}
+
+impl BoundBy {
+    /// The JSON name (`broker_cpu`, ..., `none`).
+    pub fn name(self) -> &'static str {
+        match self {
+            BoundBy::BrokerCpu => "broker_cpu",
+            BoundBy::ClientCpu => "client_cpu",
+            BoundBy::Network => "network",
+            BoundBy::Disk => "disk",
+            BoundBy::ProducerRate => "producer_rate",
+            BoundBy::Nothing => "none",
+        }
+    }
+
+    /// Every value, in documentation order.
+    pub const ALL: [BoundBy; 6] = [
+        BoundBy::BrokerCpu,
+        BoundBy::ClientCpu,
+        BoundBy::Network,
+        BoundBy::Disk,
+        BoundBy::ProducerRate,
+        BoundBy::Nothing,
+    ];
+}
+
+/// The evidence of [`PathResult::bound_by`] (see [`super::attribution`] for how each figure is
+/// taken). Fractions are 0..=1 of the CPU time of the CPUs named (ticks of `/proc/stat`), over
+/// the whole measured interval unless said otherwise.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Attribution {
+    /// How the roles' CPU was told apart: `pinned` (the broker and the clients on disjoint CPUs:
+    /// per-CPU `/proc/stat`), `shared` (unpinned or overlapping CPUs: the roles' threads' CPU
+    /// seconds, over the CPUs this process may use), `external` (`--bootstrap`: the clients'
+    /// CPUs only; the broker's from its metrics endpoint when there is one).
+    pub method: String,
+    /// The broker's CPUs (empty for `shared` and `external`).
+    pub broker_cpus: Vec<u64>,
+    /// The clients' CPUs (`pinned`, `external` with pinning); for `shared` every CPU the process
+    /// may use.
+    pub client_cpus: Vec<u64>,
+    /// Busy fraction of the broker's CPUs (`pinned`: non-idle, non-iowait time, steal
+    /// included; `shared`: its threads' CPU seconds over the shared CPUs' time; `external`: the
+    /// endpoint's process CPU over the broker machine's CPUs); `null` when not measured.
+    pub broker_busy: Option<f64>,
+    /// Busy fraction of the clients' CPUs (as `broker_busy`).
+    pub client_busy: f64,
+    /// Busy fraction of every CPU the roles ran on (`shared`: what saturation is judged by).
+    pub cpus_busy: f64,
+    /// The broker CPUs' time split (`pinned`); `null` otherwise.
+    pub broker_split: Option<CpuSplit>,
+    /// The client CPUs' time split (`shared`: of all the shared CPUs).
+    pub client_split: CpuSplit,
+    /// The broker threads' CPU, CPU-seconds per second (1.0 = one CPU); `null` for an external
+    /// broker.
+    pub broker_threads_cpus: Option<f64>,
+    /// The client threads' CPU in this process, CPU-seconds per second (kcat processes not
+    /// included).
+    pub client_threads_cpus: f64,
+    /// Steal (time the hypervisor ran something else) over the CPUs the roles ran on.
+    pub steal: f64,
+    /// The highest steal of one sample.
+    pub steal_max: f64,
+    /// Whether `steal` or a sample's exceeded [`super::attribution::STEAL_FLAG`] (a note says so).
+    pub steal_flagged: bool,
+    /// `mb_per_sec` over the loopback TCP limit (iperf3) when limits are known, else `null`.
+    pub network_fraction: Option<f64>,
+    /// Why `bound_by` is what it is, one sentence.
+    pub reason: String,
+    /// One sample per sampling interval (1 s; the last one shorter), in order.
+    pub samples: Vec<AttributionSample>,
+    /// The per-sample throughput summarised.
+    pub summary: ThroughputSummary,
+}
+
+/// A CPU time split, fractions (0..=1) of the CPUs' time (`/proc/stat`; `nice` counted in
+/// `user`, `guest` already inside `user`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CpuSplit {
+    /// User (and nice) time.
+    pub user: f64,
+    /// System time (system calls, page faults; not interrupts).
+    pub system: f64,
+    /// Softirq time: on loopback the TCP receive work, also of the other side's sockets.
+    pub softirq: f64,
+    /// Hard interrupt time.
+    pub irq: f64,
+    /// Idle with I/O outstanding.
+    pub iowait: f64,
+    /// Stolen by the hypervisor.
+    pub steal: f64,
+}
+
+/// One sampling interval of [`Attribution::samples`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AttributionSample {
+    /// Its end, s from the interval's start.
+    pub t_s: f64,
+    /// Its length, s.
+    pub seconds: f64,
+    /// Delivered MB/s (1e6 bytes) in it (scaled so the samples add up to the entry's `bytes`).
+    pub mb_per_sec: f64,
+    /// The broker's busy fraction in it (as [`Attribution::broker_busy`]).
+    pub broker_busy: Option<f64>,
+    /// The clients' busy fraction in it.
+    pub client_busy: f64,
+    /// Steal in it.
+    pub steal: f64,
+}
+
+/// The per-sample MB/s of [`Attribution::samples`] summarised: over the samples at least half
+/// a sampling interval long (all when none is).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ThroughputSummary {
+    /// Samples summarised.
+    pub samples: u64,
+    /// Their median, MB/s.
+    pub median_mb_per_sec: f64,
+    /// Their lowest, MB/s.
+    pub min_mb_per_sec: f64,
+    /// Their highest, MB/s.
+    pub max_mb_per_sec: f64,
+    /// Coefficient of variation (sample stddev / mean); `null` for fewer than 2 or a mean of 0.
+    pub cv: Option<f64>,
 }
 
 /// The configuration of a `fetchbench read-paths` run ([`Results::loopback`]). Sizes in bytes.
@@ -700,7 +872,9 @@ impl std::error::Error for ValidationError {}
 
 /// The shape of a document, for [`validate`]: type names where values go, one element for
 /// arrays. `uint` is a non-negative integer, `number` a finite non-negative number, `broker`
-/// the object of [`broker_shape`], `machine` that of [`Machine`],
+/// the object of [`broker_shape`], `machine` that of [`Machine`], `bound_by` a
+/// [`BoundBy`] name, `attribution` the object of [`attribution_shape`] and `cpu_split` its
+/// `client_split`,
 /// `server_model` a [`crate::broker::ServerModel`] name,
 /// `histogram` a base64 V2 histogram, `workload` a workload table, `loopback_config` and
 /// `loopback_figures` the objects of [`loopback_shapes`]; `|null` allows `null`.
@@ -741,6 +915,8 @@ pub fn schema_shape() -> Value {
         "rebalance_ms": "number|null",
         "ratio_to_limits": [{"key": "string", "ratio": "number"}],
         "loopback": "loopback_figures|null",
+        "bound_by": "bound_by|null",
+        "attribution": "attribution|null",
     }]);
     json!({
         "schema": "string",
@@ -768,6 +944,30 @@ pub fn schema_shape() -> Value {
             "figures": stats,
             "ratio_to_copy": stats,
         }],
+    })
+}
+
+/// The shape of [`Attribution`], as in [`schema_shape`].
+fn attribution_shape() -> Value {
+    let split = json!({
+        "user": "number", "system": "number", "softirq": "number", "irq": "number",
+        "iowait": "number", "steal": "number",
+    });
+    json!({
+        "method": "string", "broker_cpus": ["uint"], "client_cpus": ["uint"],
+        "broker_busy": "number|null", "client_busy": "number", "cpus_busy": "number",
+        "broker_split": "cpu_split|null", "client_split": split,
+        "broker_threads_cpus": "number|null", "client_threads_cpus": "number",
+        "steal": "number", "steal_max": "number", "steal_flagged": "bool",
+        "network_fraction": "number|null", "reason": "string",
+        "samples": [{
+            "t_s": "number", "seconds": "number", "mb_per_sec": "number",
+            "broker_busy": "number|null", "client_busy": "number", "steal": "number",
+        }],
+        "summary": {
+            "samples": "uint", "median_mb_per_sec": "number", "min_mb_per_sec": "number",
+            "max_mb_per_sec": "number", "cv": "number|null",
+        },
     })
 }
 
@@ -867,7 +1067,18 @@ fn walk(shape: &Value, v: &Value, at: &str, problems: &mut Vec<String>) {
             | "server_model|null"
             | "broker|null"
             | "machine|null"
+            | "bound_by|null"
+            | "attribution|null"
+            | "cpu_split|null"
                 if v.is_null() => {}
+            "bound_by|null" => {
+                if !BoundBy::ALL.iter().any(|b| v.as_str() == Some(b.name())) {
+                    let known: Vec<&str> = BoundBy::ALL.iter().map(|b| b.name()).collect();
+                    bad(&format!("one of {} or null", known.join(", ")))
+                }
+            }
+            "attribution|null" => walk(&attribution_shape(), v, at, problems),
+            "cpu_split|null" => walk(&attribution_shape()["client_split"], v, at, problems),
             "broker|null" => walk(&broker_shape(), v, at, problems),
             "machine|null" => walk(&machine_shape(), v, at, problems),
             "int" if v.as_i64().is_some_and(|n| i32::try_from(n).is_ok()) => {}
@@ -914,7 +1125,8 @@ fn walk(shape: &Value, v: &Value, at: &str, problems: &mut Vec<String>) {
 /// `null` in a `read-paths` document or `null` in an embedded run, a `broker` record that is
 /// not `null` outside a run against a cluster (`target` `bootstrap:...`), two entries for the same (server model, read path, phase,
 /// repetition), a summary interval that does not hold its mean, two summaries of the same
-/// (server model, read path, phase).
+/// (server model, read path, phase), an entry bound by `client_cpu` whose warning
+/// ([`super::attribution::warning`]) is not in `notes`.
 pub fn validate(doc: &Value) -> Result<Results, ValidationError> {
     let mut problems = Vec::new();
     if doc.get("schema").and_then(Value::as_str) != Some(SCHEMA) {
@@ -1037,7 +1249,22 @@ pub fn validate(doc: &Value) -> Result<Results, ValidationError> {
     if !problems.is_empty() {
         return Err(ValidationError { problems });
     }
-    serde_json::from_value(doc.clone()).map_err(|e| ValidationError { problems: vec![format!("/: {e}")] })
+    let results: Results =
+        serde_json::from_value(doc.clone()).map_err(|e| ValidationError { problems: vec![format!("/: {e}")] })?;
+    // A client-bound figure never goes without its warning.
+    let qualified = results.compares_models();
+    for (i, p) in results.paths.iter().enumerate() {
+        let label = combination_label(p.server_model.as_deref(), &p.read_path, qualified);
+        if let Some(w) = super::attribution::warning(p, &label) {
+            if !results.notes.iter().any(|n| n.contains(&w)) {
+                problems.push(format!("/paths/{i}/bound_by: client_cpu without its warning in /notes ({w})"));
+            }
+        }
+    }
+    if !problems.is_empty() {
+        return Err(ValidationError { problems });
+    }
+    Ok(results)
 }
 
 impl Results {
@@ -1051,7 +1278,8 @@ impl Results {
     /// every entry: every version 3 document is a `fetchbench run`'s), a version 4 one to
     /// version 5 (`server_model` in every entry and summary: `threaded` in an embedded run,
     /// the only model before version 5, else `null`), a version 5 one to version 6 (`broker`
-    /// `null`: version 5 recorded no broker); then validated.
+    /// `null`: version 5 recorded no broker), a version 6 one to version 7 (`bound_by` and
+    /// `attribution` `null` in every entry: not measured then); then validated.
     pub fn from_json(text: &str) -> Result<Results, ValidationError> {
         let mut doc: Value =
             serde_json::from_str(text).map_err(|e| ValidationError { problems: vec![format!("not JSON: {e}")] })?;
@@ -1066,6 +1294,9 @@ impl Results {
         }
         if doc.get("schema_version").and_then(Value::as_u64) == Some(5) {
             upgrade_v5(&mut doc);
+        }
+        if doc.get("schema_version").and_then(Value::as_u64) == Some(6) {
+            upgrade_v6(&mut doc);
         }
         validate(&doc)
     }
@@ -1172,10 +1403,29 @@ fn upgrade_v4(doc: &mut Value) {
 /// [`validate`] to report.
 fn upgrade_v5(doc: &mut Value) {
     let Some(obj) = doc.as_object_mut() else { return };
-    obj.insert("schema_version".into(), json!(SCHEMA_VERSION));
+    obj.insert("schema_version".into(), json!(6));
     if !obj.contains_key("broker") {
         let at = obj.keys().position(|k| k == "target").map_or(obj.len(), |i| i + 1);
         obj.shift_insert(at, "broker".into(), Value::Null);
+    }
+}
+
+/// Converts a version 6 document in place to version 7 (see [`Results::from_json`]): every
+/// entry's `bound_by` and `attribution` `null` (version 6 did not measure what limited a
+/// figure), and a workload without `catch_up_duration` given `"0s"` (its catch-up was one drain
+/// of the backlog, not the default window). What is not an object is left for [`validate`] to
+/// report.
+fn upgrade_v6(doc: &mut Value) {
+    let Some(obj) = doc.as_object_mut() else { return };
+    obj.insert("schema_version".into(), json!(SCHEMA_VERSION));
+    if let Some(w) = obj.get_mut("workload").and_then(Value::as_object_mut) {
+        w.entry("catch_up_duration").or_insert(json!("0s"));
+    }
+    if let Some(paths) = obj.get_mut("paths").and_then(Value::as_array_mut) {
+        for p in paths.iter_mut().filter_map(Value::as_object_mut) {
+            p.entry("bound_by").or_insert(Value::Null);
+            p.entry("attribution").or_insert(Value::Null);
+        }
     }
 }
 
@@ -1186,7 +1436,7 @@ broker_cpu_sys_s_per_gb,consumer_cpu_user_s_per_gb,consumer_cpu_sys_s_per_gb,min
 major_faults_per_gb,context_switches_per_gb,residency_before,broker_rss_bytes,fetch_p50_us,fetch_p99_us,\
 fetch_p999_us,fetch_max_us,e2e_corrected_p50_us,e2e_corrected_p99_us,e2e_corrected_p999_us,\
 e2e_corrected_max_us,e2e_raw_p50_us,e2e_raw_p99_us,e2e_raw_p999_us,poll_p50_us,poll_p99_us,rebalance_ms,\
-produced_mb_per_sec";
+produced_mb_per_sec,bound_by";
 
 /// Writes a CSV of `results`: [`CSV_HEADER`], then one line per path entry, every repetition
 /// (units as in [`PathResult`]; a `null` `server_model`, an absent `rebalance_ms` or `produced_mb_per_sec` and the
@@ -1233,6 +1483,7 @@ pub fn write_csv(results: &Results, mut out: impl Write) -> io::Result<()> {
             q(poll, poll.p99_us),
             p.rebalance_ms.map(|r| r.to_string()).unwrap_or_default(),
             p.produced_mb_per_sec.map(|r| r.to_string()).unwrap_or_default(),
+            p.bound_by.map(|b| b.name().to_string()).unwrap_or_default(),
         ];
         writeln!(out, "{}", cells.join(","))?;
     }
@@ -1312,10 +1563,16 @@ pub fn example(speed: f64) -> Results {
 
 /// As [`example`] with one repetition per element of `speeds` (repetition `r` at
 /// `speeds[r]`), the read paths `copy`, `mmap`, `sendfile` in the rotated order of a repeated
-/// run (repetition `r` starts at path `r mod 3`), and the [`summarize`]d statistics.
+/// run (repetition `r` starts at path `r mod 3`), and the [`summarize`]d statistics. Its
+/// workload reads the backlog once (`catch_up_duration` 0, as the runs of older versions did,
+/// so an example converted to an older version reads back as itself).
 pub fn example_repeated(speeds: &[f64]) -> Results {
     use super::histogram::LatencyRecorder;
-    let workload = Workload { repeat: speeds.len().max(1) as u32, ..Workload::default() };
+    let workload = Workload {
+        repeat: speeds.len().max(1) as u32,
+        catch_up_duration: std::time::Duration::ZERO,
+        ..Workload::default()
+    };
     let mut order = vec![("copy", 1.0), ("mmap", 1.15), ("sendfile", 1.6)];
     let mut paths = Vec::new();
     for (repetition, &speed) in speeds.iter().enumerate() {
@@ -1363,6 +1620,8 @@ pub fn example_repeated(speeds: &[f64]) -> Results {
                     rebalance_ms: (phase == "catch_up").then_some(120.0 / s),
                     ratio_to_limits: vec![LimitRatio { key: "iperf3_loopback".into(), ratio: mb_per_sec * 1e6 / 4e9 }],
                     loopback: None,
+                    bound_by: None,
+                    attribution: None,
                 });
             }
         }
@@ -1455,6 +1714,8 @@ pub fn example_read_paths() -> Results {
                         resident_fraction_max: 1.0,
                         cold_cache_effective: false,
                     }),
+                    bound_by: None,
+                    attribution: None,
                 }
             })
             .collect();
@@ -1502,7 +1763,10 @@ pub(crate) mod tests {
         let text = r.to_json();
         let back = Results::from_json(&text).unwrap();
         assert_eq!(back, r);
-        assert_eq!(back.workload().unwrap(), Workload::default());
+        assert_eq!(
+            back.workload().unwrap(),
+            Workload { catch_up_duration: std::time::Duration::ZERO, ..Workload::default() }
+        );
         let h = Latency::decode(&back.paths[0].end_to_end_latency.corrected.histogram).unwrap();
         assert_eq!(h.count(), 1_000);
         assert_eq!(h.summary(), back.paths[0].end_to_end_latency.corrected.summary);
@@ -1524,7 +1788,7 @@ pub(crate) mod tests {
             assert!(e.contains(expected), "{e}\n  does not contain {expected}");
         };
         check(&|d| d["schema"] = json!("other"), "/schema: expected \"fetchbench-results\", found \"other\"");
-        check(&|d| d["schema_version"] = json!(1), "/schema_version: expected 6, found 1");
+        check(&|d| d["schema_version"] = json!(1), "/schema_version: expected 7, found 1");
         check(
             &|d| d["paths"][0]["server_model"] = json!("reactor"),
             "/paths/0/server_model: expected a server model (threaded, uring) or null, found \"reactor\"",
@@ -1656,19 +1920,109 @@ pub(crate) mod tests {
         assert!(lines.iter().all(|l| l.split(',').count() == columns), "{text}");
         assert!(lines[1].starts_with("threaded,copy,catch_up,0,"), "{text}");
         assert!(
-            lines[2].starts_with("threaded,copy,tail,") && lines[2].ends_with(",,10.5"),
+            lines[2].starts_with("threaded,copy,tail,") && lines[2].ends_with(",,10.5,"),
             "no rebalance in tail: {text}"
         );
         assert!(lines[1].ends_with(','), "no produced MB/s in catch_up: {text}");
         assert_eq!(csv_cell("a,\"b\""), "\"a,\"\"b\"\"\"");
     }
 
-    /// `r` as a version 4 file would have it: no `server_model`.
-    pub(crate) fn as_version_5(r: &Results) -> Value {
+    /// `r` as a version 6 file would have it: no `bound_by` or `attribution`, and a workload
+    /// without `catch_up_duration` (added beside them; `r`'s should be 0 to read back as `r`).
+    pub(crate) fn as_version_6(r: &Results) -> Value {
         let mut doc = serde_json::to_value(r).unwrap();
+        doc["schema_version"] = json!(6);
+        if let Some(w) = doc["workload"].as_object_mut() {
+            w.shift_remove("catch_up_duration");
+        }
+        for p in doc["paths"].as_array_mut().unwrap() {
+            p.as_object_mut().unwrap().shift_remove("bound_by");
+            p.as_object_mut().unwrap().shift_remove("attribution");
+        }
+        doc
+    }
+
+    /// `r` as a version 5 file would have it: no `broker` (and nothing of version 7).
+    pub(crate) fn as_version_5(r: &Results) -> Value {
+        let mut doc = as_version_6(r);
         doc["schema_version"] = json!(5);
         doc.as_object_mut().unwrap().shift_remove("broker");
         doc
+    }
+
+    /// `example(1.0)` with an attribution on every entry, its first entry bound by the clients'
+    /// CPU and its warning in the notes: a version 7 document.
+    pub(crate) fn example_attributed() -> Results {
+        let mut r = example(1.0);
+        let sample = |t: f64, mb: f64| AttributionSample {
+            t_s: t,
+            seconds: 1.0,
+            mb_per_sec: mb,
+            broker_busy: Some(0.61),
+            client_busy: 0.97,
+            steal: 0.001,
+        };
+        for (i, p) in r.paths.iter_mut().enumerate() {
+            let samples = vec![sample(1.0, p.mb_per_sec * 0.9), sample(2.0, p.mb_per_sec * 1.1)];
+            p.bound_by = Some(if i == 0 { BoundBy::ClientCpu } else { BoundBy::BrokerCpu });
+            p.attribution = Some(Attribution {
+                method: "pinned".into(),
+                broker_cpus: vec![0],
+                client_cpus: vec![1],
+                broker_busy: Some(if i == 0 { 0.61 } else { 0.95 }),
+                client_busy: if i == 0 { 0.97 } else { 0.5 },
+                cpus_busy: 0.8,
+                broker_split: Some(CpuSplit { user: 0.2, system: 0.3, softirq: 0.1, ..CpuSplit::default() }),
+                client_split: CpuSplit { user: 0.5, system: 0.4, ..CpuSplit::default() },
+                broker_threads_cpus: Some(0.6),
+                client_threads_cpus: 0.95,
+                steal: 0.001,
+                steal_max: 0.001,
+                steal_flagged: false,
+                network_fraction: Some(0.2),
+                reason: "the clients' CPU saturated".into(),
+                summary: super::super::attribution::summarize(&samples),
+                samples,
+            });
+        }
+        let label = combination_label(r.paths[0].server_model.as_deref(), &r.paths[0].read_path, r.compares_models());
+        let w = super::super::attribution::warning(&r.paths[0], &label).unwrap();
+        r.notes.push(w);
+        r
+    }
+
+    #[test]
+    fn version_7_attribution_round_trips_and_version_6_reads_without_it() {
+        let r = example_attributed();
+        let text = r.to_json();
+        assert!(text.contains("\"bound_by\": \"client_cpu\""), "JSON names: {text}");
+        assert_eq!(Results::from_json(&text).unwrap(), r);
+        // Without its warning a client-bound entry does not validate.
+        let mut bare = r.clone();
+        bare.notes.retain(|n| !n.starts_with("WARNING:"));
+        let e = Results::from_json(&bare.to_json()).unwrap_err().to_string();
+        assert!(e.contains("/paths/0/bound_by: client_cpu without its warning"), "{e}");
+        // An unknown bound and a busy fraction below 0 are refused.
+        let mut doc: Value = serde_json::from_str(&text).unwrap();
+        doc["paths"][1]["bound_by"] = json!("gpu");
+        doc["paths"][1]["attribution"]["client_busy"] = json!(-0.1);
+        let e = validate(&doc).unwrap_err().to_string();
+        assert!(e.contains("/paths/1/bound_by: expected one of broker_cpu, client_cpu"), "{e}");
+        assert!(e.contains("/paths/1/attribution/client_busy"), "{e}");
+        // Version 6: the new fields absent, read as null; the catch-up was one drain.
+        let v6 = as_version_6(&r);
+        assert!(v6["workload"].get("catch_up_duration").is_none());
+        assert_eq!(r.workload["catch_up_duration"], json!("0s"));
+        assert!(validate(&v6).unwrap_err().to_string().contains("/schema_version: expected 7, found 6"));
+        let read = Results::from_json(&v6.to_string()).unwrap();
+        assert_eq!(read.schema_version, SCHEMA_VERSION);
+        assert!(read.paths.iter().all(|p| p.bound_by.is_none() && p.attribution.is_none()));
+        let mut expected = r.clone();
+        for p in &mut expected.paths {
+            p.bound_by = None;
+            p.attribution = None;
+        }
+        assert_eq!(read, expected);
     }
 
     /// `r` (a `fetchbench run` document) as a version 4 file would have it: no `server_model`
@@ -1717,7 +2071,7 @@ pub(crate) mod tests {
     fn version_2_documents_are_read_as_repetition_0() {
         let v3 = example(1.0);
         let v2 = as_version_2(&v3);
-        assert!(validate(&v2).unwrap_err().to_string().contains("/schema_version: expected 6, found 2"));
+        assert!(validate(&v2).unwrap_err().to_string().contains("/schema_version: expected 7, found 2"));
         let read = Results::from_json(&v2.to_string()).unwrap();
         assert_eq!(read.schema_version, SCHEMA_VERSION);
         assert!(read.summary.is_empty());
@@ -1753,7 +2107,7 @@ pub(crate) mod tests {
     fn version_3_documents_are_read_without_loopback() {
         let v4 = example_repeated(&[1.0, 1.1]);
         let v3 = as_version_3(&v4);
-        assert!(validate(&v3).unwrap_err().to_string().contains("/schema_version: expected 6, found 3"));
+        assert!(validate(&v3).unwrap_err().to_string().contains("/schema_version: expected 7, found 3"));
         let read = Results::from_json(&v3.to_string()).unwrap();
         assert_eq!(read, v4, "a run's version 3 document is its version 4 document with every loopback null");
         // A version 3 document with a version 4 field is refused (unknown field)...
@@ -1784,7 +2138,7 @@ pub(crate) mod tests {
     fn version_4_documents_read_as_threaded() {
         let v6 = example_repeated(&[1.0, 1.1]);
         let v5 = as_version_5(&v6);
-        assert!(validate(&v5).unwrap_err().to_string().contains("/schema_version: expected 6, found 5"));
+        assert!(validate(&v5).unwrap_err().to_string().contains("/schema_version: expected 7, found 5"));
         assert!(v5.get("broker").is_none());
         assert_eq!(
             Results::from_json(&v5.to_string()).unwrap(),
@@ -1792,7 +2146,7 @@ pub(crate) mod tests {
             "a version 5 document is version 6 without a broker"
         );
         let v4 = as_version_4(&v6);
-        assert!(validate(&v4).unwrap_err().to_string().contains("/schema_version: expected 6, found 4"));
+        assert!(validate(&v4).unwrap_err().to_string().contains("/schema_version: expected 7, found 4"));
         assert!(v4["paths"][0].get("server_model").is_none() && v4["workload"].get("server_models").is_none());
         let read = Results::from_json(&v4.to_string()).unwrap();
         assert_eq!(read, v6, "an embedded version 4 run is its version 6 document under threaded");

@@ -489,6 +489,12 @@ pub fn run_one(args: &RunArgs, w: &Workload, command: &[String]) -> anyhow::Resu
     for p in &mut paths {
         p.ratio_to_limits = super::limits::ratios(&limits, p.mb_per_sec);
     }
+    // What limited each entry, now that the limits are known; client-bound entries' warnings
+    // and steal flags go into the notes.
+    let broker_nproc = broker_record.as_ref().and_then(|b| b.machine.as_ref()).map(|m| m.nproc);
+    let qualified = results::models_compared(&paths) || w.server_models.iter().any(|m| *m != ServerModel::Threaded);
+    let cold = w.page_cache == PageCache::Cold && args.bootstrap.is_none();
+    notes.extend(super::attribution::attribute(&mut paths, &limits, &w, cold, broker_nproc, qualified));
     let results = Results {
         schema: results::SCHEMA.into(),
         schema_version: results::SCHEMA_VERSION,
@@ -1137,8 +1143,10 @@ fn short_latency(us: f64, count: u64) -> String {
 
 /// The results as a table: server model (`-` for an external cluster), read path and phase, MB/s, records/s, broker CPU s/GB (user+sys),
 /// broker-side fetch latency p50/p99/p99.9, end-to-end (corrected) p50/p99/p99.9/max,
-/// rebalance ms, and the ratio to the loopback TCP limit (iperf3; else the fastest limit)
-/// when limits are known. A run with repeats gets, below that table of every entry, the
+/// rebalance ms, what limited the entry (`bound by`, see [`super::attribution`]: ` !` after a
+/// client-bound one, ` (steal)` after a steal-flagged one), and the ratio to the loopback TCP
+/// limit (iperf3; else the fastest limit) when limits are known; below the rows, one `! WARNING:
+/// ...` line per client-bound entry (its MB/s marked ` !`). A run with repeats gets, below that table of every entry, the
 /// statistics table of [`summary_table`].
 pub fn table(r: &Results) -> String {
     let mut out = entries_table(r);
@@ -1256,6 +1264,7 @@ fn entries_table(r: &Results) -> String {
         "fetch p50/p99/p99.9",
         "e2e p50/p99/p99.9/max",
         "rebalance",
+        "bound by",
     ]
     .map(String::from)
     .to_vec();
@@ -1265,20 +1274,26 @@ fn entries_table(r: &Results) -> String {
     if repeated {
         header.insert(3, "rep".into());
     }
+    let qualified = r.compares_models();
     let mut rows = vec![header.clone()];
+    let mut warnings = Vec::new();
     for p in &r.paths {
         let f = &p.fetch_latency.summary;
         let e = &p.end_to_end_latency.corrected.summary;
+        // The figure and its warning come together (a client-bound figure is never alone).
+        let shown = super::attribution::show_mb_per_sec(p, 1, qualified);
+        warnings.extend(shown.warning);
         let mut row = vec![
             p.server_model.clone().unwrap_or_else(|| "-".into()),
             p.read_path.clone(),
             p.phase.clone(),
-            format!("{:.1}", p.mb_per_sec),
+            shown.text,
             format!("{:.0}", p.records_per_sec),
             format!("{:.3}", p.broker_cpu.user_s_per_gb + p.broker_cpu.sys_s_per_gb),
             [f.p50_us, f.p99_us, f.p999_us].map(|x| short_latency(x, f.count)).join("/"),
             [e.p50_us, e.p99_us, e.p999_us, e.max_us].map(|x| short_latency(x, e.count)).join("/"),
             p.rebalance_ms.map_or("-".into(), |x| format!("{x:.0}ms")),
+            shown.bound,
         ];
         if let Some(l) = best_limit {
             let ratio = p.ratio_to_limits.iter().find(|x| x.key == l.key).map(|x| x.ratio);
@@ -1289,7 +1304,11 @@ fn entries_table(r: &Results) -> String {
         }
         rows.push(row);
     }
-    format_rows(rows)
+    let mut out = format_rows(rows);
+    for w in warnings {
+        out += &format!("! {w}\n");
+    }
+    out
 }
 
 /// The name of a run of `w` (its results files `<date>-<name>.*` and the results' workload

@@ -43,6 +43,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context};
 use nix::sys::resource::UsageWho;
 
+use super::attribution::{Roles, Sampler};
 use super::backlog::{Backlog, Payload};
 use super::catch_up::{join_error, join_until_stable, Measured, Stability, Target};
 use super::histogram::{LatencyRecorder, OpenLoopSchedule};
@@ -109,10 +110,13 @@ pub(crate) fn tail(
     let (mut proc0, mut clients0, mut written0) = (Usage::default(), Usage::default(), 0);
     let mut in_flight_at_start = None;
     let mut remote = RemoteWindow::open(None);
+    let mut sampler = None;
     if wait_until(&sh, t.interrupted, window_start) {
         remote = RemoteWindow::open(t.metrics);
         proc0 = Usage::now(UsageWho::RUSAGE_SELF);
         clients0 = threads_usage(&CLIENT_THREADS);
+        let roles = Roles::of(t.pin_clients.as_deref(), t.broker.is_some());
+        sampler = Some(Sampler::start(roles, sh.delivered_bytes.clone()));
         written0 = producers.written();
         if let Some(b) = t.broker {
             // Consumers waiting at the log end hold parked fetches: the tail's steady state.
@@ -128,6 +132,7 @@ pub(crate) fn tail(
     let proc1 = Usage::now(UsageWho::RUSAGE_SELF);
     let clients1 = threads_usage(&CLIENT_THREADS);
     let written1 = producers.written();
+    let sampled = sampler.map(Sampler::finish);
     let remote = remote.close(t.metrics, &t.read_path, &mut notes);
     let in_flight_at_start = in_flight_at_start.or(remote.as_ref().map(|r| r.fetches_in_flight_at_start));
     let broker_rss_bytes = remote.as_ref().map(|r| r.rss_bytes);
@@ -178,6 +183,7 @@ pub(crate) fn tail(
         end_to_end: out.latency,
         rebalance_ms: Some(out.rebalance_ms),
         broker_rss_bytes,
+        attribution: sampled.map(|s| s.into_attribution(bytes)),
     }
     .result(t);
     result.produced_mb_per_sec = Some(written1.saturating_sub(written0) as f64 / 1e6 / seconds);
@@ -311,6 +317,7 @@ impl TailRig {
             start_ns: AtomicU64::new(0),
             produced: AtomicU64::new(u64::MAX),
             received: (0..groups).map(|_| AtomicU64::new(0)).collect(),
+            delivered_bytes: Arc::new(AtomicU64::new(0)),
             done: AtomicBool::new(false),
             window: (AtomicU64::new(u64::MAX), AtomicU64::new(u64::MAX)),
         });
@@ -776,6 +783,8 @@ fn tail_member(
                 report.window_value_bytes += v.len() as u64;
             }
         }
+        let value_bytes: usize = recs.iter().map(|r| r.value.as_deref().map_or(0, <[u8]>::len)).sum();
+        sh.delivered_bytes.fetch_add(value_bytes as u64, Ordering::Relaxed);
         sh.received[group].fetch_add(recs.len() as u64, Ordering::SeqCst);
     }
     let _ = c.close();

@@ -20,7 +20,8 @@ pub(crate) fn mono_ns() -> u64 {
 
 /// State shared by the threads of one tail phase. A consumer member (whatever its client):
 /// once it is positioned at the log end of its partitions, adds 1 to `ready` (the producers
-/// start when every member did); then adds the records it receives to `received[group]`,
+/// start when every member did); then adds the records it receives to `received[group]`
+/// (and their value bytes to `delivered_bytes`),
 /// records those whose intended time is inside `window` in its [`TailMemberReport`], and ends
 /// when `done` (or `failed`) is set. On an error it sets `failed`.
 pub(crate) struct TailShared {
@@ -40,6 +41,9 @@ pub(crate) struct TailShared {
     pub produced: AtomicU64,
     /// Records received per group.
     pub received: Vec<AtomicU64>,
+    /// Value bytes received (all groups): the attribution sampler's counter
+    /// ([`super::attribution`]).
+    pub delivered_bytes: std::sync::Arc<AtomicU64>,
     /// Set when every group has every record (or on failure / interrupt): members close.
     pub done: AtomicBool,
     /// The window, as intended-time bounds (mono ns): `[window.0, window.1)`.

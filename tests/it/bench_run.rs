@@ -122,6 +122,21 @@ read_paths = ["copy", "sendfile"]
     }
     let csv = std::fs::read_to_string(json[0].with_extension("csv")).unwrap();
     assert_eq!(csv.lines().count(), 5, "{csv}");
+    // What limited each entry: a bound, its evidence and samples; a client-bound entry always
+    // carries its warning in the table and the notes (whatever ran: no speed is asserted).
+    assert!(stdout.contains("bound by"), "{stdout}");
+    for p in &results.paths {
+        let a = p.attribution.as_ref().unwrap_or_else(|| panic!("no attribution: {p:?}"));
+        assert!(p.bound_by.is_some(), "{p:?}");
+        assert!(!a.samples.is_empty() && a.summary.samples > 0 && !a.reason.is_empty(), "{a:?}");
+        assert!((0.0..=1.0).contains(&a.client_busy), "{a:?}");
+        let bytes: f64 = a.samples.iter().map(|s| s.mb_per_sec * 1e6 * s.seconds).sum();
+        assert!((bytes - p.bytes as f64).abs() <= 1.0 + 1e-6 * p.bytes as f64, "samples add up to bytes: {a:?}");
+        if p.bound_by == Some(fetchbench::bench::results::BoundBy::ClientCpu) {
+            let w = format!("WARNING: {} {} was bound by the clients' CPU", p.read_path, p.phase);
+            assert!(stdout.contains(&w) && results.notes.iter().any(|n| n.starts_with(&w)), "{stdout}");
+        }
+    }
 }
 
 /// Issue 29: the catch-up measured by time. With `catch_up_duration = "2s"` over a 4 MiB
