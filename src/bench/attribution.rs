@@ -10,7 +10,7 @@
 //!   ticks; the `guest` columns are already inside user and are not added again),
 //!   [`parse_proc_stat`];
 //! - this process's CPU (`getrusage`) and its client threads' ([`super::usage::threads_usage`]
-//!   over [`super::tail::CLIENT_THREADS`]: `bench-consumer-*`, `heartbeat-*`, `bench-producer*`
+//!   over [`super::usage::CLIENT_THREADS`]: `bench-consumer-*`, `heartbeat-*`, `bench-producer*`
 //!   and the producers' `fetchbench-producer` senders); the broker's threads are the rest
 //!   (`fetchbench-net*`, `fetchbench-core-*`, the coordinators, purgatory, io pools, `iou-wrk`
 //!   workers, the phase's own coordinating thread and this sampler, which sleeps);
@@ -87,8 +87,7 @@ use nix::sys::resource::UsageWho;
 use super::results::{
     combination_label, Attribution, AttributionSample, BoundBy, CpuSplit, LimitsResult, PathResult, ThroughputSummary,
 };
-use super::tail::CLIENT_THREADS;
-use super::usage::{allowed_cpus, threads_usage, Usage};
+use super::usage::{allowed_cpus, threads_usage, Usage, CLIENT_THREADS};
 
 /// How often the sampler takes a snapshot between the interval's start and end.
 pub(crate) const SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
@@ -498,27 +497,7 @@ impl Sampled {
 /// The per-sample MB/s summarised (see [`ThroughputSummary`]): over the samples at least half
 /// a [`SAMPLE_INTERVAL`] long, all of them when none is.
 pub(crate) fn summarize(samples: &[AttributionSample]) -> ThroughputSummary {
-    let half = SAMPLE_INTERVAL.as_secs_f64() / 2.0;
-    let long: Vec<f64> = samples.iter().filter(|s| s.seconds >= half).map(|s| s.mb_per_sec).collect();
-    let mut v = if long.is_empty() { samples.iter().map(|s| s.mb_per_sec).collect() } else { long };
-    if v.is_empty() {
-        return ThroughputSummary::default();
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    let median = if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 };
-    let mean = v.iter().sum::<f64>() / n as f64;
-    let cv = (n >= 2 && mean > 0.0).then(|| {
-        let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
-        var.sqrt() / mean
-    });
-    ThroughputSummary {
-        samples: n as u64,
-        median_mb_per_sec: median,
-        min_mb_per_sec: v[0],
-        max_mb_per_sec: v[n - 1],
-        cv,
-    }
+    ThroughputSummary::of(samples, SAMPLE_INTERVAL.as_secs_f64() / 2.0)
 }
 
 /// What [`classify`] needs of an entry and its run besides the [`Attribution`].
@@ -625,23 +604,7 @@ pub(crate) fn classify(f: &Figures, a: &Attribution) -> (BoundBy, String) {
     (BoundBy::Nothing, format!("nothing saturated ({busy}){shared_note}"))
 }
 
-/// The warning a figure of `p` must be shown with (`label`: its combination's name, see
-/// [`combination_label`]), or `None`: an entry bound by the clients' CPU measured the
-/// consumers, not the read path.
-pub fn warning(p: &PathResult, label: &str) -> Option<String> {
-    if p.bound_by != Some(BoundBy::ClientCpu) {
-        return None;
-    }
-    let a = p.attribution.as_ref();
-    let client = a.map_or(String::new(), |a| pct(a.client_busy));
-    let broker = a.and_then(|a| a.broker_busy).map_or("not measured".into(), pct);
-    let rep = if p.repetition > 0 { format!(" (repetition {})", p.repetition) } else { String::new() };
-    Some(format!(
-        "WARNING: {label} {}{rep} was bound by the clients' CPU (clients {client} busy, broker {broker}): it measures \
-         the consumers, not the read path",
-        p.phase
-    ))
-}
+pub use super::results::warning;
 
 /// A figure of an entry as it is printed, with the warning it must carry ([`warning`]): the
 /// only way the table, chart and report render `mb_per_sec`.

@@ -24,6 +24,19 @@
 //! With `catch_up_duration = 0`, with a page cache `cold` (a second pass would read pages the
 //! first cached) and in the mixed phase, the drain reads the backlog once and its clock stops
 //! when the groups have read the last offset of every partition.
+//!
+//! ## The consumers
+//!
+//! The catch-up's consumers run in drain mode (`fetchbench.fetch.mode=drain`, see
+//! [`crate::client::consumer::drain`]) unless the workload's `consumer_config` sets
+//! `fetchbench.fetch.mode = "decode"`: they read each Fetch response's framing and batch
+//! headers and discard the record bytes in the kernel (`recv(MSG_TRUNC)`), CRC-checking one
+//! batch in 16 (`fetchbench.drain.crc`). A decoding consumer copies, decompresses and
+//! allocates every record, and on a 2-core machine its core, not the broker's, bounded every
+//! read path faster than `copy`. Exactness is kept: a batch is checked as its offsets
+//! `first..=last` ([`GroupDeliveries::deliver_batch`]; on a dense backlog a batch whose
+//! records count is not its offset span is a gap). A note names the consumer a run used. The
+//! tail phase always decodes (its end-to-end latency needs each record's timestamp).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
@@ -43,6 +56,7 @@ use super::workload::{PageCache, Phase, Workload};
 use crate::broker::server_model::ServerModel;
 use crate::broker::BrokerHandle;
 use crate::client::consumer::{Consumer, ConsumerConfig, ConsumerError, TopicPartition};
+use crate::client::consumer::{DrainedBatch, FetchMode};
 use crate::machine::rss_bytes;
 use crate::metrics::Latency;
 
@@ -242,6 +256,7 @@ pub(crate) fn catch_up_with(
         done_at: Mutex::new(None),
     });
     let mut threads = Vec::new();
+    let mut consumer_mode = None;
     for m in 0..members {
         let group = m / per_group;
         let mut cc = ConsumerConfig::new(addr.clone());
@@ -258,9 +273,13 @@ pub(crate) fn catch_up_with(
             // (see the module docs).
             cc.fetch_max_wait_ms = 10;
         }
+        // The drain consumer (batch headers read, record bytes discarded in the kernel): the
+        // consumers must cost less than the broker (see the module docs).
+        cc.fetch_mode = FetchMode::Drain;
         for (k, v) in &w.consumer_config {
             cc.set(k, v).map_err(|e| anyhow!("consumer_config.{k}: {e}"))?;
         }
+        consumer_mode.get_or_insert(cc.drain_checks());
         cc.group_id = Some(format!("{}-catch-up-{group}", t.group_prefix));
         cc.client_id = format!("fetchbench-run-{m}");
         let topics: Vec<String> = backlog.topics.iter().map(|(t, _)| t.clone()).collect();
@@ -277,6 +296,15 @@ pub(crate) fn catch_up_with(
         })?;
         threads.push(t);
     }
+    notes.push(match consumer_mode.flatten() {
+        Some(crc) => format!(
+            "catch-up consumers: drain (fetchbench.fetch.mode=drain: batch headers read, record bytes discarded \
+             in the kernel by recv(MSG_TRUNC), offsets checked from the headers, CRC checked for {} batches)",
+            if crc == crate::client::consumer::CrcCheck::None { "no".to_string() } else { crc.to_string() }
+        ),
+        None => "catch-up consumers: decode (fetchbench.fetch.mode=decode: every record decoded, as Kafka's consumer)"
+            .to_string(),
+    });
     // Rebalance: subscribe -> every group stable.
     let subscribed = Instant::now();
     let wait_stable = || -> anyhow::Result<()> {
@@ -623,11 +651,15 @@ fn drain(c: &mut Consumer, group: usize, generation: i32, polls: &mut Latency, s
             break;
         }
         let t = Instant::now();
-        let recs = c.poll(Duration::from_millis(100))?;
+        let polled = if c.config().fetch_mode == FetchMode::Drain {
+            Polled::Batches(c.poll_batches(Duration::from_millis(100))?)
+        } else {
+            Polled::Records(c.poll(Duration::from_millis(100))?)
+        };
         let ns = t.elapsed().as_nanos() as u64;
         // Only the deliveries of polls that returned inside the window count.
         let counted = window_end.is_none_or(|end| Instant::now() <= end);
-        deliver(group, recs, ns, counted, polls, sh, &mut bytes_carry, c.generation())?;
+        deliver(group, polled, ns, counted, polls, sh, &mut bytes_carry, c.generation())?;
         // After the deliveries: they were of the pass before the seek back.
         if window_end.is_some() {
             wrap_at_end(c, group, &mut owned, sh)?;
@@ -636,12 +668,31 @@ fn drain(c: &mut Consumer, group: usize, generation: i32, polls: &mut Latency, s
     Ok(())
 }
 
+/// What one poll of a member returned: records (the decoding consumer) or batches (the drain
+/// consumer).
+enum Polled {
+    Records(Vec<crate::client::consumer::ConsumerRecord>),
+    Batches(Vec<DrainedBatch>),
+}
+
+/// A poll whose records are dropped (warmup, settling, rejoining), in the consumer's mode.
+///
+/// Errors: the consumer's.
+fn poll_discard(c: &mut Consumer, timeout: Duration) -> Result<(), ConsumerError> {
+    if c.config().fetch_mode == FetchMode::Drain {
+        c.poll_batches(timeout).map(drop)
+    } else {
+        c.poll(timeout).map(drop)
+    }
+}
+
 /// The checks and counts of the records of one poll of `group`'s member, delivered in
-/// `gen` (see [`drain`]); `counted`: the poll returned inside the window.
+/// `gen` (see [`drain`]); `counted`: the poll returned inside the window. A drained batch is
+/// checked as its offsets `first_offset..=last_offset` ([`GroupDeliveries::deliver_batch`]).
 #[allow(clippy::too_many_arguments)]
 fn deliver(
     group: usize,
-    recs: Vec<crate::client::consumer::ConsumerRecord>,
+    polled: Polled,
     ns: u64,
     counted: bool,
     polls: &mut Latency,
@@ -652,25 +703,42 @@ fn deliver(
     // The generation the records were delivered in: a rebalance inside this poll has
     // completed before its records were fetched.
     sh.generations[group].1.fetch_max(gen, Ordering::SeqCst);
-    if recs.is_empty() {
+    let empty = match &polled {
+        Polled::Records(r) => r.is_empty(),
+        Polled::Batches(b) => b.is_empty(),
+    };
+    if empty {
         return Ok(());
     }
     polls.record_ns(ns);
     let mut new = 0u64;
-    if !sh.aborted.is_empty() {
-        for r in &recs {
-            check_not_aborted(&sh.aborted, &r.topic, r.partition, r.offset)?;
+    let mut d = sh.deliveries[group].lock().expect("not poisoned");
+    match polled {
+        Polled::Records(recs) => {
+            for r in &recs {
+                if !sh.aborted.is_empty() {
+                    check_not_aborted(&sh.aborted, &r.topic, r.partition, r.offset)?;
+                }
+                let offset = sh.virtual_offset(group, &r.topic, r.partition, r.offset);
+                if d.deliver(&r.topic, r.partition, offset, gen)? == Delivery::New {
+                    new += 1;
+                }
+            }
         }
-    }
-    {
-        let mut d = sh.deliveries[group].lock().expect("not poisoned");
-        for r in &recs {
-            let offset = sh.virtual_offset(group, &r.topic, r.partition, r.offset);
-            if d.deliver(&r.topic, r.partition, offset, gen)? == Delivery::New {
-                new += 1;
+        Polled::Batches(batches) => {
+            for b in &batches {
+                if !sh.aborted.is_empty() {
+                    check_not_aborted(&sh.aborted, &b.topic, b.partition, b.first_offset)?;
+                    check_not_aborted(&sh.aborted, &b.topic, b.partition, b.last_offset)?;
+                }
+                let first = sh.virtual_offset(group, &b.topic, b.partition, b.first_offset);
+                let last = first + (b.last_offset - b.first_offset);
+                new +=
+                    d.deliver_batch(&b.topic, b.partition, (first, last), b.records_from_first(), b.is_dense(), gen)?;
             }
         }
     }
+    drop(d);
     if !counted {
         return Ok(());
     }
@@ -817,7 +885,7 @@ fn settle(c: &mut Consumer, sh: &Shared) -> anyhow::Result<()> {
         if Instant::now() > deadline {
             bail!("a Fetch sent before the drain was not answered within {} ms", limit.as_millis());
         }
-        let _ = c.poll(Duration::from_millis(100))?;
+        poll_discard(c, Duration::from_millis(100))?;
     }
     Ok(())
 }
@@ -846,7 +914,7 @@ fn warm_up(c: &mut Consumer, warmup: Duration, sh: &Shared) -> anyhow::Result<u3
                 c.pause(&now)?;
                 return Ok(passes);
             }
-            let _ = c.poll(Duration::from_millis(100))?;
+            poll_discard(c, Duration::from_millis(100))?;
             if c.generation() != generation || c.assignment() != assignment {
                 continue 'pass;
             }
@@ -877,7 +945,7 @@ fn rejoin(c: &mut Consumer, m: usize, group: usize, sh: &Shared) -> anyhow::Resu
         if Instant::now() > deadline {
             bail!("member {m} of group {group} did not rejoin within 60 s after a rebalance before the drain");
         }
-        let _ = c.poll(Duration::from_millis(20))?;
+        poll_discard(c, Duration::from_millis(20))?;
         let assignment = c.assignment();
         c.pause(&assignment)?;
         let now = (c.generation(), assignment);
@@ -1006,7 +1074,7 @@ pub(crate) fn join_until_stable(
         if s.failed.load(Ordering::SeqCst) {
             return Err(Stopped.into());
         }
-        let _ = c.poll(Duration::from_millis(20))?;
+        poll_discard(c, Duration::from_millis(20))?;
         let assignment = c.assignment();
         c.pause(&assignment)?;
         let gen = c.generation();
@@ -1109,17 +1177,17 @@ impl GroupDeliveries {
         GroupDeliveries { dense, partitions: HashMap::new(), redelivered: 0 }
     }
 
-    /// Checks one record of `topic`-`partition` at `offset` delivered by a member in
-    /// `generation` (its `Consumer::generation` after the poll that returned it).
-    ///
-    /// Errors: [`DeliveryError::Gap`] (records lost), [`DeliveryError::Duplicate`] (a
-    /// redelivery or reordering within a generation).
     /// Starts the check of `topic`-`partition` at `offset` in `generation` (a windowed drain's
     /// staggered start): the next delivery must be `offset` (dense offsets) or above it.
     pub(crate) fn begin(&mut self, topic: &Arc<str>, partition: i32, offset: i64, generation: i32) {
         self.partitions.insert((topic.clone(), partition), Cursor { next: offset, at: offset, generation });
     }
 
+    /// Checks one record of `topic`-`partition` at `offset` delivered by a member in
+    /// `generation` (its `Consumer::generation` after the poll that returned it).
+    ///
+    /// Errors: [`DeliveryError::Gap`] (records lost), [`DeliveryError::Duplicate`] (a
+    /// redelivery or reordering within a generation).
     pub(crate) fn deliver(
         &mut self,
         topic: &Arc<str>,
@@ -1151,6 +1219,45 @@ impl GroupDeliveries {
         }
         c.next = offset + 1;
         Ok(Delivery::New)
+    }
+
+    /// Checks a drained batch of `topic`-`partition` whose records from the one handed out
+    /// first are `first..=last` (`records` of them; `dense`: its records count is its offset
+    /// span), delivered in `generation`: as [`Self::deliver`] of `first`, then of every offset
+    /// up to `last` (on a dense backlog a batch that is not dense is a gap: records missing).
+    /// Returns the records delivered for the first time (the rest are redeliveries).
+    ///
+    /// Errors: as [`Self::deliver`].
+    pub(crate) fn deliver_batch(
+        &mut self,
+        topic: &Arc<str>,
+        partition: i32,
+        (first, last): (i64, i64),
+        records: u64,
+        dense: bool,
+        generation: i32,
+    ) -> Result<u64, DeliveryError> {
+        let next_before = self.partitions.get(&(topic.clone(), partition)).map(|c| c.next);
+        let one = self.deliver(topic, partition, first, generation)?;
+        if self.dense && !dense {
+            return Err(DeliveryError::Gap { topic: topic.to_string(), partition, offset: last, expected: first + 1 });
+        }
+        let c = self.partitions.get_mut(&(topic.clone(), partition)).expect("delivered");
+        c.at = last + 1;
+        // `deliver(first)` counted the first record; the others are new above the old `next`.
+        let (new, redelivered) = if one == Delivery::New {
+            c.next = c.next.max(last + 1);
+            (records, 0)
+        } else {
+            let old_next = next_before.unwrap_or(0);
+            let new =
+                if self.dense { (last + 1 - old_next.max(first)).max(0) as u64 } else { u64::from(last >= old_next) };
+            c.next = c.next.max(last + 1);
+            (new.min(records), records - new.min(records))
+        };
+        // `deliver` counted the first one as redelivered already.
+        self.redelivered += redelivered.saturating_sub(u64::from(one == Delivery::Redelivered));
+        Ok(new)
     }
 }
 
@@ -1209,6 +1316,50 @@ mod tests {
     /// A windowed drain: a partition of offsets 10..20 started staggered at 15, read to its
     /// end and again from its start, is one contiguous sequence; a record missed across the
     /// wrap is a gap, a pass read again without its pass counted a duplicate.
+    /// A drained batch is checked as its offsets one by one would be: the same new and
+    /// redelivered counts, the same errors; a batch with records missing is a gap.
+    #[test]
+    fn a_drained_batch_is_checked_as_its_offsets_one_by_one() {
+        // (first, last, generation): in order, a redelivery after a rebalance, a gap, a duplicate.
+        let cases: &[&[(i64, i64, i32)]] = &[
+            &[(0, 9, 1), (10, 19, 1), (20, 29, 1)],
+            &[(0, 9, 1), (10, 19, 1), (5, 14, 2), (15, 24, 2)],
+            &[(0, 9, 1), (12, 19, 1)],
+            &[(0, 9, 1), (5, 9, 1)],
+            &[(3, 9, 1)],
+        ];
+        for seq in cases {
+            let mut one = GroupDeliveries::new(true);
+            let mut batched = GroupDeliveries::new(true);
+            for &(first, last, g) in *seq {
+                let mut expected = Ok(0u64);
+                for o in first..=last {
+                    match one.deliver(&t(), 0, o, g) {
+                        Ok(Delivery::New) => expected = expected.map(|n| n + 1),
+                        Ok(Delivery::Redelivered) => {}
+                        Err(e) => {
+                            expected = Err(e.to_string());
+                            break;
+                        }
+                    }
+                }
+                let records = (last - first + 1) as u64;
+                let got = batched.deliver_batch(&t(), 0, (first, last), records, true, g).map_err(|e| e.to_string());
+                assert_eq!(got, expected, "{seq:?} at {first}..={last}");
+                assert_eq!(batched.redelivered, one.redelivered, "{seq:?}");
+                if got.is_err() {
+                    break;
+                }
+            }
+        }
+        // A batch that is not dense (records missing from its offsets) on a dense backlog.
+        let mut d = GroupDeliveries::new(true);
+        assert!(d.deliver_batch(&t(), 0, (0, 9), 7, false, 1).unwrap_err().to_string().contains("records lost"));
+        // On a real log: its records count.
+        let mut d = GroupDeliveries::new(false);
+        assert_eq!(d.deliver_batch(&t(), 0, (4, 9), 3, false, 1).unwrap(), 3);
+    }
+
     #[test]
     fn passes_over_a_partition_are_checked_as_one_sequence() {
         let (start, end) = (10, 20);

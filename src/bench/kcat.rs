@@ -15,7 +15,8 @@
 //! Each process runs `kcat -C -b BOOTSTRAP -G GROUP TOPICS... -f FORMAT -X k=v...` with
 //! `auto.offset.reset` first and then every workload `consumer_config` entry as given
 //! (librdkafka's names, e.g. `fetch.wait.max.ms`: it refuses unknown keys, and kcat's stderr
-//! is then the error). Its stdout (one line per record) and stderr (kcat's
+//! is then the error), except fetchbench's own `fetchbench.*` keys (the native consumer's
+//! fetch mode). Its stdout (one line per record) and stderr (kcat's
 //! `% Group G rebalanced (memberid M): assigned: t [0], t [1]` / `revoked: ...` lines, which
 //! say when it consumes what) are read by threads of this process. The processes are pinned
 //! to the client CPUs (`sched_setaffinity` between fork and exec), run in their own process
@@ -93,7 +94,8 @@ fn kcat_command(t: &Target<'_>, group: &str, format: &str, offset_reset: &str, u
         cmd.arg("-u");
     }
     cmd.arg("-X").arg(format!("auto.offset.reset={offset_reset}"));
-    for (k, v) in &t.w.consumer_config {
+    // fetchbench's own consumer settings (`fetchbench.fetch.mode`, ...) are not librdkafka's.
+    for (k, v) in t.w.consumer_config.iter().filter(|(k, _)| !k.starts_with("fetchbench.")) {
         cmd.arg("-X").arg(format!("{k}={v}"));
     }
     cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());

@@ -1126,7 +1126,7 @@ fn walk(shape: &Value, v: &Value, at: &str, problems: &mut Vec<String>) {
 /// not `null` outside a run against a cluster (`target` `bootstrap:...`), two entries for the same (server model, read path, phase,
 /// repetition), a summary interval that does not hold its mean, two summaries of the same
 /// (server model, read path, phase), an entry bound by `client_cpu` whose warning
-/// ([`super::attribution::warning`]) is not in `notes`.
+/// ([`warning`]) is not in `notes`.
 pub fn validate(doc: &Value) -> Result<Results, ValidationError> {
     let mut problems = Vec::new();
     if doc.get("schema").and_then(Value::as_str) != Some(SCHEMA) {
@@ -1255,7 +1255,7 @@ pub fn validate(doc: &Value) -> Result<Results, ValidationError> {
     let qualified = results.compares_models();
     for (i, p) in results.paths.iter().enumerate() {
         let label = combination_label(p.server_model.as_deref(), &p.read_path, qualified);
-        if let Some(w) = super::attribution::warning(p, &label) {
+        if let Some(w) = warning(p, &label) {
             if !results.notes.iter().any(|n| n.contains(&w)) {
                 problems.push(format!("/paths/{i}/bound_by: client_cpu without its warning in /notes ({w})"));
             }
@@ -1425,6 +1425,52 @@ fn upgrade_v6(doc: &mut Value) {
         for p in paths.iter_mut().filter_map(Value::as_object_mut) {
             p.entry("bound_by").or_insert(Value::Null);
             p.entry("attribution").or_insert(Value::Null);
+        }
+    }
+}
+
+/// The warning a figure of `p` must be shown with (`label`: its combination's name, see
+/// [`combination_label`]), or `None`: an entry bound by the clients' CPU measured the
+/// consumers, not the read path.
+pub fn warning(p: &PathResult, label: &str) -> Option<String> {
+    if p.bound_by != Some(BoundBy::ClientCpu) {
+        return None;
+    }
+    let a = p.attribution.as_ref();
+    let pct = |x: f64| format!("{:.0}%", x * 100.0);
+    let client = a.map_or(String::new(), |a| pct(a.client_busy));
+    let broker = a.and_then(|a| a.broker_busy).map_or("not measured".into(), pct);
+    let rep = if p.repetition > 0 { format!(" (repetition {})", p.repetition) } else { String::new() };
+    Some(format!(
+        "WARNING: {label} {}{rep} was bound by the clients' CPU (clients {client} busy, broker {broker}): it measures \
+         the consumers, not the read path",
+        p.phase
+    ))
+}
+
+impl ThroughputSummary {
+    /// The per-sample MB/s of `samples` summarised: over the samples at least `min_seconds`
+    /// long, all of them when none is (median, min, max; cv with 2 samples or more).
+    pub fn of(samples: &[AttributionSample], min_seconds: f64) -> ThroughputSummary {
+        let long: Vec<f64> = samples.iter().filter(|s| s.seconds >= min_seconds).map(|s| s.mb_per_sec).collect();
+        let mut v = if long.is_empty() { samples.iter().map(|s| s.mb_per_sec).collect() } else { long };
+        if v.is_empty() {
+            return ThroughputSummary::default();
+        }
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        let median = if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 };
+        let mean = v.iter().sum::<f64>() / n as f64;
+        let cv = (n >= 2 && mean > 0.0).then(|| {
+            let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
+            var.sqrt() / mean
+        });
+        ThroughputSummary {
+            samples: n as u64,
+            median_mb_per_sec: median,
+            min_mb_per_sec: v[0],
+            max_mb_per_sec: v[n - 1],
+            cv,
         }
     }
 }
@@ -1981,12 +2027,12 @@ pub(crate) mod tests {
                 steal_flagged: false,
                 network_fraction: Some(0.2),
                 reason: "the clients' CPU saturated".into(),
-                summary: super::super::attribution::summarize(&samples),
+                summary: ThroughputSummary::of(&samples, 0.5),
                 samples,
             });
         }
         let label = combination_label(r.paths[0].server_model.as_deref(), &r.paths[0].read_path, r.compares_models());
-        let w = super::super::attribution::warning(&r.paths[0], &label).unwrap();
+        let w = warning(&r.paths[0], &label).unwrap();
         r.notes.push(w);
         r
     }

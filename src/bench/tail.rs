@@ -57,9 +57,7 @@ use crate::client::producer::{Producer, ProducerConfig};
 use crate::log::batch::Header;
 use crate::metrics::Latency;
 
-/// Thread-name prefixes of the client threads (consumers and their heartbeat threads,
-/// producer loops, producer senders).
-pub(crate) const CLIENT_THREADS: [&str; 4] = ["bench-consumer", "heartbeat-", "bench-producer", "fetchbench-prod"];
+pub(crate) use super::usage::CLIENT_THREADS;
 
 /// How long consumers may take after the producers finished to receive every record.
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -524,6 +522,9 @@ fn native_members(
         for (k, v) in &w.consumer_config {
             cc.set(k, v).map_err(|e| anyhow!("consumer_config.{k}: {e}"))?;
         }
+        // End-to-end latency needs each record's timestamp: the tail always decodes, whatever
+        // `fetchbench.fetch.mode` the catch-up uses.
+        cc.fetch_mode = crate::client::consumer::FetchMode::Decode;
         cc.group_id = Some(format!("{}-tail-{group}", t.group_prefix));
         cc.client_id = format!("fetchbench-run-tail-{m}");
         let (topics, sh, pin) = (topics.to_vec(), sh.clone(), t.pin_clients.clone());

@@ -9,6 +9,10 @@ use std::path::PathBuf;
 
 use nix::sys::resource::{getrusage, UsageWho};
 
+/// Thread-name prefixes of the client threads (consumers and their heartbeat threads,
+/// producer loops, producer senders).
+pub(crate) const CLIENT_THREADS: [&str; 4] = ["bench-consumer", "heartbeat-", "bench-producer", "fetchbench-prod"];
+
 /// Resource use of a thread or the process at one instant.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Usage {

@@ -13,6 +13,7 @@ use std::time::Duration;
 use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, RequestHeader, RequestKind, ResponseKind};
 use kafka_protocol::protocol::StrBytes;
 
+use crate::client::consumer::drain::{read_fetch_frame, CrcCheck, DrainError, DrainedResponse, SocketSource};
 use crate::protocol::frame::{self, ProtocolError};
 
 /// The largest response frame accepted (Kafka's consumer has no such limit beyond
@@ -211,6 +212,47 @@ impl KafkaConnection {
             });
         }
         Ok(decoded.body)
+    }
+
+    /// Reads the answer to the oldest request in flight, a Fetch of `version` that must be
+    /// `correlation_id`, in drain mode ([`crate::client::consumer::drain`]): headers into user
+    /// space, record bytes discarded in the kernel except for the batches `crc` checks;
+    /// `batch_counter` counts this connection's batches for [`CrcCheck::OneIn`].
+    ///
+    /// Errors: [`ClientError::Closed`] when the stream ends before a frame, [`ClientError::Io`]
+    /// for a read error, a timeout, a malformed frame or another correlation id.
+    pub fn receive_fetch_drained(
+        &mut self,
+        version: i16,
+        correlation_id: i32,
+        crc: CrcCheck,
+        batch_counter: &mut u64,
+    ) -> Result<DrainedResponse, ClientError> {
+        let context = || format!("reading the answer to Fetch from {}", self.addr);
+        let mut src = SocketSource::new(&self.stream);
+        let (got, response) = match read_fetch_frame(&mut src, MAX_RESPONSE_BYTES, version, crc, batch_counter) {
+            Ok(r) => r,
+            Err(DrainError::Io(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                return Err(ClientError::Closed { api: ApiKey::Fetch })
+            }
+            Err(DrainError::Io(source)) => return Err(ClientError::Io { context: context(), source }),
+            Err(e @ DrainError::Malformed(_)) => {
+                return Err(ClientError::Io {
+                    context: context(),
+                    source: std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()),
+                })
+            }
+        };
+        if got != correlation_id {
+            return Err(ClientError::Io {
+                context: context(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("correlation id {got} where {correlation_id} was expected"),
+                ),
+            });
+        }
+        Ok(response)
     }
 
     /// Sends a request and waits for its answer.

@@ -80,6 +80,10 @@ rate = 1000
 warmup = "500ms"
 duration = "2s"
 read_paths = ["copy", "sendfile"]
+
+# The decoding consumer (the default is the drain consumer, see the windowed test).
+[consumer_config]
+"fetchbench.fetch.mode" = "decode"
 "#,
     );
     let results_dir = dir.path().join("results");
@@ -99,6 +103,7 @@ read_paths = ["copy", "sendfile"]
     let results = only_results(&results_dir);
     assert_eq!(results.target, "embedded");
     assert!(!results.interrupted);
+    assert!(results.notes.iter().any(|n| n.contains("catch-up consumers: decode")), "{:?}", results.notes);
     let paths: Vec<(&str, &str)> = results.paths.iter().map(|p| (p.read_path.as_str(), p.phase.as_str())).collect();
     assert_eq!(paths, [("copy", "catch_up"), ("copy", "tail"), ("sendfile", "catch_up"), ("sendfile", "tail")]);
     for p in results.paths.iter().filter(|p| p.phase == "catch_up") {
@@ -176,6 +181,12 @@ read_paths = ["copy", "sendfile"]
     }
     assert!(
         results.notes.iter().any(|n| n.contains("catch-up measured for 2.0 s") && n.contains("passes per partition")),
+        "{:?}",
+        results.notes
+    );
+    // The default consumers: drain mode, and the run says so.
+    assert!(
+        results.notes.iter().any(|n| n.contains("catch-up consumers: drain") && n.contains("1/16 batches")),
         "{:?}",
         results.notes
     );

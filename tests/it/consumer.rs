@@ -632,7 +632,7 @@ fn regex_subscription_picks_up_matching_topics() {
 
 /// A record set with a compaction gap, an emptied batch, an aborted transaction with its
 /// control batch, and a committed record after it.
-fn gappy_record_set() -> Vec<u8> {
+pub(crate) fn gappy_record_set() -> Vec<u8> {
     let mut set = Vec::new();
     let mut a = BatchBuilder::new(0, Compression::None).last_offset_delta(4);
     a.append_at(0, 1, Some(b"k0"), Some(b"v0"), &[]).unwrap();

@@ -20,6 +20,7 @@ mod consumer_offsets_corpus;
 mod consumer_positions;
 mod damaged_files;
 mod disk_full;
+mod drain_consumer;
 mod dump_cli;
 mod dynamic_config;
 mod fetch_response;

@@ -2,6 +2,7 @@
 //! names, defaults and ranges, set by name ([`ConsumerConfig::set`], [`CONFIG_KEYS`]), and
 //! [`OffsetReset`].
 
+use super::drain::CrcCheck;
 use super::error::ConsumerError;
 use crate::client::assignor::{assignor_by_name, ASSIGNOR_NAMES};
 
@@ -43,6 +44,8 @@ pub enum OffsetReset {
 /// | `retry.backoff.ms` | 100 (first wait before rejoining after a retriable JoinGroup/SyncGroup error) |
 /// | `retry.backoff.max.ms` | 1000 (the wait doubles per failure up to this, KIP-580) |
 /// | `exclude.internal.topics` | `true` (pattern subscriptions skip internal topics such as `__consumer_offsets`) |
+/// | `fetchbench.fetch.mode` | `decode` (`drain`: [`super::Consumer::poll_batches`], see [`super::drain`]; not a Kafka config) |
+/// | `fetchbench.drain.crc` | `1/16` (`all`, `none`, `1/N`: the batches whose CRC a drain checks; `check.crcs=false` makes it `none`) |
 #[derive(Clone, Debug)]
 pub struct ConsumerConfig {
     /// `bootstrap.servers`.
@@ -95,6 +98,32 @@ pub struct ConsumerConfig {
     pub retry_backoff_ms: u64,
     /// `retry.backoff.max.ms`: the longest such wait, in ms.
     pub retry_backoff_max_ms: u64,
+    /// `fetchbench.fetch.mode`: decode records (Kafka's consumer) or drain batches.
+    pub fetch_mode: FetchMode,
+    /// `fetchbench.drain.crc`: which drained batches have their CRC checked.
+    pub drain_crc: CrcCheck,
+}
+
+/// `fetchbench.fetch.mode`: how Fetch responses are read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FetchMode {
+    /// `decode`: every record decoded into a [`super::ConsumerRecord`] ([`super::Consumer::poll`]).
+    Decode,
+    /// `drain`: batch headers read, record bytes discarded in the kernel
+    /// ([`super::Consumer::poll_batches`], [`super::drain`]).
+    Drain,
+}
+
+impl ConsumerConfig {
+    /// The CRC checks of a drain (`None` when decoding): `fetchbench.drain.crc`, or none with
+    /// `check.crcs=false`.
+    pub fn drain_checks(&self) -> Option<CrcCheck> {
+        match self.fetch_mode {
+            FetchMode::Decode => None,
+            FetchMode::Drain if !self.check_crcs => Some(CrcCheck::None),
+            FetchMode::Drain => Some(self.drain_crc),
+        }
+    }
 }
 
 impl ConsumerConfig {
@@ -124,6 +153,8 @@ impl ConsumerConfig {
             exclude_internal_topics: true,
             retry_backoff_ms: 100,
             retry_backoff_max_ms: 1000,
+            fetch_mode: FetchMode::Decode,
+            drain_crc: CrcCheck::OneIn(16),
         }
     }
 
@@ -226,6 +257,14 @@ impl ConsumerConfig {
                 self.partition_assignment_strategy = names;
             }
             "check.crcs" => self.check_crcs = boolean(value)?,
+            "fetchbench.fetch.mode" => {
+                self.fetch_mode = match value {
+                    "decode" => FetchMode::Decode,
+                    "drain" => FetchMode::Drain,
+                    _ => return Err(bad("expected decode or drain")),
+                }
+            }
+            "fetchbench.drain.crc" => self.drain_crc = CrcCheck::parse(value).map_err(|e| bad(&e))?,
             "exclude.internal.topics" => self.exclude_internal_topics = boolean(value)?,
             "isolation.level" => {
                 self.read_committed = match value {
@@ -246,7 +285,7 @@ impl ConsumerConfig {
 }
 
 /// The configs [`ConsumerConfig::set`] knows, by Kafka's names.
-pub const CONFIG_KEYS: [&str; 23] = [
+pub const CONFIG_KEYS: [&str; 25] = [
     "retry.backoff.ms",
     "retry.backoff.max.ms",
     "bootstrap.servers",
@@ -270,6 +309,8 @@ pub const CONFIG_KEYS: [&str; 23] = [
     "check.crcs",
     "isolation.level",
     "exclude.internal.topics",
+    "fetchbench.fetch.mode",
+    "fetchbench.drain.crc",
 ];
 
 #[cfg(test)]
@@ -307,5 +348,21 @@ mod tests {
         assert!(!c.exclude_internal_topics);
         assert!(c.set("exclude.internal.topics", "maybe").is_err());
         assert!(CONFIG_KEYS.contains(&"exclude.internal.topics"));
+    }
+
+    #[test]
+    fn the_fetch_mode_and_the_drain_crc_checks_are_settable() {
+        let mut c = ConsumerConfig::new("127.0.0.1:9092");
+        assert_eq!((c.fetch_mode, c.drain_checks()), (FetchMode::Decode, None));
+        c.set("fetchbench.fetch.mode", "drain").unwrap();
+        assert_eq!(c.drain_checks(), Some(CrcCheck::OneIn(16)));
+        c.set("fetchbench.drain.crc", "all").unwrap();
+        assert_eq!(c.drain_checks(), Some(CrcCheck::All));
+        c.set("check.crcs", "false").unwrap();
+        assert_eq!(c.drain_checks(), Some(CrcCheck::None), "check.crcs=false checks none");
+        let e = c.set("fetchbench.fetch.mode", "fast").unwrap_err().to_string();
+        assert!(e.ends_with("expected decode or drain"), "{e}");
+        let e = c.set("fetchbench.drain.crc", "half").unwrap_err().to_string();
+        assert!(e.contains("expected all, none or 1/N"), "{e}");
     }
 }

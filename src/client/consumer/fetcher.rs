@@ -33,6 +33,7 @@ use kafka_protocol::messages::fetch_response::AbortedTransaction;
 use kafka_protocol::messages::{ApiKey, BrokerId, FetchRequest, RequestKind, ResponseKind, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
+use super::drain::{CrcCheck, DrainedBatch, DrainedPartition};
 use super::error::ConsumerError;
 use super::record::ConsumerRecord;
 use crate::client::assignor::TopicPartition;
@@ -179,6 +180,8 @@ impl PartitionState {
 struct Chunk {
     tp: TopicPartition,
     records: VecDeque<ConsumerRecord>,
+    /// Drain mode: the partition's batches (and no records).
+    batches: VecDeque<DrainedBatch>,
     /// The position once every record of the chunk was handed out.
     next_offset: i64,
 }
@@ -197,6 +200,8 @@ struct InFlight {
 struct NodeConn {
     conn: KafkaConnection,
     in_flight: Option<InFlight>,
+    /// Drain mode: the connection's batches so far (for [`CrcCheck::OneIn`]).
+    batches: u64,
 }
 
 /// Fetch settings (Kafka's names in the docs of [`super::ConsumerConfig`]).
@@ -210,6 +215,8 @@ pub(crate) struct FetchSettings {
     pub check_crcs: bool,
     pub read_committed: bool,
     pub request_timeout: Duration,
+    /// `fetchbench.fetch.mode=drain`: the CRC checks of the drain; `None`: decode records.
+    pub drain: Option<CrcCheck>,
 }
 
 /// The fetch state of every assigned partition and the fetch connections.
@@ -273,7 +280,7 @@ impl Fetcher {
         let mut dropped = 0;
         self.buffer.retain(|c| {
             if &c.tp == tp {
-                dropped += c.records.len();
+                dropped += c.len();
                 false
             } else {
                 true
@@ -311,7 +318,7 @@ impl Fetcher {
         while let Some(chunk) = self.buffer.front_mut() {
             let Some(state) = self.partitions.get_mut(&chunk.tp) else {
                 let c = self.buffer.pop_front().expect("front exists");
-                self.buffered -= c.records.len();
+                self.buffered -= c.len();
                 continue;
             };
             let take = (max - out.len()).min(chunk.records.len());
@@ -327,6 +334,23 @@ impl Fetcher {
             if out.len() >= max {
                 break;
             }
+        }
+        out
+    }
+
+    /// Drain mode: hands out the batches of buffered chunks until they hold at least `max`
+    /// records (whole chunks; a chunk is one partition of one response), moving positions to
+    /// each chunk's next offset.
+    pub(crate) fn drain_batches(&mut self, max: usize) -> Vec<DrainedBatch> {
+        let mut out = Vec::new();
+        let mut records = 0;
+        while records < max {
+            let Some(chunk) = self.buffer.pop_front() else { break };
+            self.buffered -= chunk.len();
+            let Some(state) = self.partitions.get_mut(&chunk.tp) else { continue };
+            state.position = Some(chunk.next_offset);
+            records += chunk.len();
+            out.extend(chunk.batches);
         }
         out
     }
@@ -358,7 +382,7 @@ impl Fetcher {
                 };
                 let conn =
                     KafkaConnection::connect(addr.as_str(), &self.settings.client_id, self.settings.request_timeout)?;
-                self.nodes.insert(node, NodeConn { conn, in_flight: None });
+                self.nodes.insert(node, NodeConn { conn, in_flight: None, batches: 0 });
             }
             let n = self.nodes.get_mut(&node).expect("inserted");
             let version = n.conn.version(ApiKey::Fetch, (4, 12))?;
@@ -421,15 +445,25 @@ impl Fetcher {
                 };
                 if ready {
                     let flight = n.in_flight.take().expect("in flight");
-                    let response = match n.conn.receive(ApiKey::Fetch, flight.version, flight.correlation_id) {
-                        Ok(ResponseKind::Fetch(r)) => r,
-                        Ok(_) => unreachable!("decode_response returns the requested API"),
+                    let answer = match self.settings.drain {
+                        None => match n.conn.receive(ApiKey::Fetch, flight.version, flight.correlation_id) {
+                            Ok(ResponseKind::Fetch(r)) => Ok(Answer::decoded(r)),
+                            Ok(_) => unreachable!("decode_response returns the requested API"),
+                            Err(e) => Err(e),
+                        },
+                        Some(crc) => n
+                            .conn
+                            .receive_fetch_drained(flight.version, flight.correlation_id, crc, &mut n.batches)
+                            .map(Answer::drained),
+                    };
+                    let answer = match answer {
+                        Ok(a) => a,
                         Err(e) => {
                             self.nodes.remove(&node);
                             return Err(e.into());
                         }
                     };
-                    self.complete(flight, response, reset_none)?;
+                    self.complete(flight, answer, reset_none)?;
                     return Ok(true);
                 }
             }
@@ -439,21 +473,16 @@ impl Fetcher {
         }
     }
 
-    /// Decodes one Fetch response into the buffer.
-    fn complete(
-        &mut self,
-        flight: InFlight,
-        response: kafka_protocol::messages::FetchResponse,
-        reset_none: bool,
-    ) -> Result<(), ConsumerError> {
-        if response.error_code != 0 {
-            return Err(ConsumerError::Kafka { context: "Fetch".into(), code: response.error_code });
+    /// Decodes (or, in drain mode, selects the batches of) one Fetch response into the buffer.
+    fn complete(&mut self, flight: InFlight, answer: Answer, reset_none: bool) -> Result<(), ConsumerError> {
+        if answer.error_code != 0 {
+            return Err(ConsumerError::Kafka { context: "Fetch".into(), code: answer.error_code });
         }
         let mut out_of_range = Vec::new();
         let mut first_error = None;
-        for topic in response.responses {
-            for p in topic.partitions {
-                let tp = (topic.topic.to_string(), p.partition_index);
+        for (topic, partitions) in answer.topics {
+            for p in partitions {
+                let tp = (topic.clone(), p.partition_index);
                 let Some(&(sent_offset, sent_epoch)) = flight.sent.get(&tp) else { continue };
                 let Some(state) = self.partitions.get_mut(&tp) else { continue };
                 // Seeked, paused or reassigned since the request was sent: stale data.
@@ -494,15 +523,31 @@ impl Fetcher {
                 }
                 state.high_watermark = Some(p.high_watermark);
                 state.last_stable_offset = (p.last_stable_offset >= 0).then_some(p.last_stable_offset);
-                let bytes = p.records.unwrap_or_default();
-                let aborted = if self.settings.read_committed { p.aborted_transactions.as_deref() } else { None };
-                let parsed = parse_records(&state.topic, tp.1, sent_offset, bytes, self.settings.check_crcs, aborted)?;
-                if parsed.next_offset == sent_offset && parsed.records.is_empty() {
+                let read_committed = self.settings.read_committed;
+                let chunk = match p.payload {
+                    Payload::Records { bytes, aborted } => {
+                        let aborted = if read_committed { aborted.as_deref() } else { None };
+                        let parsed =
+                            parse_records(&state.topic, tp.1, sent_offset, bytes, self.settings.check_crcs, aborted)?;
+                        Chunk {
+                            tp,
+                            records: parsed.records.into(),
+                            batches: VecDeque::new(),
+                            next_offset: parsed.next_offset,
+                        }
+                    }
+                    Payload::Drained(d) => {
+                        let (batches, next_offset) =
+                            select_batches(&state.topic, tp.1, sent_offset, d, read_committed)?;
+                        Chunk { tp, records: VecDeque::new(), batches: batches.into(), next_offset }
+                    }
+                };
+                if chunk.next_offset == sent_offset && chunk.is_empty() {
                     continue;
                 }
-                state.fetch_position = Some(parsed.next_offset);
-                self.buffered += parsed.records.len();
-                self.buffer.push_back(Chunk { tp, records: parsed.records.into(), next_offset: parsed.next_offset });
+                state.fetch_position = Some(chunk.next_offset);
+                self.buffered += chunk.len();
+                self.buffer.push_back(chunk);
             }
         }
         if !out_of_range.is_empty() {
@@ -513,4 +558,143 @@ impl Fetcher {
             None => Ok(()),
         }
     }
+}
+
+impl Chunk {
+    /// Records in the chunk: its records, or its batches' records from their first offsets.
+    fn len(&self) -> usize {
+        self.records.len() + self.batches.iter().map(|b| b.records_from_first() as usize).sum::<usize>()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.records.is_empty() && self.batches.is_empty()
+    }
+}
+
+/// A Fetch response as [`Fetcher::complete`] takes it: decoded by kafka-protocol, or drained.
+struct Answer {
+    error_code: i16,
+    topics: Vec<(String, Vec<PartitionAnswer>)>,
+}
+
+struct PartitionAnswer {
+    partition_index: i32,
+    error_code: i16,
+    high_watermark: i64,
+    last_stable_offset: i64,
+    payload: Payload,
+}
+
+enum Payload {
+    Records { bytes: Bytes, aborted: Option<Vec<AbortedTransaction>> },
+    Drained(DrainedPartition),
+}
+
+impl Answer {
+    fn decoded(r: kafka_protocol::messages::FetchResponse) -> Answer {
+        let topics = r
+            .responses
+            .into_iter()
+            .map(|t| {
+                let parts = t
+                    .partitions
+                    .into_iter()
+                    .map(|p| PartitionAnswer {
+                        partition_index: p.partition_index,
+                        error_code: p.error_code,
+                        high_watermark: p.high_watermark,
+                        last_stable_offset: p.last_stable_offset,
+                        payload: Payload::Records {
+                            bytes: p.records.unwrap_or_default(),
+                            aborted: p.aborted_transactions,
+                        },
+                    })
+                    .collect();
+                (t.topic.to_string(), parts)
+            })
+            .collect();
+        Answer { error_code: r.error_code, topics }
+    }
+
+    fn drained(r: super::drain::DrainedResponse) -> Answer {
+        let topics = r
+            .topics
+            .into_iter()
+            .map(|(topic, parts)| {
+                let parts = parts
+                    .into_iter()
+                    .map(|p| PartitionAnswer {
+                        partition_index: p.partition,
+                        error_code: p.error_code,
+                        high_watermark: p.high_watermark,
+                        last_stable_offset: p.last_stable_offset,
+                        payload: Payload::Drained(p),
+                    })
+                    .collect();
+                (topic, parts)
+            })
+            .collect();
+        Answer { error_code: r.error_code, topics }
+    }
+}
+
+/// The batches of a drained partition fetched from `fetch_offset` that a poll hands out, and
+/// the next fetch offset: the rules of [`parse_records`] applied to batch headers (batches
+/// below the fetch offset skipped, control batches and, under `read_committed`, the batches of
+/// aborted transactions not handed out but crossed, a cut last batch fetched again).
+///
+/// Errors: [`ConsumerError::Corrupt`] when the first batch not skipped failed its check (CRC,
+/// magic, header); after batches handed out, the position stops at it and the next fetch
+/// reports it.
+pub fn select_batches(
+    topic: &Arc<str>,
+    partition: i32,
+    fetch_offset: i64,
+    d: DrainedPartition,
+    read_committed: bool,
+) -> Result<(Vec<DrainedBatch>, i64), ConsumerError> {
+    let mut out = Vec::new();
+    let mut next_offset = fetch_offset;
+    let mut pending: BinaryHeap<Reverse<(i64, i64)>> = if read_committed {
+        d.aborted.iter().map(|&(pid, first)| Reverse((first, pid))).collect()
+    } else {
+        BinaryHeap::new()
+    };
+    let mut aborting: HashSet<i64> = HashSet::new();
+    for b in &d.batches {
+        let h = &b.header;
+        if h.last_offset() < next_offset {
+            continue;
+        }
+        while let Some(Reverse((first, pid))) = pending.peek().copied() {
+            if first > h.last_offset() {
+                break;
+            }
+            aborting.insert(pid);
+            pending.pop();
+        }
+        if h.attributes.is_control() {
+            if b.control_type == Some(0) {
+                aborting.remove(&h.producer_id);
+            }
+        } else if !(h.attributes.is_transactional() && aborting.contains(&h.producer_id)) {
+            out.push(DrainedBatch {
+                topic: Arc::clone(topic),
+                partition,
+                base_offset: h.base_offset,
+                first_offset: h.base_offset.max(next_offset),
+                last_offset: h.last_offset(),
+                records: h.records_count.max(0) as u32,
+                bytes: h.total_size() as u32,
+                crc_checked: b.crc_checked,
+            });
+        }
+        next_offset = h.next_offset();
+    }
+    if let Some(source) = d.error {
+        if out.is_empty() {
+            return Err(ConsumerError::Corrupt { topic: topic.to_string(), partition, offset: next_offset, source });
+        }
+    }
+    Ok((out, next_offset))
 }

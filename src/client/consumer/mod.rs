@@ -31,6 +31,7 @@
 //! SyncGroup, heartbeats, commits).
 
 mod config;
+pub mod drain;
 mod error;
 pub mod fetcher;
 pub(crate) mod group;
@@ -52,7 +53,8 @@ use crate::client::assignor::{
 };
 use crate::client::connection::KafkaConnection;
 pub use crate::log::batch::mixed::{DecodedHeader, TimestampType};
-pub use config::{ConsumerConfig, OffsetReset, CONFIG_KEYS};
+pub use config::{ConsumerConfig, FetchMode, OffsetReset, CONFIG_KEYS};
+pub use drain::{CrcCheck, DrainedBatch};
 use error::fmt_partitions;
 pub use error::ConsumerError;
 use fetcher::{FetchSettings, Fetcher};
@@ -215,6 +217,7 @@ impl Consumer {
             check_crcs: config.check_crcs,
             read_committed: config.read_committed,
             request_timeout: timeout + Duration::from_millis(config.fetch_max_wait_ms.max(0) as u64),
+            drain: config.drain_checks(),
         });
         let group = match &config.group_id {
             None => None,
@@ -375,6 +378,35 @@ impl Consumer {
     /// Errors: [`ConsumerError::NoOffset`] / [`ConsumerError::OffsetOutOfRange`] under
     /// `auto.offset.reset=none`, [`ConsumerError::Corrupt`], connection and Kafka errors.
     pub fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumerRecord>, ConsumerError> {
+        if self.config.fetch_mode == FetchMode::Drain {
+            return Err(ConsumerError::IllegalState(
+                "poll() with fetchbench.fetch.mode=drain: the records are not decoded, use poll_batches()".into(),
+            ));
+        }
+        self.poll_with(timeout, Fetcher::drain)
+    }
+
+    /// As [`Self::poll`] for a consumer with `fetchbench.fetch.mode=drain` ([`drain`]): the
+    /// batches of whole fetched partitions, at least `max.poll.records` records when that many
+    /// are buffered, each a [`DrainedBatch`] (offsets and record count from its header; no
+    /// record decoded). Positions, commits and rebalances are as for `poll`: a batch handed out
+    /// moves its partition's position past it.
+    ///
+    /// Errors: as [`Self::poll`]; [`ConsumerError::IllegalState`] in `decode` mode.
+    pub fn poll_batches(&mut self, timeout: Duration) -> Result<Vec<DrainedBatch>, ConsumerError> {
+        if self.config.fetch_mode != FetchMode::Drain {
+            return Err(ConsumerError::IllegalState(
+                "poll_batches() needs fetchbench.fetch.mode=drain; use poll()".into(),
+            ));
+        }
+        self.poll_with(timeout, Fetcher::drain_batches)
+    }
+
+    fn poll_with<T>(
+        &mut self,
+        timeout: Duration,
+        take: fn(&mut Fetcher, usize) -> Vec<T>,
+    ) -> Result<Vec<T>, ConsumerError> {
         if self.closed {
             return Err(ConsumerError::IllegalState("poll() after close()".into()));
         }
@@ -404,7 +436,7 @@ impl Consumer {
                 if self.fetcher.buffered() <= max {
                     self.send_fetches()?;
                 }
-                let out = self.fetcher.drain(max);
+                let out = take(&mut self.fetcher, max);
                 if !out.is_empty() {
                     return Ok(out);
                 }
@@ -419,7 +451,7 @@ impl Consumer {
                 match self.fetcher.wait(until, reset_none) {
                     Ok(true) if now >= deadline => {
                         if self.fetcher.has_chunks() {
-                            return Ok(self.fetcher.drain(max));
+                            return Ok(take(&mut self.fetcher, max));
                         }
                         return Ok(Vec::new());
                     }
