@@ -345,8 +345,9 @@ impl<S: DrainSource> Framed<'_, S> {
     }
     fn string(&mut self, flexible: bool) -> Result<String, DrainError> {
         let n = if flexible { self.uvarint()? as i64 - 1 } else { i64::from(self.i16()?) };
-        if n < 0 {
-            return Err(DrainError::Malformed(format!("string length {n}")));
+        if n < 0 || n as u64 > self.left as u64 {
+            // Checked before allocating: a lying length costs nothing.
+            return Err(DrainError::Malformed(format!("string length {n}, {} bytes left in the frame", self.left)));
         }
         let mut b = vec![0u8; n as usize];
         self.bytes(&mut b)?;
@@ -736,6 +737,14 @@ mod tests {
         let mut src: &[u8] = &body;
         let e = read_fetch_body(&mut src, 20, 12, CrcCheck::None, &mut counter).unwrap_err();
         assert!(matches!(e, DrainError::Malformed(_)), "{e}");
+        // A topic name announced at 2^34 bytes (v12: compact string) is refused unallocated.
+        let mut lying = Vec::new();
+        lying.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0, 0, 0, 0]); // throttle, error, session
+        lying.push(2); // one topic
+        lying.extend_from_slice(&[0x81, 0x80, 0x80, 0x80, 0x40]); // 2^34 + 1 as a uvarint
+        let mut src: &[u8] = &lying;
+        let e = read_fetch_body(&mut src, lying.len(), 12, CrcCheck::None, &mut counter).unwrap_err();
+        assert!(e.to_string().contains("string length 17179869184"), "{e}");
     }
 
     /// A control batch's marker type is read (COMMIT 1, ABORT 0).
