@@ -10,6 +10,9 @@
 # jobs, CPU steal, unknown disks), so a threshold there flags nothing or everything. Use it on a
 # machine that does nothing else, the same one for the baseline and every run.
 #
+# What the gate can detect on a machine, and how often it flags nothing at all, is measured by
+# scripts/gate-calibration.sh (a planted cost of a known size; README, "Gating CI").
+#
 # Make a baseline once, on that machine, and commit it:
 #   scripts/ci-gate.sh --update-baseline             # runs, writes results/baseline.json
 #   git add results/baseline.json
@@ -26,7 +29,7 @@
 #                        (throughput and broker CPU per GB, user + sys: the split between the two
 #                        is tick-sampled by the kernel and noisy over short runs); `all` gates all
 #   --repeat N           repetitions of every read path in the run (`fetchbench run --repeat`;
-#                        default 3: about 2 minutes with the default workload). The t-test
+#                        default 3: about 1 minute with the default workload). The t-test
 #                        needs >= 2 on both sides, so make the baseline with repeats too
 #   --attempts N         a regression must show in N runs in a row before the gate fails; a run
 #                        that passes ends it (default 1: the repeats and the t-test already keep

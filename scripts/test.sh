@@ -53,6 +53,18 @@ if ! command -v chromium >/dev/null; then
     echo "NOTICE: chromium not found: the report page's browser test will SKIP (apt-get install chromium)"
   fi
 fi
+# tracefs: the id of the raw_syscalls:sys_enter tracepoint, which the run's per-GB system call
+# counts read (src/bench/counters.rs). Mounted when missing and we are root; when it is there,
+# the tests that count system calls must count them (FETCHBENCH_EXPECT_SYSCALL_COUNTS=1).
+tracepoint=/sys/kernel/tracing/events/raw_syscalls/sys_enter/id
+if [ ! -r "$tracepoint" ] && [ "$(id -u)" = 0 ] && [ -d /sys/kernel/tracing ]; then
+  mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null || true
+fi
+if [ -r "$tracepoint" ]; then
+  export FETCHBENCH_EXPECT_SYSCALL_COUNTS=1
+else
+  echo "NOTICE: tracefs not mounted at /sys/kernel/tracing: syscalls_per_gb will be null and its tests SKIP (as root: mount -t tracefs nodev /sys/kernel/tracing)"
+fi
 # The Python Kafka clients of the interop tests (tests/it/python_clients.rs): a virtualenv at
 # .venv with pinned confluent-kafka (manylinux wheel bundling librdkafka) and kafka-python, and
 # prometheus-client, whose OpenMetrics parser reads the broker's metrics endpoint

@@ -48,6 +48,7 @@ use nix::sys::resource::UsageWho;
 
 use super::attribution::{Roles, Sampler};
 use super::backlog::Backlog;
+use super::counters::{CountWindow, Counts};
 use super::histogram::LatencyRecorder;
 use super::remote::{MetricsEndpoint, RemoteWindow};
 use super::results::{Attribution, CpuPerGb, EndToEnd, LatencyResult, PathResult};
@@ -344,6 +345,7 @@ pub(crate) fn catch_up_with(
         return Err(join_error(threads, e));
     }
     let remote = RemoteWindow::open(t.metrics);
+    let counting = CountWindow::open(t.broker);
     let proc_start = Usage::now(UsageWho::RUSAGE_SELF);
     if let Some(b) = t.broker {
         let _ = b.take_fetch_latencies(); // the warmup's fetches are not measured
@@ -392,6 +394,7 @@ pub(crate) fn catch_up_with(
     let sampled = sampler.finish();
     // Before the consumers close, as the embedded broker's fetch latencies above.
     let remote = remote.close(t.metrics, &t.read_path, &mut notes);
+    let counts = counting.close(t.broker, remote.as_ref(), &mut notes);
     // The consumers' heartbeat threads are clients too (taken before the consumers close).
     let heartbeats = threads_usage(&["heartbeat-"]).minus(heartbeats_start);
     let mut reports = Vec::new();
@@ -511,6 +514,7 @@ pub(crate) fn catch_up_with(
         rebalance_ms: Some(rebalance_ms),
         broker_rss_bytes,
         attribution: Some(sampled.into_attribution(bytes)),
+        counts,
     }
     .result(t);
     Ok((result, notes))
@@ -995,6 +999,9 @@ pub(crate) struct Measured {
     /// What the attribution sampler saw over the interval (`bound_by` is decided by the run,
     /// [`super::attribution::attribute`], once the limits are known); `None`: not sampled.
     pub attribution: Option<Attribution>,
+    /// The broker's system calls and user-copied bytes over the interval
+    /// ([`super::counters`]).
+    pub counts: Counts,
 }
 
 impl Measured {
@@ -1021,6 +1028,8 @@ impl Measured {
             minor_faults_per_gb: per_gb(self.broker.minflt),
             major_faults_per_gb: per_gb(self.broker.majflt),
             context_switches_per_gb: per_gb(self.broker.csw),
+            syscalls_per_gb: self.counts.syscalls.map(|n| per_gb(n as f64)),
+            user_copied_bytes_per_gb: self.counts.user_copied.map(|n| per_gb(n as f64)),
             residency_before: self.residency_before,
             broker_rss_bytes: match t.broker {
                 Some(_) => rss_bytes(),

@@ -614,6 +614,37 @@ mod tests {
         assert!(e.contains("unknown metric \"speed\"") && e.contains("mb_per_sec"), "{e}");
     }
 
+    /// Issue 29, item 6: the counts per GB gate like any figure: system calls up 25% is
+    /// flagged when gated, and an entry without counts (`null`: an older file, an external
+    /// broker) gives no row to flag.
+    #[test]
+    fn counts_per_gb_can_be_gated() {
+        let base = crate::bench::results::tests::example_attributed();
+        let mut new = base.clone();
+        for p in &mut new.paths {
+            p.syscalls_per_gb = p.syscalls_per_gb.map(|x| x * 1.25);
+        }
+        let gated = vec!["syscalls_per_gb".to_string(), "user_copied_bytes_per_gb".to_string()];
+        assert!(check_metrics(&gated).is_ok());
+        let report = compare_gated(&base, &new, 0.10, Some(&gated));
+        assert_eq!(report.regressions().count(), base.paths.len());
+        assert!(report.regressions().all(|r| r.metric == "syscalls_per_gb"));
+        // copy reads every byte into user space: twice that is a regression too.
+        let mut copies = base.clone();
+        for p in copies.paths.iter_mut().filter(|p| p.read_path == "copy") {
+            p.user_copied_bytes_per_gb = Some(2e9);
+        }
+        let report = compare_gated(&base, &copies, 0.10, Some(&gated));
+        assert!(report.regressions().all(|r| r.metric == "user_copied_bytes_per_gb" && r.read_path == "copy"));
+        assert!(report.has_regressions());
+        // Without counts on one side: nothing to compare, nothing flagged.
+        let mut uncounted = new.clone();
+        for p in &mut uncounted.paths {
+            p.syscalls_per_gb = None;
+        }
+        assert!(!compare_gated(&base, &uncounted, 0.10, Some(&gated)).has_regressions());
+    }
+
     #[test]
     fn flags_a_20_percent_regression_and_not_a_2_percent_change() {
         let base = example(1.0);
@@ -728,7 +759,7 @@ mod tests {
         let e = load(&garbage).unwrap_err().to_string();
         assert!(
             e.contains(
-                "garbage.json: not a valid fetchbench-results v7 document: not JSON: expected ident at line 1 column 2"
+                "garbage.json: not a valid fetchbench-results v8 document: not JSON: expected ident at line 1 column 2"
             ),
             "{e}"
         );
@@ -928,7 +959,7 @@ mod tests {
         let text = e.to_string();
         assert!(text.contains("read-paths-v1.json: a fetchbench-read-paths v1 document"), "{text}");
         assert!(text.contains("re-run `fetchbench read-paths --json`"), "{text}");
-        assert!(text.contains("fetchbench-results v7"), "{text}");
+        assert!(text.contains("fetchbench-results v8"), "{text}");
     }
 
     /// `example(speed)` with its `sendfile` entries also run under `uring` as `uring-splice`,

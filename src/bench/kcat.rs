@@ -36,6 +36,7 @@ use nix::sys::resource::UsageWho;
 
 use super::attribution::{Roles, Sampler};
 use super::catch_up::{Measured, Target};
+use super::counters::CountWindow;
 use super::histogram::LatencyRecorder;
 use super::remote::RemoteWindow;
 use super::results::PathResult;
@@ -558,6 +559,7 @@ pub(crate) fn catch_up(t: &Target<'_>) -> anyhow::Result<(PathResult, Vec<String
         groups_done: AtomicUsize::new(0),
     });
     let mut remote = RemoteWindow::open(t.metrics);
+    let mut counting = CountWindow::open(t.broker);
     let proc_start = Usage::now(UsageWho::RUSAGE_SELF);
     // From the spawn; started again at the warmup boundary, where the clock then starts.
     let roles = Roles::of(t.pin_clients.as_deref(), t.broker.is_some());
@@ -659,6 +661,7 @@ pub(crate) fn catch_up(t: &Target<'_>) -> anyhow::Result<(PathResult, Vec<String
                 Some(c) => {
                     let children = c.into_iter().fold(Usage::default(), Usage::plus);
                     remote = RemoteWindow::open(t.metrics);
+                    counting = CountWindow::open(t.broker);
                     sampler = Sampler::start(roles.clone(), d.records_read.clone());
                     boundary = Some((Instant::now(), Usage::now(UsageWho::RUSAGE_SELF), consumed(), children));
                     d.boundary.store(true, Ordering::SeqCst);
@@ -692,6 +695,7 @@ pub(crate) fn catch_up(t: &Target<'_>) -> anyhow::Result<(PathResult, Vec<String
     }
     let proc_end = Usage::now(UsageWho::RUSAGE_SELF);
     let remote = remote.close(t.metrics, &t.read_path, &mut notes);
+    let counts = counting.close(t.broker, remote.as_ref(), &mut notes);
     let in_flight_at_start = in_flight_at_start.or(remote.as_ref().map(|r| r.fetches_in_flight_at_start));
     let broker_rss_bytes = remote.as_ref().map(|r| r.rss_bytes);
     let remote_usage = remote.as_ref().map(|r| r.usage);
@@ -773,6 +777,7 @@ pub(crate) fn catch_up(t: &Target<'_>) -> anyhow::Result<(PathResult, Vec<String
         rebalance_ms,
         broker_rss_bytes,
         attribution: Some(sampled.into_attribution(bytes)),
+        counts,
     }
     .result(t);
     Ok((result, notes))

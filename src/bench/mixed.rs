@@ -49,6 +49,7 @@ use anyhow::{anyhow, bail};
 use nix::sys::resource::UsageWho;
 
 use super::catch_up::{catch_up_with, DrainHooks, Measured, Target};
+use super::counters::Counts;
 use super::remote::{BrokerInterval, MetricsEndpoint, RemoteWindow};
 use super::results::PathResult;
 use super::tail::{self, Producers, TailRig, CLIENT_THREADS};
@@ -248,6 +249,12 @@ pub(crate) fn mixed(t: &Target<'_>, dir: Option<&Path>) -> anyhow::Result<(PathR
         rebalance_ms: drain.rebalance_ms,
         broker_rss_bytes: remote.map(|r| r.rss_bytes),
         attribution: None, // the drain's, below
+        // The drain counted over the same interval (its window opens at `S` and closes at `E`):
+        // its counts, back from per GB of its bytes, are put per GB of all bytes.
+        counts: Counts {
+            syscalls: drain.syscalls_per_gb.map(|x| (x * drain.bytes as f64 / 1e9).round() as u64),
+            user_copied: drain.user_copied_bytes_per_gb.map(|x| (x * drain.bytes as f64 / 1e9).round() as u64),
+        },
     }
     .result(t);
     let result = PathResult {

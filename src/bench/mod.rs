@@ -25,6 +25,7 @@ pub(crate) mod backlog;
 pub(crate) mod catch_up;
 pub(crate) mod chart;
 pub mod compare;
+pub mod counters;
 pub(crate) mod histogram;
 pub(crate) mod kcat;
 pub(crate) mod limits;

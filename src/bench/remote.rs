@@ -17,6 +17,7 @@
 //! | minor / major faults | `fetchbench_process_{minor,major}_page_faults_total`, end - start |
 //! | context switches | `fetchbench_process_{voluntary,involuntary}_context_switches_total`, end - start |
 //! | RSS | `fetchbench_process_resident_memory_bytes` at the end |
+//! | record bytes read into user space | `fetchbench_read_path_user_copied_bytes_total`, every `read_path` summed, end - start (no sample: 0, the family appears with its first byte) |
 //! | fetches in flight at the start | `fetchbench_fetch_requests_in_flight` at the start |
 //! | broker-side fetch latency | `fetchbench_fetch_consumer_time_ms{records=yes\|no}` buckets, end - start |
 //!
@@ -304,6 +305,8 @@ pub(crate) struct Scrape {
     pub started: Option<f64>,
     /// `machine_info`, as the broker's machine describes itself.
     pub machine: Machine,
+    /// `read_path_user_copied_bytes_total` summed over its paths.
+    pub user_copied: f64,
 }
 
 /// The broker's figures over one measured interval ([`Scrape::since`]).
@@ -317,6 +320,8 @@ pub(crate) struct BrokerInterval {
     pub fetches_in_flight_at_start: u64,
     /// Consumer Fetch latencies over the interval (bucket upper bounds, see the module docs).
     pub fetch: FetchLatencies,
+    /// Record bytes its read paths read into user space over the interval.
+    pub user_copied: u64,
 }
 
 impl Scrape {
@@ -378,6 +383,14 @@ impl Scrape {
                 memory_bytes: uint(&machine, "memory_bytes")?,
                 io_uring: label(&machine, "io_uring")? == "true",
             },
+            user_copied: samples
+                .iter()
+                .filter(|s| s.metric == "fetchbench_read_path_user_copied_bytes_total")
+                .filter_map(|s| match s.value {
+                    Value::Counter(v) | Value::Untyped(v) if v.is_finite() && v >= 0.0 => Some(v),
+                    _ => None,
+                })
+                .sum(),
         })
     }
 
@@ -392,6 +405,7 @@ impl Scrape {
                 with_records: latency_between(&start.fetch_with_records, &self.fetch_with_records),
                 without_records: latency_between(&start.fetch_without_records, &self.fetch_without_records),
             },
+            user_copied: (self.user_copied - start.user_copied).max(0.0) as u64,
         }
     }
 }

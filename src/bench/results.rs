@@ -21,6 +21,7 @@
 //!             produced_mb_per_sec,
 //!             broker_cpu {user_s_per_gb, sys_s_per_gb}, consumer_cpu {..},
 //!             minor_faults_per_gb, major_faults_per_gb, context_switches_per_gb,
+//!             syscalls_per_gb, user_copied_bytes_per_gb,
 //!             residency_before, broker_rss_bytes,
 //!             fetch_latency {summary {count, p50_us, p99_us, p999_us, max_us}, histogram},
 //!             fetch_long_poll_latency {..}, fetches_in_flight_at_start,
@@ -134,10 +135,10 @@ use crate::metrics::{Latency, Summary};
 pub const SCHEMA: &str = "fetchbench-results";
 
 /// Version of the results schema; bumped on any incompatible change.
-pub const SCHEMA_VERSION: u32 = 7;
+pub const SCHEMA_VERSION: u32 = 8;
 
 /// The older versions [`Results::from_json`] still reads (converted to [`SCHEMA_VERSION`]).
-pub const READABLE_OLD_VERSIONS: [u32; 5] = [2, 3, 4, 5, 6];
+pub const READABLE_OLD_VERSIONS: [u32; 6] = [2, 3, 4, 5, 6, 7];
 
 /// One results file: a run of one resolved workload over its read paths, or a `fetchbench
 /// read-paths` run (see the [module docs](self)).
@@ -241,6 +242,8 @@ pub const METRICS: &[Metric] = &[
     Metric { name: "minor_faults_per_gb", better: Better::Lower, get: |p| Some(p.minor_faults_per_gb) },
     Metric { name: "major_faults_per_gb", better: Better::Lower, get: |p| Some(p.major_faults_per_gb) },
     Metric { name: "context_switches_per_gb", better: Better::Lower, get: |p| Some(p.context_switches_per_gb) },
+    Metric { name: "syscalls_per_gb", better: Better::Lower, get: |p| p.syscalls_per_gb },
+    Metric { name: "user_copied_bytes_per_gb", better: Better::Lower, get: |p| p.user_copied_bytes_per_gb },
     Metric { name: "broker_rss_bytes", better: Better::Lower, get: |p| Some(p.broker_rss_bytes as f64) },
     Metric { name: "fetch_p50_us", better: Better::Lower, get: |p| sampled(&p.fetch_latency, |s| s.p50_us) },
     Metric { name: "fetch_p99_us", better: Better::Lower, get: |p| sampled(&p.fetch_latency, |s| s.p99_us) },
@@ -585,6 +588,16 @@ pub struct PathResult {
     pub major_faults_per_gb: f64,
     /// Voluntary + involuntary context switches of the broker, per GB.
     pub context_switches_per_gb: f64,
+    /// System calls of the embedded broker's threads, per GB, counted by the kernel (the
+    /// `raw_syscalls:sys_enter` tracepoint, [`super::counters`]); `null` where they cannot be
+    /// counted (an external broker, no tracefs or no permission: a note says why) and in a
+    /// version 7 file.
+    pub syscalls_per_gb: Option<f64>,
+    /// Record bytes the broker's read path read into user-space memory before sending them,
+    /// per GB delivered ([`crate::read_path::TransferStats::user_copied`]: about 1e9 for
+    /// `copy`, 0 for `sendfile`); `null` for an external broker without a fetchbench metrics
+    /// endpoint and in a version 7 file.
+    pub user_copied_bytes_per_gb: Option<f64>,
     /// Fraction (0..=1) of the backlog's pages in the page cache when the path started.
     pub residency_before: f64,
     /// Resident set size of the broker process at the end of the path, bytes (embedded: the
@@ -905,6 +918,8 @@ pub fn schema_shape() -> Value {
         "minor_faults_per_gb": "number",
         "major_faults_per_gb": "number",
         "context_switches_per_gb": "number",
+        "syscalls_per_gb": "number|null",
+        "user_copied_bytes_per_gb": "number|null",
         "residency_before": "number",
         "broker_rss_bytes": "uint",
         "fetch_latency": latency,
@@ -1279,7 +1294,9 @@ impl Results {
     /// version 5 (`server_model` in every entry and summary: `threaded` in an embedded run,
     /// the only model before version 5, else `null`), a version 5 one to version 6 (`broker`
     /// `null`: version 5 recorded no broker), a version 6 one to version 7 (`bound_by` and
-    /// `attribution` `null` in every entry: not measured then); then validated.
+    /// `attribution` `null` in every entry: not measured then), a version 7 one to version 8
+    /// (`syscalls_per_gb` and `user_copied_bytes_per_gb` `null` in every entry: not counted
+    /// then); then validated.
     pub fn from_json(text: &str) -> Result<Results, ValidationError> {
         let mut doc: Value =
             serde_json::from_str(text).map_err(|e| ValidationError { problems: vec![format!("not JSON: {e}")] })?;
@@ -1297,6 +1314,9 @@ impl Results {
         }
         if doc.get("schema_version").and_then(Value::as_u64) == Some(6) {
             upgrade_v6(&mut doc);
+        }
+        if doc.get("schema_version").and_then(Value::as_u64) == Some(7) {
+            upgrade_v7(&mut doc);
         }
         validate(&doc)
     }
@@ -1417,7 +1437,7 @@ fn upgrade_v5(doc: &mut Value) {
 /// report.
 fn upgrade_v6(doc: &mut Value) {
     let Some(obj) = doc.as_object_mut() else { return };
-    obj.insert("schema_version".into(), json!(SCHEMA_VERSION));
+    obj.insert("schema_version".into(), json!(7));
     if let Some(w) = obj.get_mut("workload").and_then(Value::as_object_mut) {
         w.entry("catch_up_duration").or_insert(json!("0s"));
     }
@@ -1425,6 +1445,26 @@ fn upgrade_v6(doc: &mut Value) {
         for p in paths.iter_mut().filter_map(Value::as_object_mut) {
             p.entry("bound_by").or_insert(Value::Null);
             p.entry("attribution").or_insert(Value::Null);
+        }
+    }
+}
+
+/// Converts a version 7 document in place to version 8 (see [`Results::from_json`]): every
+/// entry's `syscalls_per_gb` and `user_copied_bytes_per_gb` `null` (not counted before version
+/// 8), after `context_switches_per_gb`. What is not an object is left for [`validate`] to
+/// report.
+fn upgrade_v7(doc: &mut Value) {
+    let Some(obj) = doc.as_object_mut() else { return };
+    obj.insert("schema_version".into(), json!(SCHEMA_VERSION));
+    if let Some(paths) = obj.get_mut("paths").and_then(Value::as_array_mut) {
+        for p in paths.iter_mut().filter_map(Value::as_object_mut) {
+            let at = p.keys().position(|k| k == "context_switches_per_gb").map_or(p.len(), |i| i + 1);
+            if !p.contains_key("syscalls_per_gb") {
+                p.shift_insert(at, "syscalls_per_gb".into(), Value::Null);
+            }
+            if !p.contains_key("user_copied_bytes_per_gb") {
+                p.shift_insert((at + 1).min(p.len()), "user_copied_bytes_per_gb".into(), Value::Null);
+            }
         }
     }
 }
@@ -1482,10 +1522,11 @@ broker_cpu_sys_s_per_gb,consumer_cpu_user_s_per_gb,consumer_cpu_sys_s_per_gb,min
 major_faults_per_gb,context_switches_per_gb,residency_before,broker_rss_bytes,fetch_p50_us,fetch_p99_us,\
 fetch_p999_us,fetch_max_us,e2e_corrected_p50_us,e2e_corrected_p99_us,e2e_corrected_p999_us,\
 e2e_corrected_max_us,e2e_raw_p50_us,e2e_raw_p99_us,e2e_raw_p999_us,poll_p50_us,poll_p99_us,rebalance_ms,\
-produced_mb_per_sec,bound_by";
+produced_mb_per_sec,bound_by,syscalls_per_gb,user_copied_bytes_per_gb";
 
 /// Writes a CSV of `results`: [`CSV_HEADER`], then one line per path entry, every repetition
-/// (units as in [`PathResult`]; a `null` `server_model`, an absent `rebalance_ms` or `produced_mb_per_sec` and the
+/// (units as in [`PathResult`]; a `null` `server_model`, an absent `rebalance_ms`, `produced_mb_per_sec`,
+/// `syscalls_per_gb` or `user_copied_bytes_per_gb` and the
 /// percentiles of a latency without samples, such as end-to-end in a catch-up phase, are empty
 /// cells).
 pub fn write_csv(results: &Results, mut out: impl Write) -> io::Result<()> {
@@ -1530,6 +1571,8 @@ pub fn write_csv(results: &Results, mut out: impl Write) -> io::Result<()> {
             p.rebalance_ms.map(|r| r.to_string()).unwrap_or_default(),
             p.produced_mb_per_sec.map(|r| r.to_string()).unwrap_or_default(),
             p.bound_by.map(|b| b.name().to_string()).unwrap_or_default(),
+            p.syscalls_per_gb.map(|r| r.to_string()).unwrap_or_default(),
+            p.user_copied_bytes_per_gb.map(|r| r.to_string()).unwrap_or_default(),
         ];
         writeln!(out, "{}", cells.join(","))?;
     }
@@ -1653,6 +1696,8 @@ pub fn example_repeated(speeds: &[f64]) -> Results {
                     minor_faults_per_gb: 1_000.0 / s,
                     major_faults_per_gb: 0.0,
                     context_switches_per_gb: 20_000.0 / s,
+                    syscalls_per_gb: None,
+                    user_copied_bytes_per_gb: None,
                     residency_before: 1.0,
                     broker_rss_bytes: (64.0 * 1048576.0 / s) as u64,
                     fetch_latency: LatencyResult::of(&fetch),
@@ -1737,6 +1782,8 @@ pub fn example_read_paths() -> Results {
                     minor_faults_per_gb: 0.0,
                     major_faults_per_gb: 0.0,
                     context_switches_per_gb: 0.0,
+                    syscalls_per_gb: None,
+                    user_copied_bytes_per_gb: None,
                     residency_before: 1.0,
                     broker_rss_bytes: 0,
                     fetch_latency: LatencyResult::empty(),
@@ -1834,7 +1881,7 @@ pub(crate) mod tests {
             assert!(e.contains(expected), "{e}\n  does not contain {expected}");
         };
         check(&|d| d["schema"] = json!("other"), "/schema: expected \"fetchbench-results\", found \"other\"");
-        check(&|d| d["schema_version"] = json!(1), "/schema_version: expected 7, found 1");
+        check(&|d| d["schema_version"] = json!(1), "/schema_version: expected 8, found 1");
         check(
             &|d| d["paths"][0]["server_model"] = json!("reactor"),
             "/paths/0/server_model: expected a server model (threaded, uring) or null, found \"reactor\"",
@@ -1966,17 +2013,34 @@ pub(crate) mod tests {
         assert!(lines.iter().all(|l| l.split(',').count() == columns), "{text}");
         assert!(lines[1].starts_with("threaded,copy,catch_up,0,"), "{text}");
         assert!(
-            lines[2].starts_with("threaded,copy,tail,") && lines[2].ends_with(",,10.5,"),
+            lines[2].starts_with("threaded,copy,tail,") && lines[2].contains(",,10.5,"),
             "no rebalance in tail: {text}"
         );
-        assert!(lines[1].ends_with(','), "no produced MB/s in catch_up: {text}");
+        assert!(lines[1].ends_with(",,,"), "no produced MB/s in catch_up, no counts: {text}");
+        let mut out = Vec::new();
+        write_csv(&example_attributed(), &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.lines().nth(1).unwrap().ends_with(",client_cpu,40000,1000000000"), "the counts last: {text}");
         assert_eq!(csv_cell("a,\"b\""), "\"a,\"\"b\"\"\"");
     }
 
-    /// `r` as a version 6 file would have it: no `bound_by` or `attribution`, and a workload
-    /// without `catch_up_duration` (added beside them; `r`'s should be 0 to read back as `r`).
-    pub(crate) fn as_version_6(r: &Results) -> Value {
+    /// `r` as a version 7 file would have it: no `syscalls_per_gb` or
+    /// `user_copied_bytes_per_gb`.
+    pub(crate) fn as_version_7(r: &Results) -> Value {
         let mut doc = serde_json::to_value(r).unwrap();
+        doc["schema_version"] = json!(7);
+        for p in doc["paths"].as_array_mut().unwrap() {
+            p.as_object_mut().unwrap().shift_remove("syscalls_per_gb");
+            p.as_object_mut().unwrap().shift_remove("user_copied_bytes_per_gb");
+        }
+        doc
+    }
+
+    /// `r` as a version 6 file would have it: no `bound_by` or `attribution`, and a workload
+    /// without `catch_up_duration` (added beside them; `r`'s should be 0 to read back as `r`),
+    /// and nothing of version 8.
+    pub(crate) fn as_version_6(r: &Results) -> Value {
+        let mut doc = as_version_7(r);
         doc["schema_version"] = json!(6);
         if let Some(w) = doc["workload"].as_object_mut() {
             w.shift_remove("catch_up_duration");
@@ -2011,6 +2075,8 @@ pub(crate) mod tests {
         for (i, p) in r.paths.iter_mut().enumerate() {
             let samples = vec![sample(1.0, p.mb_per_sec * 0.9), sample(2.0, p.mb_per_sec * 1.1)];
             p.bound_by = Some(if i == 0 { BoundBy::ClientCpu } else { BoundBy::BrokerCpu });
+            p.syscalls_per_gb = Some(40_000.0 + i as f64);
+            p.user_copied_bytes_per_gb = Some(if p.read_path == "copy" { 1e9 } else { 0.0 });
             p.attribution = Some(Attribution {
                 method: "pinned".into(),
                 broker_cpus: vec![0],
@@ -2059,7 +2125,7 @@ pub(crate) mod tests {
         let v6 = as_version_6(&r);
         assert!(v6["workload"].get("catch_up_duration").is_none());
         assert_eq!(r.workload["catch_up_duration"], json!("0s"));
-        assert!(validate(&v6).unwrap_err().to_string().contains("/schema_version: expected 7, found 6"));
+        assert!(validate(&v6).unwrap_err().to_string().contains("/schema_version: expected 8, found 6"));
         let read = Results::from_json(&v6.to_string()).unwrap();
         assert_eq!(read.schema_version, SCHEMA_VERSION);
         assert!(read.paths.iter().all(|p| p.bound_by.is_none() && p.attribution.is_none()));
@@ -2067,8 +2133,39 @@ pub(crate) mod tests {
         for p in &mut expected.paths {
             p.bound_by = None;
             p.attribution = None;
+            p.syscalls_per_gb = None;
+            p.user_copied_bytes_per_gb = None;
         }
         assert_eq!(read, expected);
+    }
+
+    #[test]
+    fn version_8_counts_round_trip_and_version_7_reads_them_as_null() {
+        let r = example_attributed();
+        assert!(r.paths.iter().all(|p| p.syscalls_per_gb.is_some() && p.user_copied_bytes_per_gb.is_some()));
+        assert_eq!(Results::from_json(&r.to_json()).unwrap(), r);
+        let mut doc = serde_json::to_value(&r).unwrap();
+        doc["paths"][0]["syscalls_per_gb"] = json!("many");
+        assert!(validate(&doc).unwrap_err().to_string().contains("/paths/0/syscalls_per_gb"));
+        let v7 = as_version_7(&r);
+        assert!(v7["paths"][0].get("syscalls_per_gb").is_none());
+        assert!(validate(&v7).unwrap_err().to_string().contains("/schema_version: expected 8, found 7"));
+        let read = Results::from_json(&v7.to_string()).unwrap();
+        assert_eq!(read.schema_version, SCHEMA_VERSION);
+        let mut expected = r.clone();
+        for p in &mut expected.paths {
+            p.syscalls_per_gb = None;
+            p.user_copied_bytes_per_gb = None;
+        }
+        assert_eq!(read, expected);
+        // The fields keep their place, after context_switches_per_gb.
+        let text = serde_json::to_string(&read).unwrap();
+        let (a, b, c) = (
+            text.find("context_switches_per_gb").unwrap(),
+            text.find("syscalls_per_gb").unwrap(),
+            text.find("user_copied_bytes_per_gb").unwrap(),
+        );
+        assert!(a < b && b < c, "{text}");
     }
 
     /// `r` (a `fetchbench run` document) as a version 4 file would have it: no `server_model`
@@ -2117,7 +2214,7 @@ pub(crate) mod tests {
     fn version_2_documents_are_read_as_repetition_0() {
         let v3 = example(1.0);
         let v2 = as_version_2(&v3);
-        assert!(validate(&v2).unwrap_err().to_string().contains("/schema_version: expected 7, found 2"));
+        assert!(validate(&v2).unwrap_err().to_string().contains("/schema_version: expected 8, found 2"));
         let read = Results::from_json(&v2.to_string()).unwrap();
         assert_eq!(read.schema_version, SCHEMA_VERSION);
         assert!(read.summary.is_empty());
@@ -2153,7 +2250,7 @@ pub(crate) mod tests {
     fn version_3_documents_are_read_without_loopback() {
         let v4 = example_repeated(&[1.0, 1.1]);
         let v3 = as_version_3(&v4);
-        assert!(validate(&v3).unwrap_err().to_string().contains("/schema_version: expected 7, found 3"));
+        assert!(validate(&v3).unwrap_err().to_string().contains("/schema_version: expected 8, found 3"));
         let read = Results::from_json(&v3.to_string()).unwrap();
         assert_eq!(read, v4, "a run's version 3 document is its version 4 document with every loopback null");
         // A version 3 document with a version 4 field is refused (unknown field)...
@@ -2184,7 +2281,7 @@ pub(crate) mod tests {
     fn version_4_documents_read_as_threaded() {
         let v6 = example_repeated(&[1.0, 1.1]);
         let v5 = as_version_5(&v6);
-        assert!(validate(&v5).unwrap_err().to_string().contains("/schema_version: expected 7, found 5"));
+        assert!(validate(&v5).unwrap_err().to_string().contains("/schema_version: expected 8, found 5"));
         assert!(v5.get("broker").is_none());
         assert_eq!(
             Results::from_json(&v5.to_string()).unwrap(),
@@ -2192,7 +2289,7 @@ pub(crate) mod tests {
             "a version 5 document is version 6 without a broker"
         );
         let v4 = as_version_4(&v6);
-        assert!(validate(&v4).unwrap_err().to_string().contains("/schema_version: expected 7, found 4"));
+        assert!(validate(&v4).unwrap_err().to_string().contains("/schema_version: expected 8, found 4"));
         assert!(v4["paths"][0].get("server_model").is_none() && v4["workload"].get("server_models").is_none());
         let read = Results::from_json(&v4.to_string()).unwrap();
         assert_eq!(read, v6, "an embedded version 4 run is its version 6 document under threaded");

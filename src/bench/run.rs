@@ -16,7 +16,12 @@
 //!    a note naming the reason (`<model>/<path>: skipped: ...`, once per run), never swapped
 //!    for another (`null` is skipped too: consumers cannot decode its zeros). A broker that
 //!    refuses the model at start ([`BrokerError::ServerModel`], e.g. a front end this build
-//!    does not have) is such a skip; any other start error fails the run. Each combination
+//!    does not have) is such a skip; any other start error fails the run. Before each
+//!    combination the log directory is synced (`syncfs`: what earlier combinations wrote is
+//!    written back now, not inside this one's windows; a run note gives the total time) and,
+//!    with CPU pinning, a fixed CPU probe runs on the broker's CPUs
+//!    ([`super::usage::cpu_probe_gb_per_s`], a `cpu probe` note per combination: the CPU's own
+//!    speed, which the repetitions' spread follows on a shared host). Each combination
 //!    gets an embedded broker serving the directory with that model and path
 //!    (`group.initial.rebalance.delay.ms=0`; its threads pinned to the broker CPUs);
 //!    `page_cache = "cold"` then evicts the segment files (`fdatasync` +
@@ -64,7 +69,9 @@
 //! Measurement rules: see [`super::catch_up`], [`super::tail`] and [`super::mixed`]. CPU: the process's
 //! `getrusage` minus the client threads (the consumers and producers share the process with
 //! the embedded broker); io_uring's `iou-wrk` kernel threads belong to the process, so they
-//! are counted as broker.
+//! are counted as broker. Counts per GB (system calls of the broker's threads, bytes its read
+//! paths read into user space): [`super::counters`]; a run where the kernel cannot count
+//! system calls says why in a note, and its entries' `syscalls_per_gb` are `null`.
 
 use std::fs;
 use std::io;
@@ -401,6 +408,9 @@ pub fn run_one(args: &RunArgs, w: &Workload, command: &[String]) -> anyhow::Resu
                 crate::broker::planted::ENV
             ));
         }
+        if let Err(why) = super::counters::probe() {
+            notes.push(format!("syscalls_per_gb not counted (null in every entry): {why}"));
+        }
         // Notes name the model only when the run compares models (module docs).
         let qualified = w.server_models.iter().any(|m| *m != ServerModel::Threaded);
         // `read path copy: skipped: ...` as ever in a run of `threaded` alone.
@@ -408,6 +418,7 @@ pub fn run_one(args: &RunArgs, w: &Workload, command: &[String]) -> anyhow::Resu
             true => format!("{model}/{}", kind.name()),
             false => format!("read path {}", kind.name()),
         };
+        let mut synced = Duration::ZERO;
         // Why a combination cannot run, found once (probes) or at its first start (refused).
         let mut skipped: Vec<((ServerModel, ReadPathKind), String)> = Vec::new();
         for (r, model, kind) in combination_order(&w.server_models, &w.read_paths, w.repeat) {
@@ -426,6 +437,15 @@ pub fn run_one(args: &RunArgs, w: &Workload, command: &[String]) -> anyhow::Resu
             if w.repeat > 1 {
                 progress.step(format!("repetition {}/{}: {combo}", r + 1, w.repeat));
             }
+            // What earlier combinations wrote (the backlog, the tails' topics) reaches the disk
+            // now, not during this combination's windows: the kernel's writeback of hundreds of
+            // MB, once past `vm.dirty_expire_centisecs` or the background threshold, took tens
+            // of ms of CPU and I/O inside later tails (README, "Repeatability").
+            let sync_start = Instant::now();
+            fs::File::open(dir.path())
+                .and_then(|d| nix::unistd::syncfs(&d).map_err(io::Error::from))
+                .with_context(|| format!("syncfs of the log directory {}", dir.path().display()))?;
+            synced += sync_start.elapsed();
             let mut config = BrokerConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)), dir.path(), kind);
             config.server_model = model;
             config.group_initial_rebalance_delay_ms = 0;
@@ -470,11 +490,26 @@ pub fn run_one(args: &RunArgs, w: &Workload, command: &[String]) -> anyhow::Resu
                 pin_clients: pinning.as_ref().map(|(_, c)| c.clone()),
             };
             let (p0, n0) = (paths.len(), notes.len());
+            // The same CPU work before every combination, on the broker's CPUs: what the CPU
+            // itself did between repetitions (README, "Repeatability").
+            if let Some((b, _)) = &pinning {
+                pin_current_thread(b)?;
+                let probe = super::usage::cpu_probe_gb_per_s();
+                pin_current_thread(&allowed_cpus_cached())?;
+                notes.push(format!(
+                    "{}: cpu probe: crc32c at {probe:.2} GB/s on the broker's CPUs {b:?} before the combination",
+                    label(model, kind)
+                ));
+            }
             let outcome = run_phases(&t, Some(dir.path()), args, &progress, &mut paths, &mut notes);
             mark_repetition(&w, r, &mut paths[p0..], &mut notes[n0..]);
             broker.shutdown().with_context(|| format!("{combo}: stopping the broker"))?;
             outcome?;
         }
+        notes.push(format!(
+            "log directory synced (syncfs) before every combination, outside the measured windows: {:.2} s in all",
+            synced.as_secs_f64()
+        ));
     }
     progress.bar.finish_and_clear();
     let interrupted = INTERRUPTED.load(Ordering::SeqCst);

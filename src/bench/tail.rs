@@ -46,6 +46,7 @@ use nix::sys::resource::UsageWho;
 use super::attribution::{Roles, Sampler};
 use super::backlog::{Backlog, Payload};
 use super::catch_up::{join_error, join_until_stable, Measured, Stability, Target};
+use super::counters::CountWindow;
 use super::histogram::{LatencyRecorder, OpenLoopSchedule};
 use super::remote::RemoteWindow;
 use super::results::PathResult;
@@ -109,8 +110,10 @@ pub(crate) fn tail(
     let mut in_flight_at_start = None;
     let mut remote = RemoteWindow::open(None);
     let mut sampler = None;
+    let mut counting = None;
     if wait_until(&sh, t.interrupted, window_start) {
         remote = RemoteWindow::open(t.metrics);
+        counting = Some(CountWindow::open(t.broker));
         proc0 = Usage::now(UsageWho::RUSAGE_SELF);
         clients0 = threads_usage(&CLIENT_THREADS);
         let roles = Roles::of(t.pin_clients.as_deref(), t.broker.is_some());
@@ -132,6 +135,7 @@ pub(crate) fn tail(
     let written1 = producers.written();
     let sampled = sampler.map(Sampler::finish);
     let remote = remote.close(t.metrics, &t.read_path, &mut notes);
+    let counts = counting.map(|c| c.close(t.broker, remote.as_ref(), &mut notes)).unwrap_or_default();
     let in_flight_at_start = in_flight_at_start.or(remote.as_ref().map(|r| r.fetches_in_flight_at_start));
     let broker_rss_bytes = remote.as_ref().map(|r| r.rss_bytes);
     let remote_usage = remote.as_ref().map(|r| r.usage);
@@ -182,6 +186,7 @@ pub(crate) fn tail(
         rebalance_ms: Some(out.rebalance_ms),
         broker_rss_bytes,
         attribution: sampled.map(|s| s.into_attribution(bytes)),
+        counts,
     }
     .result(t);
     result.produced_mb_per_sec = Some(written1.saturating_sub(written0) as f64 / 1e6 / seconds);

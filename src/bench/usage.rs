@@ -84,6 +84,23 @@ impl Usage {
     }
 }
 
+/// A fixed amount of CPU work, timed: CRC32C (the SSE4.2 / ARMv8 instruction through the
+/// `crc32c` crate) over a 1 MiB buffer 256 times, on the calling thread; GB/s (1e9 bytes).
+/// About 25 ms. The run takes it on the broker's CPUs before each combination: the work never
+/// changes, so a figure that moves between combinations is the CPU that moved (frequency, a
+/// busy host the guest's steal time does not show).
+pub(crate) fn cpu_probe_gb_per_s() -> f64 {
+    const ROUNDS: usize = 256;
+    let buf = vec![0x5au8; 1 << 20];
+    let mut crc = crc32c::crc32c(&buf); // warm: the buffer in cache, the code paged in
+    let start = std::time::Instant::now();
+    for _ in 0..ROUNDS {
+        crc = crc32c::crc32c_append(crc, std::hint::black_box(&buf));
+    }
+    std::hint::black_box(crc);
+    (ROUNDS * buf.len()) as f64 / start.elapsed().as_secs_f64().max(1e-9) / 1e9
+}
+
 /// The fraction (0..=1) of the bytes of `files` in the page cache (`mincore`); 1.0 for none.
 pub(crate) fn residency(files: &[PathBuf]) -> f64 {
     let (mut resident, mut total) = (0.0, 0.0);

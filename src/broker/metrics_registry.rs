@@ -27,6 +27,7 @@
 //! | `read_path_bytes_total` | counter | bytes | `read_path` | record bytes moved to sockets by the read path ([`TransferStats::bytes`]) |
 //! | `read_path_transfers_total` | counter | transfers | `read_path` | `transfer` calls, one per record set (file slice) sent ([`TransferStats::transfers`]) |
 //! | `read_path_syscalls_total` | counter | syscalls | `read_path` | system calls (io_uring paths: SQEs + `io_uring_enter`) of those transfers ([`TransferStats::syscalls`]); `server.model=threaded` only |
+//! | `read_path_user_copied_bytes_total` | counter | bytes | `read_path` | record bytes the read path read into user-space memory before sending them ([`TransferStats::user_copied`]: `copy`, `direct`, `uring-read-send`, `uring-send-zc`), under both server models; a path that reads nothing into user space has no sample |
 //! | `request_total_time_ms` | histogram | milliseconds | `api` | Kafka's `RequestMetrics` `TotalTimeMs`: frame completely read -> response completely written |
 //! | `fetch_consumer_time_ms` | histogram | milliseconds | `records` (`yes`, `no`) | consumer Fetch total time as `FetchConsumer` above, split by whether the response carried record bytes (`no`: long polls that waited at the log end, fetches woken with nothing, error answers); fine buckets ([`fetch_time_buckets_ms`]) so that a remote `fetchbench run --metrics` can take percentiles from differences of scrapes |
 //! | `fetch_requests_in_flight` | gauge | requests | | Fetch requests decoded and not yet answered (parked ones included) |
@@ -181,6 +182,9 @@ pub(crate) struct BrokerMetrics {
     path_bytes: Family<PathLabel, Counter>,
     path_transfers: Family<PathLabel, Counter>,
     path_syscalls: Family<PathLabel, Counter>,
+    path_user_copied: Family<PathLabel, Counter>,
+    /// `path_user_copied` over every path, for [`BrokerMetrics::user_copied_bytes`].
+    user_copied_total: std::sync::atomic::AtomicU64,
     fetch_time: Family<RecordsLabel, Histogram, fn() -> Histogram>,
     /// [`Machine::current`], read at the first encode (it probes io_uring).
     machine: OnceLock<Machine>,
@@ -208,6 +212,7 @@ impl BrokerMetrics {
         let path_bytes = Family::<PathLabel, Counter>::default();
         let path_transfers = Family::<PathLabel, Counter>::default();
         let path_syscalls = Family::<PathLabel, Counter>::default();
+        let path_user_copied = Family::<PathLabel, Counter>::default();
         let fetch_time: Family<RecordsLabel, Histogram, fn() -> Histogram> =
             Family::new_with_constructor(|| Histogram::new(fetch_time_buckets_ms()));
         let mut registry = Registry::default();
@@ -235,6 +240,12 @@ impl BrokerMetrics {
             path_syscalls.clone(),
         );
         registry.register_with_unit(
+            "fetchbench_read_path_user_copied",
+            "Record bytes the read path read into user-space memory before sending them",
+            Unit::Bytes,
+            path_user_copied.clone(),
+        );
+        registry.register_with_unit(
             "fetchbench_fetch_consumer_time",
             "Consumer Fetch total time by whether the response carried record bytes (fine buckets)",
             Unit::Other("ms".into()),
@@ -246,6 +257,8 @@ impl BrokerMetrics {
             path_bytes,
             path_transfers,
             path_syscalls,
+            path_user_copied,
+            user_copied_total: std::sync::atomic::AtomicU64::new(0),
             fetch_time,
             machine: OnceLock::new(),
             started_unix_s: std::time::SystemTime::now()
@@ -269,19 +282,35 @@ impl BrokerMetrics {
     /// Adds what read path `path` did for one response: `stats` as the path counted them
     /// (system calls included).
     pub(crate) fn record_transfers(&self, path: &'static str, stats: &TransferStats) {
-        self.record_transfers_without_syscalls(path, stats.transfers, stats.bytes);
+        self.record_transfers_without_syscalls(path, stats.transfers, stats.bytes, stats.user_copied);
         self.path_syscalls.get_or_create(&[("read_path", path)]).inc_by(stats.syscalls);
     }
 
-    /// Adds `transfers` transfers of `bytes` record bytes by read path `path`, system calls not
-    /// counted (the `uring` cores').
-    pub(crate) fn record_transfers_without_syscalls(&self, path: &'static str, transfers: u64, bytes: u64) {
-        if transfers == 0 && bytes == 0 {
+    /// Adds `transfers` transfers of `bytes` record bytes by read path `path`, `user_copied` of
+    /// them read into user space first, system calls not counted (the `uring` cores').
+    pub(crate) fn record_transfers_without_syscalls(
+        &self,
+        path: &'static str,
+        transfers: u64,
+        bytes: u64,
+        user_copied: u64,
+    ) {
+        if transfers == 0 && bytes == 0 && user_copied == 0 {
             return;
         }
         let label = [("read_path", path)];
         self.path_bytes.get_or_create(&label).inc_by(bytes);
         self.path_transfers.get_or_create(&label).inc_by(transfers);
+        if user_copied > 0 {
+            self.path_user_copied.get_or_create(&label).inc_by(user_copied);
+            self.user_copied_total.fetch_add(user_copied, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// Record bytes every read path read into user-space memory since the broker started
+    /// (`read_path_user_copied_bytes_total` summed over its paths).
+    pub(crate) fn user_copied_bytes(&self) -> u64 {
+        self.user_copied_total.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// `(transfers, bytes)` read path `path` moved since the broker started (0 before its first
@@ -442,9 +471,14 @@ mod tests {
         metrics.record_request(RequestName::new(ApiKey::ListOffsets, false), Duration::from_millis(1));
         metrics.record_transfers(
             "sendfile",
-            &TransferStats { transfers: 2, bytes: 1000, syscalls: 3, wall: Duration::ZERO },
+            &TransferStats { transfers: 2, bytes: 1000, syscalls: 3, user_copied: 0, wall: Duration::ZERO },
         );
-        metrics.record_transfers_without_syscalls("uring-splice", 1, 10);
+        metrics.record_transfers(
+            "copy",
+            &TransferStats { transfers: 1, bytes: 100, user_copied: 100, ..Default::default() },
+        );
+        metrics.record_transfers_without_syscalls("uring-splice", 1, 10, 0);
+        metrics.record_transfers_without_syscalls("uring-read-send", 1, 20, 20);
         metrics.record_fetch(Duration::from_micros(300), true);
         metrics.record_fetch(Duration::from_millis(500), false);
         let text = metrics.encode(&live()).unwrap();
@@ -462,6 +496,13 @@ mod tests {
         assert_eq!(sample(&text, "fetchbench_read_path_syscalls_total{read_path=\"sendfile\"}"), Some(3.0));
         assert_eq!(sample(&text, "fetchbench_read_path_bytes_total{read_path=\"uring-splice\"}"), Some(10.0));
         assert_eq!(sample(&text, "fetchbench_read_path_syscalls_total{read_path=\"uring-splice\"}"), None);
+        assert_eq!(sample(&text, "fetchbench_read_path_user_copied_bytes_total{read_path=\"copy\"}"), Some(100.0));
+        assert_eq!(
+            sample(&text, "fetchbench_read_path_user_copied_bytes_total{read_path=\"uring-read-send\"}"),
+            Some(20.0)
+        );
+        assert_eq!(sample(&text, "fetchbench_read_path_user_copied_bytes_total{read_path=\"sendfile\"}"), None);
+        assert_eq!(metrics.user_copied_bytes(), 120);
         assert_eq!(sample(&text, "fetchbench_fetch_consumer_time_ms_count{records=\"yes\"}"), Some(1.0));
         assert_eq!(sample(&text, "fetchbench_fetch_consumer_time_ms_count{records=\"no\"}"), Some(1.0));
         assert_eq!(sample(&text, "fetchbench_fetch_consumer_time_ms_bucket{le=\"0.32\",records=\"yes\"}"), Some(1.0));

@@ -238,6 +238,15 @@ impl BrokerHandle {
         self.shared.fetches_in_flight()
     }
 
+    /// Record bytes the broker's read paths read into user-space memory before sending them,
+    /// since it started, under either server model: `read_path_user_copied_bytes_total` of
+    /// [`metrics_registry`](super::metrics_registry) summed over its paths
+    /// ([`crate::read_path::TransferStats::user_copied`]). The harness takes differences over
+    /// its measured intervals.
+    pub fn user_copied_bytes(&self) -> u64 {
+        self.shared.metrics().user_copied_bytes()
+    }
+
     /// The broker's metrics now, in the OpenMetrics text format: exactly what the metrics
     /// endpoint (`metrics.listen`) answers to `GET /metrics`, whether or not the endpoint is
     /// configured. The metrics, their units and labels are listed in

@@ -42,6 +42,7 @@ impl ReadPath for CopyPath {
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                     Err(e) => return Err(e),
                 };
+                self.stats.user_copied += n as u64;
                 util::write_all(socket, &self.buf[..n], &mut self.stats, &mut done)?;
             }
             Ok(done)

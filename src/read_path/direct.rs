@@ -128,6 +128,7 @@ impl ReadPath for DirectPath {
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                     Err(e) => return Err(e),
                 };
+                self.stats.user_copied += n;
                 if n <= skip {
                     return Err(util::truncated(slice.len - done));
                 }

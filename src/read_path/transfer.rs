@@ -29,6 +29,14 @@ pub struct TransferStats {
     pub bytes: u64,
     /// System calls issued (for io_uring paths: SQEs submitted plus `io_uring_enter` calls).
     pub syscalls: u64,
+    /// Record bytes read into user-space memory on their way to the socket: `pread` into a
+    /// buffer (`copy`), `O_DIRECT` reads (`direct`: a DMA, not a CPU copy, but the bytes pass
+    /// through user space all the same), `IORING_OP_READ_FIXED` into registered buffers
+    /// (`uring-read-send`, `uring-send-zc`); 0 for the paths that move pages in the kernel
+    /// (`sendfile`, `splice`, `uring-splice`) or send from a mapping (`mmap`, `msg-zerocopy`:
+    /// the kernel copies from the mapped page cache, nothing is read into a buffer first).
+    /// Bytes read past the slice (alignment) count: they were read.
+    pub user_copied: u64,
     /// Wall time spent inside `transfer`.
     pub wall: Duration,
 }
@@ -54,6 +62,7 @@ impl TransferStats {
         self.transfers += other.transfers;
         self.bytes += other.bytes;
         self.syscalls += other.syscalls;
+        self.user_copied += other.user_copied;
         self.wall += other.wall;
     }
 }

@@ -205,6 +205,9 @@ pub(crate) struct Pipeline {
     moved: Vec<u64>,
     seq: u64,
     zc: ZcCounters,
+    /// Bytes the reads of the current transfer put into the buffers (added to its
+    /// [`TransferStats::user_copied`] when it ends).
+    user_copied: u64,
     /// Completions of one round (`user_data`, result, flags), kept to reuse the allocation.
     cqes: Vec<(u64, i32, u32)>,
 }
@@ -259,6 +262,7 @@ impl Pipeline {
             moved: Vec::new(),
             seq: 0,
             zc: ZcCounters::default(),
+            user_copied: 0,
             cqes: Vec::with_capacity(2 * count + 2),
         })
     }
@@ -339,6 +343,7 @@ impl Pipeline {
             }
             self.reap(&mut run, sent);
         }
+        stats.user_copied += std::mem::take(&mut self.user_copied);
         // Nothing is in flight: return every buffer, sent or not.
         debug_assert!(!self.slots.iter().any(Slot::busy));
         self.reset();
@@ -473,7 +478,10 @@ impl Pipeline {
             return;
         }
         match result {
-            n if n > 0 => self.slots[index as usize].filled += n as u32,
+            n if n > 0 => {
+                self.slots[index as usize].filled += n as u32;
+                self.user_copied += n as u64;
+            }
             0 => {
                 let at = slot.off + slot.filled as u64;
                 self.end_data(run, index, util::truncated(run.slice.len - at));

@@ -161,9 +161,9 @@ fn ci_gate_workload_is_short_and_resolved() {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/workloads/ci-gate.toml");
     let w = Workload::from_file(&path).unwrap();
     assert!(w.is_resolved(), "{w:?}");
-    assert_eq!(w.phases, [Phase::CatchUp, Phase::Tail]);
-    assert_eq!(w.backlog_bytes, 2 << 30);
-    assert_eq!((w.warmup.as_secs(), w.duration.as_secs()), (1, 5));
+    assert_eq!(w.phases, [Phase::CatchUp]);
+    assert_eq!(w.backlog_bytes, 1 << 30);
+    assert_eq!((w.warmup.as_secs(), w.catch_up_duration.as_secs()), (1, 3));
     assert_eq!(w.consumers_per_group, 2);
     let paths: Vec<&str> = w.read_paths.iter().map(|p| p.name()).collect();
     assert_eq!(paths, ["copy", "mmap", "sendfile", "uring-splice"]);

@@ -902,6 +902,72 @@ server_models = ["threaded", "uring"]
     assert!(solo.notes.iter().all(|n| !n.contains("uring/")), "{:?}", solo.notes);
 }
 
+/// Issue 29, item 6: the counts per GB that do not depend on time, under both server models.
+/// Record bytes read into user space: about 1 per byte delivered for `copy` and
+/// `uring-read-send` (a `pread` / `READ_FIXED` of every record byte), exactly 0 for `sendfile`
+/// and `uring-splice`. System calls, counted by the kernel on the broker's threads: where
+/// tracefs is mounted (`scripts/test.sh` says so in `FETCHBENCH_EXPECT_SYSCALL_COUNTS`) every
+/// entry has them, and `copy` (a `pread` and a `write` per 64 KiB) makes more per GB than
+/// `sendfile` (one call per record set); elsewhere every entry's is `null` and a note says why.
+#[test]
+fn counts_per_gb_under_both_server_models() {
+    let dir = tempfile::tempdir().unwrap();
+    let workload = write_workload(
+        dir.path(),
+        r#"
+name = "counts"
+catch_up_duration = "1s"
+partitions = 2
+record_size = "1KiB"
+backlog = "16MiB"
+consumers_per_group = 1
+phases = ["catch_up"]
+warmup = 0
+read_paths = ["copy", "sendfile", "uring-read-send", "uring-splice"]
+server_models = ["threaded", "uring"]
+"#,
+    );
+    let r = run_ok(&workload, &dir.path().join("results"), &[], "counts");
+    let expect = std::env::var_os(fetchbench::bench::counters::EXPECT_ENV).is_some();
+    let counted = r.paths.iter().any(|p| p.syscalls_per_gb.is_some());
+    assert!(counted || !expect, "tracefs is mounted but nothing was counted: {:?}", r.notes);
+    let note = r.notes.iter().find(|n| n.starts_with("syscalls_per_gb not counted"));
+    assert_eq!(note.is_some(), !counted, "{:?}", r.notes);
+    let mut seen = Vec::new();
+    for p in &r.paths {
+        let what = format!("{}/{}", p.server_model.as_deref().unwrap_or("-"), p.read_path);
+        let per_byte =
+            p.user_copied_bytes_per_gb.unwrap_or_else(|| panic!("{what}: no user_copied_bytes_per_gb")) / 1e9;
+        match p.read_path.as_str() {
+            "copy" | "uring-read-send" => {
+                assert!((0.95..1.2).contains(&per_byte), "{what}: {per_byte} bytes read per byte")
+            }
+            _ => assert_eq!(per_byte, 0.0, "{what}"),
+        }
+        assert_eq!(p.syscalls_per_gb.is_some(), counted, "{what}");
+        if let Some(n) = p.syscalls_per_gb {
+            assert!(n > 1_000.0, "{what}: {n} system calls per GB");
+        }
+        seen.push(what);
+    }
+    // Under uring the cores serve the io_uring paths (the others are skipped, named).
+    for combo in ["threaded/copy", "threaded/sendfile", "uring/uring-read-send", "uring/uring-splice"] {
+        let ran = seen.iter().any(|s| s == combo);
+        let skipped = r.notes.iter().any(|n| n.starts_with(&format!("{combo}: skipped: ")));
+        assert!(ran || skipped, "{combo}: neither measured nor skipped: {seen:?} {:?}", r.notes);
+    }
+    let syscalls = |path: &str| {
+        r.paths.iter().find(|p| p.server_model.as_deref() == Some("threaded") && p.read_path == path)?.syscalls_per_gb
+    };
+    if let (Some(copy), Some(sendfile)) = (syscalls("copy"), syscalls("sendfile")) {
+        assert!(copy > sendfile, "copy {copy} vs sendfile {sendfile} system calls per GB");
+    }
+    // The CSV carries both, the last two columns.
+    let json = files(&dir.path().join("results"), "json");
+    let csv = std::fs::read_to_string(json[0].with_extension("csv")).unwrap();
+    assert!(csv.lines().next().unwrap().ends_with(",bound_by,syscalls_per_gb,user_copied_bytes_per_gb"), "{csv}");
+}
+
 /// Issue 18: `fixtures/workloads/read-committed.toml` shrunk to a tiny backlog (its sweep over
 /// `isolation.level` kept): a transactional backlog of 2 partitions x 1024 records in
 /// transactions of 64, one in four aborted, drained on two read paths. read_uncommitted

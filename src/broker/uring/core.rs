@@ -498,12 +498,13 @@ impl Core {
                 self.shared.metrics().record_request(api, total);
             }
             let (record_sets, record_bytes) = transfer.record_sets;
-            // The cores do not count their system calls per transfer: bytes and transfers only,
-            // under the path the transfer ran on.
+            // The cores do not count their system calls per transfer: bytes, transfers and the
+            // bytes read into user space, under the path the transfer ran on.
             self.shared.metrics().record_transfers_without_syscalls(
                 transfer.engine().path().name(),
                 record_sets,
                 record_bytes,
+                transfer.user_copied,
             );
             crate::broker::planted::spin(self.shared.config.planted_fetch_cost_ns_per_mib, record_bytes);
             if transfer.engine() == Engine::Splice && self.engine != Engine::Splice {

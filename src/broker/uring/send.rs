@@ -238,6 +238,9 @@ pub(crate) struct Transfer {
     /// Record sets (`File` chunks) of the response and their bytes, for the read path counters
     /// once it is completely written.
     pub(crate) record_sets: (u64, u64),
+    /// Record bytes the `READ_FIXED`s of the transfer read into registered buffers (user-space
+    /// memory; [`crate::read_path::TransferStats::user_copied`]): 0 under `uring-splice`.
+    pub(crate) user_copied: u64,
 }
 
 impl Transfer {
@@ -273,6 +276,7 @@ impl Transfer {
             failed: None,
             with_records,
             record_sets,
+            user_copied: 0,
         })
     }
 
@@ -581,6 +585,7 @@ impl Transfer {
         let error = match res {
             n if n > 0 => {
                 *filled += n as u32;
+                self.user_copied += n as u64;
                 None
             }
             0 => Some(crate::read_path::util::truncated(u64::from(*want - *filled))),
