@@ -22,10 +22,11 @@
 //! (`iou-wrk-*`, `iou-sqp-*`), which make no system calls but belong to the broker's rings.
 //! The harness's own threads (the phase's coordinating thread, the attribution sampler) are
 //! not the broker and are not counted (they are in the broker's CPU and context switches, which
-//! are the process minus the clients). Counters open when the interval starts; the sampler
-//! opens one on any broker thread that appears during the interval at its next tick
-//! ([`SyscallCounters::refresh`], once a second), so a thread that starts and ends between two
-//! ticks is missed. A thread's counter keeps its count when the thread exits.
+//! are the process minus the clients). Counters open on the threads that exist when the
+//! interval starts; a broker thread that starts during the interval is not counted, and the
+//! interval's end names it in a note ([`CountWindow::close`]; the broker's threads all start
+//! with it, so none did in the runs measured). A thread's counter keeps its count when the
+//! thread exits.
 //!
 //! ## Where it cannot count
 //!

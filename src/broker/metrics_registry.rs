@@ -183,8 +183,6 @@ pub(crate) struct BrokerMetrics {
     path_transfers: Family<PathLabel, Counter>,
     path_syscalls: Family<PathLabel, Counter>,
     path_user_copied: Family<PathLabel, Counter>,
-    /// `path_user_copied` over every path, for [`BrokerMetrics::user_copied_bytes`].
-    user_copied_total: std::sync::atomic::AtomicU64,
     fetch_time: Family<RecordsLabel, Histogram, fn() -> Histogram>,
     /// [`Machine::current`], read at the first encode (it probes io_uring).
     machine: OnceLock<Machine>,
@@ -258,7 +256,6 @@ impl BrokerMetrics {
             path_transfers,
             path_syscalls,
             path_user_copied,
-            user_copied_total: std::sync::atomic::AtomicU64::new(0),
             fetch_time,
             machine: OnceLock::new(),
             started_unix_s: std::time::SystemTime::now()
@@ -303,14 +300,16 @@ impl BrokerMetrics {
         self.path_transfers.get_or_create(&label).inc_by(transfers);
         if user_copied > 0 {
             self.path_user_copied.get_or_create(&label).inc_by(user_copied);
-            self.user_copied_total.fetch_add(user_copied, std::sync::atomic::Ordering::Relaxed);
         }
     }
 
     /// Record bytes every read path read into user-space memory since the broker started
-    /// (`read_path_user_copied_bytes_total` summed over its paths).
+    /// (`read_path_user_copied_bytes_total` summed over its paths; reading creates no sample).
     pub(crate) fn user_copied_bytes(&self) -> u64 {
-        self.user_copied_total.load(std::sync::atomic::Ordering::Relaxed)
+        crate::read_path::ReadPathKind::ALL
+            .iter()
+            .filter_map(|k| self.path_user_copied.get(&[("read_path", k.name())]).map(|c| c.get()))
+            .sum()
     }
 
     /// `(transfers, bytes)` read path `path` moved since the broker started (0 before its first
